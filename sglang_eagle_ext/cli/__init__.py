@@ -1,0 +1,36 @@
+"""`sglang-eagle` command line: one subcommand per module, imported only when used."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# subcommand -> module; each module defines `configure(parser)` and `run(args) -> int`.
+COMMANDS = {
+    "inspect": "sglang_eagle_ext.cli.inspect_cmd",
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="sglang-eagle",
+        description="EAGLE-3 drafters for stock SGLang: inspect, serve, evaluate, demo.",
+    )
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name, module_name in COMMANDS.items():
+        module = importlib.import_module(module_name)
+        sub = subparsers.add_parser(name, help=module.__doc__.strip().splitlines()[0],
+                                    description=module.__doc__)
+        module.configure(sub)
+        sub.set_defaults(_run=module.run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args._run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
