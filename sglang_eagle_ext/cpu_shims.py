@@ -1,0 +1,94 @@
+"""Import hooks that let stock SGLang run on a CPU-only host (tests and the CPU demo).
+
+Two problems exist on a machine without CUDA (see README, "CPU support"):
+
+* the PyPI ``torchvision`` wheel is a CUDA build; with a CPU-only torch its import fails in
+  ``_meta_registrations`` because the ``torchvision::nms``/``qnms`` operators were never defined.
+  SGLang (and transformers' image utilities) import torchvision unconditionally, so we define the
+  two schemas before torchvision loads; its C++ ops stay unavailable, which nothing here uses;
+* SGLang's rotary embedding imports ``vllm`` on platforms it does not recognise; marking the
+  module as CPU makes it use its native torch path. Under ``TRITON_INTERPRET=1`` the EAGLE tree
+  kernels are likewise routed to SGLang's Triton implementations (its XPU path).
+
+:func:`install` is idempotent and does nothing on a CUDA build of torch.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import os
+import sys
+
+_TORCHVISION_SCHEMAS = (
+    "nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor",
+    "qnms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor",
+)
+_keepalive: list = []  # torch.library registrations live as long as their Library object
+
+
+def _define_torchvision_schemas() -> None:
+    import torch
+
+    library = torch.library.Library("torchvision", "FRAGMENT")
+    for schema in _TORCHVISION_SCHEMAS:
+        try:
+            library.define(schema)
+        except RuntimeError:  # already defined (a working torchvision, or a second call)
+            pass
+    _keepalive.append(library)
+
+
+def _mark_rotary_cpu(module) -> None:
+    if not getattr(module, "_is_cuda", False):
+        module._is_cpu = True
+
+
+def _route_tree_ops_to_triton(module) -> None:
+    if not getattr(module, "_is_cuda", False) and os.environ.get("TRITON_INTERPRET") == "1":
+        module._is_xpu = True
+
+
+_POST_IMPORT = {
+    "sglang.srt.layers.rotary_embedding.base": _mark_rotary_cpu,
+    "sglang.kernels.ops.speculative.spec_tree": _route_tree_ops_to_triton,
+}
+
+
+class _PatchingLoader(importlib.abc.Loader):
+    def __init__(self, inner, patch):
+        self._inner, self._patch = inner, patch
+
+    def create_module(self, spec):
+        return self._inner.create_module(spec)
+
+    def exec_module(self, module):
+        self._inner.exec_module(module)
+        self._patch(module)
+
+
+class _CpuShimFinder(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == "torchvision":
+            _define_torchvision_schemas()
+            return None
+        patch = _POST_IMPORT.get(name)
+        if patch is None:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        if spec is not None and spec.loader is not None:
+            spec.loader = _PatchingLoader(spec.loader, patch)
+        return spec
+
+
+def install() -> bool:
+    """Install the hooks in this interpreter; return True when they are active."""
+    import torch
+
+    if torch.version.cuda is not None:
+        return False
+    if not any(isinstance(finder, _CpuShimFinder) for finder in sys.meta_path):
+        if "torchvision" in sys.modules:
+            raise RuntimeError("install() must run before torchvision is imported")
+        sys.meta_path.insert(0, _CpuShimFinder())
+    return True
