@@ -1,0 +1,119 @@
+"""Describe a drafter checkpoint: what it is, what fits the target, what SGLang will capture.
+
+Prints the canonical description, the files read and every problem found; exits with status 1
+when the drafter must not be served (status 0 otherwise).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from ..checkpoint import read_drafter
+from ..errors import DrafterError, Problem
+from ..spec import DrafterSpec, IdConvention
+from ..target import TargetInfo, check_against_target, read_target
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("path", help="drafter checkpoint directory (config.json + weights)")
+    parser.add_argument("--target", help="target model directory or its config.json: adds the "
+                        "checks that need the target and resolves the captured layers")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def capture_plan(spec: DrafterSpec, target: TargetInfo | None) -> dict[str, Any]:
+    """Which target hidden states feed the drafter, with this plugin and with stock SGLang."""
+    if not spec.use_aux_hidden_state:
+        return {"uses_aux_hidden_states": False}
+    n = None if target is None else target.num_layers
+    aux = spec.aux_layers
+    plan: dict[str, Any] = {
+        "uses_aux_hidden_states": True,
+        "declared": None if aux.declared is None else list(aux.declared),
+        "declared_in": aux.source,
+        "declared_convention": aux.convention.value,
+        "hidden_state_indices": _listed(aux.hidden_state_indices(n)),
+        "sglang_eagle_config_ids": _listed(aux.sglang_layer_ids(n)),
+    }
+    if n is not None:
+        # Stock SGLang's Llama/Qwen targets read only eagle_config ids (plus one), else default.
+        stock = (tuple(j + 1 for j in aux.declared) if aux.convention is IdConvention.LAYER_OUTPUT
+                 and aux.declared is not None else (2, n // 2, n - 3))
+        plan["stock_sglang_would_capture"] = list(stock)
+        plan["stock_sglang_agrees"] = stock == aux.hidden_state_indices(n)
+        plan["last_layer_output_needed"] = n in aux.hidden_state_indices(n)
+    return plan
+
+
+def _listed(values):
+    return None if values is None else list(values)
+
+
+def _print_text(spec: DrafterSpec | None, problems: list[Problem], plan: dict | None,
+                target: TargetInfo | None, path: str) -> None:
+    if spec is None:
+        print(f"drafter: {path}")
+    else:
+        print(f"drafter: {spec.path}")
+        print(f"dialect: {spec.dialect.value} (architecture {spec.architecture or '-'})")
+        print("files read:")
+        for file in spec.files:
+            print(f"  {file}")
+        width = max(len(k) for k in spec.to_dict())
+        print("description:")
+        for key, value in spec.to_dict().items():
+            if key not in ("path", "files", "notes", "dialect", "architecture"):
+                print(f"  {key:<{width}}  {json.dumps(value)}")
+        if spec.notes:
+            print("notes:")
+            for note in spec.notes:
+                print(f"  - {note}")
+    if target is not None:
+        print(f"target: {target.source} ({target.model_type}, {target.num_layers} layers, "
+              f"hidden {target.hidden_size}, vocab {target.vocab_size})")
+    if plan is not None:
+        print("capture:")
+        if not plan["uses_aux_hidden_states"]:
+            print("  no aux hidden states: the drafter reads the target's last hidden state")
+        else:
+            print(f"  declared {plan['declared']} in {plan['declared_in']} "
+                  f"({plan['declared_convention']})")
+            print(f"  hidden-state indices (input of target layer k): {plan['hidden_state_indices']}"
+                  + ("" if target else "  [pass --target to resolve defaults]"))
+            print(f"  written for SGLang as eagle_config ids: {plan['sglang_eagle_config_ids']}")
+            if "stock_sglang_would_capture" in plan:
+                verdict = ("agrees" if plan["stock_sglang_agrees"]
+                           else "DISAGREES: acceptance would collapse without this plugin")
+                print(f"  stock SGLang would capture {plan['stock_sglang_would_capture']}: {verdict}")
+    if problems:
+        print(f"problems ({len(problems)}):")
+        for problem in problems:
+            print(f"  - {problem}")
+        print("status: REJECTED")
+    elif spec is not None:
+        print("status: OK")
+
+
+def run(args: argparse.Namespace) -> int:
+    spec, plan, target, problems = None, None, None, []
+    try:
+        target = None if args.target is None else read_target(args.target)
+        spec = read_drafter(args.path).spec
+        if target is not None:
+            problems = check_against_target(spec, target)
+        plan = capture_plan(spec, target)
+    except DrafterError as exc:
+        problems = exc.problems
+    if args.json:
+        print(json.dumps({
+            "status": "rejected" if problems else "ok",
+            "description": None if spec is None else spec.to_dict(),
+            "target": None if target is None else vars(target),
+            "capture": plan,
+            "problems": [vars(p) for p in problems],
+        }, indent=2))
+    else:
+        _print_text(spec, problems, plan, target, args.path)
+    return 1 if problems else 0
