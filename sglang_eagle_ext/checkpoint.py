@@ -448,15 +448,15 @@ def read_drafter(path: str | os.PathLike, target: str | os.PathLike | TargetInfo
             "layers, and the default taps are three", "write the trained layer ids into the config"))
     notes += _check_shapes(spec, shapes, index, weights_file, problems)
     if has_map:
-        d2t = index.read("d2t") if "d2t" in names else meta[1]
-        if d2t.numel() != draft_vocab:
-            problems.append(Problem(meta[0] if meta else weights_file, "d2t",
-                                    "vocab map length differs from the draft vocabulary",
-                                    "re-export the vocab map with the drafter",
-                                    expected=str(draft_vocab), found=str(d2t.numel())))
-        else:
+        d2t, d2t_file = (index.read("d2t"), weights_file) if "d2t" in names else (meta[1], meta[0])
+        if d2t.numel() == draft_vocab:
             t2d = index.read("t2d") if "t2d" in names else None
-            _check_vocab_map(d2t, t2d, spec, meta[0] if meta else weights_file, problems)
+            _check_vocab_map(d2t, t2d, spec, d2t_file, problems)
+        elif "d2t" not in names:  # a d2t tensor of the wrong length is caught by the shape check
+            problems.append(Problem(d2t_file, "selected_token_ids",
+                                    "vocab map length differs from the draft vocabulary",
+                                    "use the meta file written with this checkpoint",
+                                    expected=str(draft_vocab), found=str(d2t.numel())))
     if target is not None:
         problems += check_against_target(spec, target if isinstance(target, TargetInfo)
                                          else read_target(target))
