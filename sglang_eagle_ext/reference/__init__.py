@@ -1,0 +1,1 @@
+"""Plain-PyTorch EAGLE-3 reference: the drafter forward and aux hidden-state capture from HF targets."""
