@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Build ./.venv on a CPU-only machine: torch 2.13 CPU, the lean SGLang 0.5.23 install (its full
+# dependency set is several GB of CUDA wheels that a CPU never uses), test tools and this package.
+# Idempotent: a second run only re-installs this package.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON="${PYTHON:-python3}"
+if [ ! -x .venv/bin/python ]; then
+    "$PYTHON" -m venv .venv
+fi
+installed() { .venv/bin/python -c "import importlib.util as u, sys; sys.exit(not all(u.find_spec(m) for m in sys.argv[1:]))" "$@"; }
+if ! installed sglang torch triton pytest hypothesis transformers; then
+    .venv/bin/pip install --quiet --upgrade pip
+    .venv/bin/pip install --quiet -r requirements/sglang-cpu-0.5.23.txt
+    .venv/bin/pip install --quiet --no-deps sglang==0.5.23
+fi
+.venv/bin/pip install --quiet --no-deps -e .
+.venv/bin/python -c "from sglang_eagle_ext import cpu_shims; cpu_shims.install(); import sglang; print('environment ready: sglang', sglang.__version__)"
