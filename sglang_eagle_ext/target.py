@@ -63,6 +63,12 @@ def check_against_target(spec: DrafterSpec, target: TargetInfo) -> list[Problem]
                 "this drafter was trained for a different target; use the target it was trained "
                 "on or fix the layer ids",
                 expected=f"hidden-state indices in [0, {target.num_layers}]", found=str(list(indices))))
+        elif len(set(indices)) != len(indices):
+            problems.append(Problem(
+                config, spec.aux_layers.source,
+                f"the aux hidden states collide in a {target.num_layers}-layer target: it would "
+                "capture fewer states than fc takes", "write distinct trained layer ids into the "
+                "drafter config", expected="distinct indices", found=str(list(indices))))
         elif len(indices) != spec.num_aux_hidden_states:
             problems.append(Problem(
                 config, "eagle_aux_hidden_state_layer_ids",

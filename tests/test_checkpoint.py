@@ -269,6 +269,12 @@ def test_aux_ids_out_of_range_for_the_target(tmp_path):
     assert "[0, 12]" in problem.expected
 
 
+def test_default_taps_that_collide_in_a_shallow_target(tmp_path):
+    problem = _one(_problems(_flat(tmp_path), target=read_target(fixtures.target_config(layers=6))),
+                   "default taps")
+    assert problem.found == "[2, 3, 3]"
+
+
 def test_top_level_and_nested_ids_that_disagree(tmp_path):
     def edit(c):
         c["eagle_config"] = {"eagle_aux_hidden_state_layer_ids": [1, 5, 8]}
