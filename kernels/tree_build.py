@@ -1,0 +1,220 @@
+"""Build the verify tree of an EAGLE draft round: attention mask, positions and traversal links.
+
+One Triton program per request builds the whole ``n x n`` tree in registers: parent lookup, child
+and sibling links and the ancestor closure are all vector operations over the request's ``n``
+nodes, so there is one launch, no host synchronisation, and no recompilation for a new batch size
+(only ``n``, the mask mode and the fill switches are compile-time constants).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+import triton
+import triton.language as tl
+
+from sglang_eagle_ext.kernels.tree_mask_modes import (
+    FULL_MASK,
+    QLEN_ONLY,
+    QLEN_ONLY_BITPACKING,
+    bitpacked_bytes_per_row,
+)
+
+MAX_DRAFT_TOKENS = 256  # one program holds n x n tiles in registers
+
+
+@triton.jit
+def _build_tree_kernel(
+    parent_list_ptr, selected_ptr, seq_len_ptr, mask_ptr, positions_ptr,
+    retrive_index_ptr, next_token_ptr, next_sibling_ptr, bonus_ptr, draft_in_ptr, draft_out_ptr,
+    topk, parent_width, n,
+    MASK_MODE: tl.constexpr, BYTES_PER_ROW: tl.constexpr, FILL_PREFIX: tl.constexpr,
+    WRITE_DRAFT_TOKENS: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_B: tl.constexpr,
+    BLOCK_PREFIX: tl.constexpr,
+):
+    b = tl.program_id(0)
+    row = tl.program_id(1)  # programs (b, t) pre-fill row t's prefix columns; (b, 0) builds the tree
+    seq_len = tl.load(seq_len_ptr + b)
+
+    # Start of request b's FULL_MASK block: n*n*b + n*sum(seq_len[:b]), summed here, not on the host.
+    prefix_total = tl.zeros((), dtype=tl.int64)
+    if MASK_MODE == 0:
+        for start in range(0, b, BLOCK_B):
+            ids = start + tl.arange(0, BLOCK_B)
+            prefix_total += tl.sum(tl.load(seq_len_ptr + ids, mask=ids < b, other=0).to(tl.int64))
+    row_stride = seq_len + n
+    block_start = n * n * b.to(tl.int64) + n * prefix_total
+
+    if FILL_PREFIX:
+        row_start = block_start + row * row_stride
+        for col in range(0, seq_len, BLOCK_PREFIX):
+            cols = col + tl.arange(0, BLOCK_PREFIX)
+            tl.store(mask_ptr + row_start + cols, tl.full((BLOCK_PREFIX,), 1, tl.uint8), mask=cols < seq_len)
+
+    if row == 0:
+        nodes = tl.arange(0, BLOCK_N)
+        is_draft = (nodes >= 1) & (nodes < n)
+        in_tree = nodes < n
+        # Node t >= 1 is flat id selected[t-1]; its parent's flat id is parent_list[flat // topk].
+        flat_id = tl.load(selected_ptr + b * (n - 1) + nodes - 1, mask=is_draft, other=-1)
+        parent_block = flat_id // topk
+        child_of_root = is_draft & (parent_block == 0)
+        has_parent_block = is_draft & (parent_block > 0) & (parent_block < parent_width)
+        parent_flat = tl.load(parent_list_ptr + b * parent_width + parent_block, mask=has_parent_block, other=-1)
+        # Parent = first selected node (column) whose flat id matches; -1 when absent ("invalid tree").
+        match = (parent_flat[:, None] == flat_id[None, :]) & has_parent_block[:, None] & is_draft[None, :]
+        first_match = tl.min(tl.where(match, nodes[None, :], BLOCK_N), axis=1)
+        parent = tl.where(child_of_root, 0, tl.where(first_match < BLOCK_N, first_match, -1))
+
+        # Children in ascending order: first child = smallest child, next sibling = next larger one.
+        is_child = parent[None, :] == nodes[:, None]
+        first_child = tl.min(tl.where(is_child, nodes[None, :], BLOCK_N), axis=1)
+        same_parent = (parent[None, :] == parent[:, None]) & (nodes[None, :] > nodes[:, None]) & (parent[:, None] >= 0)
+        next_sibling = tl.min(tl.where(same_parent, nodes[None, :], BLOCK_N), axis=1)
+        links = b * n + nodes
+        tl.store(retrive_index_ptr + links, links.to(tl.int64), mask=in_tree)
+        tl.store(next_token_ptr + links, tl.where(first_child < BLOCK_N, first_child, -1).to(tl.int64), mask=in_tree)
+        tl.store(next_sibling_ptr + links, tl.where(next_sibling < BLOCK_N, next_sibling, -1).to(tl.int64),
+                 mask=in_tree)
+
+        # Ancestor closure: walk every row up its parent chain at once; stop at the root or at a
+        # missing parent; a chain holds at most n-1 nodes, which also cuts cycles of corrupt input.
+        in_chain = (nodes[:, None] == nodes[None, :]) & is_draft[:, None]
+        depth = is_draft.to(tl.int32)
+        cur = tl.where(is_draft, parent, 0)
+        active = cur > 0
+        steps = tl.full((), 1, tl.int32)
+        while (tl.max(active.to(tl.int32), axis=0) > 0) & (steps < n - 1):
+            in_chain |= (cur[:, None] == nodes[None, :]) & active[:, None]
+            depth += active.to(tl.int32)
+            grand_parent = tl.sum(tl.where(nodes[None, :] == cur[:, None], parent[None, :], 0), axis=1)
+            cur = tl.where(active, grand_parent, cur)
+            active = cur > 0
+            steps += 1
+        tl.store(positions_ptr + links, seq_len + depth.to(tl.int64), mask=in_tree)
+
+        bits = in_chain | (nodes[None, :] == 0)
+        if MASK_MODE == 2:
+            packed = tl.reshape(bits.to(tl.int32), (BLOCK_N, BYTES_PER_ROW, 8))
+            weights = tl.reshape(1 << (nodes % 8), (1, BYTES_PER_ROW, 8))
+            row_bytes = tl.sum(packed * weights, axis=2).to(tl.uint8)
+            byte_ids = tl.arange(0, BYTES_PER_ROW)
+            offsets = (b * n + nodes)[:, None] * BYTES_PER_ROW + byte_ids[None, :]
+            tl.store(mask_ptr + offsets, row_bytes, mask=in_tree[:, None])
+        else:
+            if MASK_MODE == 0:
+                offsets = block_start + nodes[:, None] * row_stride + seq_len + nodes[None, :]
+            else:
+                offsets = n * n * b + nodes[:, None] * n + nodes[None, :]
+            tl.store(mask_ptr + offsets, bits.to(tl.uint8), mask=in_tree[:, None] & in_tree[None, :])
+
+        if WRITE_DRAFT_TOKENS:
+            drafts = tl.load(draft_in_ptr + b * (n - 1) + nodes - 1, mask=is_draft)
+            bonus = tl.load(bonus_ptr + b)
+            tl.store(draft_out_ptr + links, tl.where(nodes == 0, bonus, drafts), mask=in_tree)
+
+
+def _launch(parent_list, selected_index, verified_seq_len, tree_mask, positions, retrive_index,
+            retrive_next_token, retrive_next_sibling, topk, draft_token_num, tree_mask_mode,
+            fill_prefix, bonus_tokens=None, draft_tokens=None, draft_tokens_out=None):
+    bs, n = selected_index.shape[0], int(draft_token_num)
+    if n > MAX_DRAFT_TOKENS:
+        raise ValueError(f"at most {MAX_DRAFT_TOKENS} draft tokens per request, got {n}")
+    mode = int(tree_mask_mode)
+    bytes_per_row = bitpacked_bytes_per_row(n) if mode == QLEN_ONLY_BITPACKING else 1
+    block_n = max(8, triton.next_power_of_2(n))
+    write_drafts = draft_tokens_out is not None
+    dummy = positions  # stands for pointers the compile-time switches leave unused
+    _build_tree_kernel[(bs, n if fill_prefix else 1)](
+        parent_list, selected_index, verified_seq_len, tree_mask.view(torch.uint8), positions,
+        retrive_index, retrive_next_token, retrive_next_sibling,
+        bonus_tokens if write_drafts else dummy, draft_tokens if write_drafts else dummy,
+        draft_tokens_out if write_drafts else dummy,
+        int(topk), parent_list.shape[1], n,
+        MASK_MODE=mode, BYTES_PER_ROW=bytes_per_row, FILL_PREFIX=bool(fill_prefix),
+        WRITE_DRAFT_TOKENS=write_drafts, BLOCK_N=block_n, BLOCK_B=1024, BLOCK_PREFIX=1024,
+        num_warps=4 if block_n <= 64 else 8,
+    )
+
+
+def build_tree_kernel_efficient(parent_list: torch.Tensor, selected_index: torch.Tensor,
+                                verified_seq_len: torch.Tensor, tree_mask: torch.Tensor,
+                                positions: torch.Tensor, retrive_index: torch.Tensor,
+                                retrive_next_token: torch.Tensor, retrive_next_sibling: torch.Tensor,
+                                topk: int, depth: int, draft_token_num: int,
+                                tree_mask_mode: int) -> None:
+    """Drop-in for ``sgl_kernel.build_tree_kernel_efficient``: fill a verify tree in place.
+
+    Shapes (``bs`` requests, ``k = topk``, ``S = depth`` draft steps, ``n = draft_token_num``):
+
+    * ``parent_list``: ``[bs, k*(S-1)+1]`` int64 (``[bs, 0]`` when S=1). Entry j is the flat id of
+      the node whose k children hold flat ids ``[j*k, (j+1)*k)``; entry 0 is the root.
+    * ``selected_index``: ``[bs, n-1]`` int64, ascending, values in ``[0, k + (S-1)*k*k)``:
+      draft node ``t`` (1..n-1) is flat id ``selected_index[b, t-1]``.
+    * ``verified_seq_len``: ``[bs]`` int64, committed length of each request.
+    * ``tree_mask`` (out): bool or uint8 in the layout of ``tree_mask_mode`` (see
+      :mod:`~sglang_eagle_ext.kernels.tree_mask_modes`); bit-packed: any integer dtype, zero-filled
+      or not (every byte of each row is written). FULL_MASK prefix columns are not written.
+    * ``positions`` (out): ``[bs*n]`` int64, ``seq_len[b] + depth(t)`` (root depth 0).
+    * ``retrive_index`` (out): ``[bs, n]`` int64, ``b*n + t``.
+    * ``retrive_next_token`` / ``retrive_next_sibling`` (out): ``[bs, n]`` int64, first child
+      (smallest local index) and next sibling (next larger index) or -1. Every entry is written,
+      so the -1 pre-fill SGLang does is not needed.
+
+    Semantics: the parent of node t is the root when ``selected_index[b, t-1] // k == 0``, else
+    the first selected node whose flat id equals ``parent_list[b, selected_index[b, t-1] // k]``.
+    Row t of the mask is set at the root and at every node of t's ancestor chain (t included).
+    Invalid trees (a selected node whose parent is not selected, from score ties or NaN): the
+    node gets no link and its chain stops at the missing parent. SGLang's CUDA op prints a
+    warning and skips the link too, but reads past the request's row in its chain walk, so
+    masks and positions of such nodes are only defined here. ``depth`` is accepted for
+    signature compatibility; the chain length is bounded by n-1.
+    """
+    del depth  # the parent list's width already says how many steps there were
+    _launch(parent_list, selected_index, verified_seq_len, tree_mask, positions, retrive_index,
+            retrive_next_token, retrive_next_sibling, topk, draft_token_num, tree_mask_mode,
+            fill_prefix=False)
+
+
+def build_eagle_tree(bonus_tokens: torch.Tensor, parent_list: torch.Tensor,
+                     top_scores_index: torch.Tensor, draft_tokens: torch.Tensor,
+                     seq_lens: torch.Tensor, seq_lens_sum: int, topk: int, spec_steps: int,
+                     num_verify_tokens: int, tree_mask_mode: int = FULL_MASK,
+                     tree_mask_buf: Optional[torch.Tensor] = None,
+                     position_buf: Optional[torch.Tensor] = None, fill_prefix_mask: bool = True):
+    """Replacement for SGLang's ``build_tree_kernel_efficient`` Python wrapper, in one launch.
+
+    Arguments as in SGLang (``bonus_tokens`` is 0.5.11's ``verified_id``: ``[bs]``;
+    ``draft_tokens``: ``[bs, n-1]``; ``seq_lens``: ``[bs]`` int64; ``seq_lens_sum`` its sum).
+    Returns ``(tree_mask, positions, retrieve_index, retrieve_next_token, retrieve_next_sibling,
+    draft_tokens)`` with SGLang's shapes, dtypes and layouts: ``retrieve_*`` are three ``[bs, n]``
+    views of one ``[3, bs, n]`` int64 buffer and ``draft_tokens`` is the flat ``[bs*n]``
+    ``[bonus, drafts...]`` per request.
+
+    Differences in how, not what: SGLang fills the whole mask with True, pre-fills the links with
+    -1 and concatenates the draft tokens in separate launches; here the kernel writes the FULL_MASK
+    prefix columns itself (when ``fill_prefix_mask``), every link entry, and the token list, so
+    the buffers are allocated uninitialised. A given ``tree_mask_buf`` is written in place
+    (bit-packed rows: all bytes of each row are written).
+    """
+    bs, n = seq_lens.shape[0], int(num_verify_tokens)
+    device = seq_lens.device
+    mode = int(tree_mask_mode)
+    if tree_mask_buf is not None:
+        tree_mask = tree_mask_buf
+    elif mode == FULL_MASK:
+        tree_mask = torch.empty((seq_lens_sum * n + n * n * bs,), dtype=torch.bool, device=device)
+    elif mode == QLEN_ONLY:
+        tree_mask = torch.empty((n * n * bs,), dtype=torch.bool, device=device)
+    else:
+        dtype = {1: torch.uint8, 2: torch.uint16, 4: torch.uint32}[bitpacked_bytes_per_row(n)]
+        tree_mask = torch.empty((n * bs,), dtype=dtype, device=device)
+    retrieve = torch.empty((3, bs, n), dtype=torch.long, device=device)
+    positions = position_buf if position_buf is not None else torch.empty((bs * n,), dtype=torch.long,
+                                                                           device=device)
+    tokens_out = torch.empty((bs * n,), dtype=torch.result_type(bonus_tokens, draft_tokens), device=device)
+    _launch(parent_list, top_scores_index, seq_lens, tree_mask, positions, retrieve[0], retrieve[1],
+            retrieve[2], topk, n, mode, fill_prefix=(mode == FULL_MASK and fill_prefix_mask),
+            bonus_tokens=bonus_tokens, draft_tokens=draft_tokens, draft_tokens_out=tokens_out)
+    return tree_mask, positions, retrieve[0], retrieve[1], retrieve[2], tokens_out

@@ -1,0 +1,166 @@
+"""Greedy tree verification: accept the longest path whose draft tokens equal the target's argmax.
+
+Two entry points:
+
+* :func:`verify_tree_greedy`: drop-in for ``sgl_kernel.verify_tree_greedy`` (takes the argmax).
+* :func:`verify_tree_greedy_from_logits`: argmax over the target logits and the tree walk in one
+  launch. Every row is split over several programs that each reduce a slice of the vocabulary to
+  one packed (value, index) key and ``atomic_max`` it into a per-row slot; the last program of a
+  request to arrive (an arrival ticket) reads the request's keys, resets the slots and walks the
+  tree. The logits are read once, by as many programs as fill the GPU.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from sglang_eagle_ext.kernels import workspace
+from sglang_eagle_ext.kernels.tree_walk import load_tree, pick, write_accept_slot
+
+
+@triton.jit
+def _greedy_walk(b, n, max_accepts, predicts_ptr, accept_index_ptr, accept_num_ptr, cand_ptr,
+                 retrive_index_ptr, next_token_ptr, next_sibling_ptr, targets, nodes):
+    """Walk request ``b``: at each node take the first child (in sibling order) whose token equals
+    the target's token at that node; stop at a leaf, when none matches, or after ``max_accepts``."""
+    candidates, rows, first_child, next_sibling = load_tree(
+        cand_ptr, retrive_index_ptr, next_token_ptr, next_sibling_ptr, b, n, nodes)
+    last_local = tl.zeros((), dtype=tl.int64)
+    last_row = pick(rows, nodes, 0)
+    write_accept_slot(accept_index_ptr, b, max_accepts, 0, last_row)
+    accepted = tl.zeros((), dtype=tl.int32)
+    cur = pick(first_child, nodes, 0)
+    steps = tl.zeros((), dtype=tl.int32)
+    # Each node is visited at most once in a well-formed tree: n steps cut corrupt (cyclic) links.
+    while (cur != -1) & (accepted < max_accepts) & (steps < n):
+        target = pick(targets, nodes, last_local)
+        if pick(candidates, nodes, cur) == target:
+            tl.store(predicts_ptr + last_row, target.to(tl.int32))
+            accepted += 1
+            last_row = pick(rows, nodes, cur)
+            write_accept_slot(accept_index_ptr, b, max_accepts, accepted, last_row)
+            last_local = cur
+            cur = pick(first_child, nodes, cur)
+        else:
+            cur = pick(next_sibling, nodes, cur)
+        steps += 1
+    tl.store(accept_num_ptr + b, accepted)
+    tl.store(predicts_ptr + last_row, pick(targets, nodes, last_local).to(tl.int32))
+
+
+@triton.jit
+def _verify_greedy_kernel(predicts_ptr, accept_index_ptr, accept_num_ptr, cand_ptr, retrive_index_ptr,
+                          next_token_ptr, next_sibling_ptr, target_ptr, n, max_accepts,
+                          BLOCK_N: tl.constexpr):
+    b = tl.program_id(0)
+    nodes = tl.arange(0, BLOCK_N)
+    targets = tl.load(target_ptr + b.to(tl.int64) * n + nodes, mask=nodes < n, other=-1)
+    _greedy_walk(b, n, max_accepts, predicts_ptr, accept_index_ptr, accept_num_ptr, cand_ptr,
+                 retrive_index_ptr, next_token_ptr, next_sibling_ptr, targets, nodes)
+
+
+@triton.jit
+def _argmax_key(value, index):
+    """int64 key whose maximum is torch.argmax's answer: larger value first, then smaller index;
+    NaN above everything (torch treats NaN as the maximum); -0.0 equal to +0.0."""
+    value = tl.where(value == 0.0, 0.0, value)
+    bits = value.to(tl.int32, bitcast=True)
+    ordered = tl.where(bits >= 0, bits, bits ^ 0x7FFFFFFF)
+    ordered = tl.where(value != value, 0x7FFFFFFF, ordered)
+    return (ordered.to(tl.int64) << 32) | (0x7FFFFFFF - index).to(tl.int64)
+
+
+@triton.jit
+def _greedy_from_logits_kernel(logits_ptr, stride_row, vocab, chunk, keys_ptr, tickets_ptr,
+                               predicts_ptr, accept_index_ptr, accept_num_ptr, cand_ptr,
+                               retrive_index_ptr, next_token_ptr, next_sibling_ptr,
+                               n, max_accepts, programs_per_request,
+                               BLOCK_V: tl.constexpr, BLOCK_N: tl.constexpr):
+    row = tl.program_id(0)
+    start = tl.program_id(1) * chunk
+    end = tl.minimum(start + chunk, vocab)
+    lanes = tl.arange(0, BLOCK_V)
+    row_ptr = logits_ptr + row.to(tl.int64) * stride_row
+    # Per lane: the first maximum (NaN counts as the maximum) over the lane's indices.
+    best = tl.full((BLOCK_V,), float("-inf"), tl.float32)
+    best_index = start + lanes
+    for offset in range(start, end, BLOCK_V):
+        index = offset + lanes
+        x = tl.load(row_ptr + index, mask=index < end, other=float("-inf")).to(tl.float32)
+        take = (x > best) | ((x != x) & (best == best))
+        best = tl.where(take, x, best)
+        best_index = tl.where(take, index, best_index)
+    tl.atomic_max(keys_ptr + row, tl.max(_argmax_key(best, best_index), axis=0))
+
+    b = row // n
+    tl.debug_barrier()
+    ticket = tl.atomic_add(tickets_ptr + b, 1)
+    if ticket == programs_per_request - 1:
+        nodes = tl.arange(0, BLOCK_N)
+        keys = tl.atomic_xchg(keys_ptr + b * n + nodes, -0x7FFFFFFFFFFFFFFF - 1, mask=nodes < n)
+        tl.atomic_xchg(tickets_ptr + b, 0)
+        targets = 0x7FFFFFFF - (keys & 0xFFFFFFFF)
+        _greedy_walk(b, n, max_accepts, predicts_ptr, accept_index_ptr, accept_num_ptr, cand_ptr,
+                     retrive_index_ptr, next_token_ptr, next_sibling_ptr, targets, nodes)
+
+
+def _block_n(n: int) -> int:
+    return max(16, triton.next_power_of_2(n))
+
+
+def verify_tree_greedy(predicts: torch.Tensor, accept_index: torch.Tensor, accept_token_num: torch.Tensor,
+                       candidates: torch.Tensor, retrive_index: torch.Tensor,
+                       retrive_next_token: torch.Tensor, retrive_next_sibling: torch.Tensor,
+                       target_predict: torch.Tensor) -> None:
+    """Drop-in for ``sgl_kernel.verify_tree_greedy``: greedy tree acceptance, in place.
+
+    Shapes (``bs`` requests, ``n`` verify rows each, ``S+1 = accept_index.shape[1]``):
+
+    * ``predicts`` (out): ``[bs*n]`` int32; ``predicts[r]`` = token emitted after verify row r,
+      written only for rows on the accepted path (others keep their value).
+    * ``accept_index`` (out): ``[bs, S+1]`` int32, pre-filled -1 by the caller: flat rows of the
+      accepted path, root first.
+    * ``accept_token_num`` (out): ``[bs]`` int32, accepted draft tokens.
+    * ``candidates``: ``[bs, n]`` int64 tokens of the verify rows (column 0 = bonus token).
+    * ``retrive_index`` / ``retrive_next_token`` / ``retrive_next_sibling``: ``[bs, n]`` int64 as
+      :func:`~sglang_eagle_ext.kernels.tree_build.build_tree_kernel_efficient` writes them
+      (``retrive_index[b, t] == b*n + t``).
+    * ``target_predict``: ``[bs, n]`` int64, the target's argmax at every verify row.
+
+    Semantics: starting at the root, take the first child (following next-sibling links) whose
+    candidate equals the target token at the current node, up to S times; ``predicts`` gets the
+    target token at every accepted node, including the last (the bonus token).
+    """
+    bs, n = candidates.shape
+    _verify_greedy_kernel[(bs,)](predicts, accept_index, accept_token_num, candidates, retrive_index,
+                                 retrive_next_token, retrive_next_sibling, target_predict, n,
+                                 accept_index.shape[1] - 1, BLOCK_N=_block_n(n), num_warps=1)
+
+
+def verify_tree_greedy_from_logits(predicts: torch.Tensor, accept_index: torch.Tensor,
+                                   accept_token_num: torch.Tensor, candidates: torch.Tensor,
+                                   retrive_index: torch.Tensor, retrive_next_token: torch.Tensor,
+                                   retrive_next_sibling: torch.Tensor, logits: torch.Tensor,
+                                   block_v: int = 2048, target_programs: int = 1024) -> None:
+    """:func:`verify_tree_greedy` on ``target_predict = logits.argmax(-1)``, fused in one launch.
+
+    ``logits``: ``[bs*n, V]`` float32, bfloat16 or float16 with unit stride along V. The argmax is
+    exactly ``torch.argmax``'s: the first index of the maximum, NaN counting as the maximum.
+    ``target_programs`` sets how many programs share the rows (vocabulary slices of ``block_v``);
+    it changes the launch grid, never the compiled kernel. Uses the per-device
+    :mod:`~sglang_eagle_ext.kernels.workspace`.
+    """
+    bs, n = candidates.shape
+    rows, vocab = logits.shape
+    assert rows == bs * n and logits.stride(1) == 1
+    slices = triton.cdiv(vocab, block_v)
+    splits = max(1, min(slices, triton.cdiv(target_programs, rows)))
+    chunk = triton.cdiv(slices, splits) * block_v
+    splits = triton.cdiv(vocab, chunk)
+    _greedy_from_logits_kernel[(rows, splits)](
+        logits, logits.stride(0), vocab, chunk, workspace.argmax_keys(logits.device, rows),
+        workspace.tickets(logits.device, bs), predicts, accept_index, accept_token_num, candidates,
+        retrive_index, retrive_next_token, retrive_next_sibling, n, accept_index.shape[1] - 1,
+        n * splits, BLOCK_V=block_v, BLOCK_N=_block_n(n), num_warps=8)
