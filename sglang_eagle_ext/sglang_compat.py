@@ -1,0 +1,352 @@
+"""Every SGLang-version-specific detail of the integration, gated by feature detection.
+
+Supported: SGLang 0.5.11 - 0.5.23. Nothing here compares version numbers; each patch looks for
+the code shape it fixes and applies only where that shape exists:
+
+* ``draft-config``: all versions. SGLang loads a drafter's ``config.json`` separately for the
+  target (which aux layers to capture), the draft worker (KV depth, buffer widths) and the
+  model; every load gets the normalised config of :mod:`.sglang_draft_config`.
+* ``draft-extend-graph-width``: <= 0.5.11 sizes the draft-extend CUDA-graph input ``3 * H``.
+* ``idle-draft-input-width``: <= 0.5.11 builds idle draft-extend inputs ``3 * H`` wide.
+* ``hidden-size-for``: 0.5.12 - 0.5.14 size draft-extend inputs from the *target* config.
+0.5.15+ read the width from the draft config, which the normalised config states.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import functools
+import importlib
+import inspect
+import json
+import logging
+import os
+import sys
+from typing import Any, Callable
+
+logger = logging.getLogger(__name__)
+
+
+# ---------------------------------------------------------------------------------------------
+# Runtime accessors for the model class
+# ---------------------------------------------------------------------------------------------
+
+def _runtime_context():
+    try:
+        return importlib.import_module("sglang.srt.runtime_context")
+    except ImportError:
+        return None
+
+
+def tp_world_size() -> int:
+    context = _runtime_context()
+    if context is not None and hasattr(context, "get_parallel"):
+        return context.get_parallel().tp_size
+    from sglang.srt.distributed import get_tensor_model_parallel_world_size
+
+    return get_tensor_model_parallel_world_size()
+
+
+def pp_group():
+    context = _runtime_context()
+    if context is not None and hasattr(context, "get_parallel"):
+        return context.get_parallel().pp_group
+    from sglang.srt.distributed import get_pp_group
+
+    return get_pp_group()
+
+
+def eagle3_draft_parallel_spec():
+    """0.5.23 resolves the draft's tensor-parallel layout from a class attribute."""
+    try:
+        module = importlib.import_module("sglang.srt.configs.draft_parallel")
+    except ImportError:
+        return None
+    return module.DraftParallelSpec(tp_execution=module.DraftTPExecution.SINGLE_GROUP)
+
+
+def draft_window_size() -> int | None:
+    """``--speculative-draft-window-size`` (0.5.12+), None where the option does not exist."""
+    context = _runtime_context()
+    for getter in ("get_spec", "get_server_args"):
+        if context is not None and hasattr(context, getter):
+            return getattr(getattr(context, getter)(), "speculative_draft_window_size", None)
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Registration
+# ---------------------------------------------------------------------------------------------
+
+def register_model_class(architecture: str, cls: type) -> None:
+    """Make ``architecture`` resolve to ``cls``. Written into the registry dict explicitly: the
+    registry keeps the classes it imported, whatever module attributes are patched later."""
+    from sglang.srt.models.registry import ModelRegistry
+
+    ModelRegistry.models[architecture] = cls
+
+
+def registered_model_class(architecture: str):
+    from sglang.srt.models.registry import ModelRegistry
+
+    return ModelRegistry.models.get(architecture)
+
+
+# ---------------------------------------------------------------------------------------------
+# Patch helpers
+# ---------------------------------------------------------------------------------------------
+
+_PATCHED_MARK = "__eagle_ext_original__"
+
+
+def _wrap_method(owner: Any, name: str, make: Callable[[Callable], Callable]) -> bool:
+    """Replace ``owner.name`` by ``make(original)`` once; keeps classmethods class-bound."""
+    raw = inspect.getattr_static(owner, name)
+    if getattr(raw, _PATCHED_MARK, None) is not None or getattr(
+            getattr(raw, "__func__", None), _PATCHED_MARK, None) is not None:
+        return False
+    is_classmethod = isinstance(raw, classmethod)
+    original = raw.__func__ if is_classmethod else raw
+    wrapper = make(original)
+    functools.update_wrapper(wrapper, original)
+    setattr(wrapper, _PATCHED_MARK, original)
+    setattr(owner, name, classmethod(wrapper) if is_classmethod else wrapper)
+    return True
+
+
+def _import(name: str):
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        return None
+
+
+def draft_input_width(hf_config) -> int | None:
+    """Width of the target states fed to the draft's fc (``A * T``), None without aux states.
+
+    The normalised config states ``num_aux_hidden_states`` and ``target_hidden_size``; for a
+    config that did not pass through it the same order of precedence as SGLang 0.5.15+ applies.
+    """
+    eagle_config = getattr(hf_config, "eagle_config", None) or {}
+    if not isinstance(eagle_config, dict):
+        eagle_config = vars(eagle_config)
+    if not eagle_config.get("use_aux_hidden_state", True):
+        return None
+    count = getattr(hf_config, "num_aux_hidden_states", None)
+    for ids in (eagle_config.get("eagle_aux_hidden_state_layer_ids"),
+                getattr(hf_config, "eagle_aux_hidden_state_layer_ids", None)):
+        if count is None and ids:
+            count = len(ids)
+    width = getattr(hf_config, "target_hidden_size", None) or hf_config.hidden_size
+    return (count or 3) * width
+
+
+# ---------------------------------------------------------------------------------------------
+# Patch: normalised drafter configs (all versions)
+# ---------------------------------------------------------------------------------------------
+
+class DraftConfigLoader:
+    """Wraps SGLang's ``get_config``: drafter directories get the normalised config.
+
+    The target's config is loaded before any drafter config in every SGLang process (the
+    scheduler builds the target's model config first); it is remembered to resolve the aux
+    layers (default taps, the boundary rule, range checks) against the real target depth.
+    """
+
+    def __init__(self, original: Callable):
+        self.original = original
+        self.target = None
+
+    def __call__(self, model, *args, **kwargs):
+        raw = self._drafter_config(model)
+        if raw is None:
+            config = self.original(model, *args, **kwargs)
+            self._remember_target(config)
+            return config
+        return self._normalised(model, kwargs.get("model_override_args"))
+
+    @staticmethod
+    def _drafter_config(model) -> dict | None:
+        from .sglang_draft_config import is_drafter_config
+
+        path = os.path.join(os.fspath(model), "config.json") if isinstance(model, (str, os.PathLike)) else ""
+        if not path or not os.path.isfile(path):
+            return None
+        with open(path, encoding="utf-8") as handle:
+            raw = json.load(handle)
+        return raw if is_drafter_config(raw) else None
+
+    def _remember_target(self, config) -> None:
+        from .target import read_target
+
+        try:
+            self.target = read_target(config)
+        except Exception:  # a config without decoder geometry (vision towers...): not a target
+            pass
+
+    def _normalised(self, model, override_args):
+        from transformers import LlamaConfig
+
+        from .checkpoint import read_drafter
+        from .sglang_draft_config import sglang_config_dict
+
+        spec = read_drafter(model, target=self.target).spec
+        values = sglang_config_dict(spec, self.target)
+        if override_args:  # --json-model-override-args applies to the draft config too
+            values.update(override_args)
+        config = LlamaConfig(**values)
+        for key, value in values.items():  # keys LlamaConfig does not know are kept verbatim
+            if not hasattr(config, key):
+                setattr(config, key, value)
+        config._name_or_path = spec.path
+        return config
+
+
+def patch_draft_config_loading(model_config_module) -> bool:
+    """Route every binding of SGLang's ``get_config`` through :class:`DraftConfigLoader`.
+
+    Modules import it by name (the model config, server-argument resolution in 0.5.23...), so
+    the defining module and every already-imported copy are rebound; later imports read the
+    defining module's (patched) attribute.
+    """
+    original = model_config_module.get_config
+    if isinstance(original, DraftConfigLoader):
+        return False
+    loader = DraftConfigLoader(original)
+    defining = sys.modules.get(getattr(original, "__module__", ""), None)
+    for module in [defining, model_config_module, *list(sys.modules.values())]:
+        if module is not None and getattr(module, "__dict__", {}).get("get_config") is original:
+            module.get_config = loader
+    return True
+
+
+# ---------------------------------------------------------------------------------------------
+# Patch: draft-extend CUDA-graph input width (<= 0.5.11)
+# ---------------------------------------------------------------------------------------------
+
+def _uses_aux_states(worker) -> bool:
+    algorithm = worker.speculative_algorithm
+    return algorithm.is_eagle3() and getattr(worker, "eagle_use_aux_hidden_state", True)
+
+
+def patch_draft_extend_graph_width(runner_cls) -> bool:
+    """Before capture, resize the graph's hidden-state input to the draft's ``A * T``.
+
+    Stock capture feeds a ``3 * H`` buffer into fc (capture fails for A != 3), and replay skips
+    the copy when widths differ (silently stale inputs)."""
+
+    def make(original):
+        def capture(self, *args, **kwargs):
+            want = draft_input_width(self.model_runner.model_config.hf_config)
+            holder = getattr(self, "buffers", self)
+            buffer = holder.hidden_states
+            if (want is not None and _uses_aux_states(self.eagle_worker) and buffer is not None
+                    and buffer.shape[1] != want):
+                holder.hidden_states = buffer.new_zeros((buffer.shape[0], want))
+            return original(self, *args, **kwargs)
+        return capture
+
+    return _wrap_method(runner_cls, "capture", make)
+
+
+# ---------------------------------------------------------------------------------------------
+# Patch: idle draft-extend input width (<= 0.5.11)
+# ---------------------------------------------------------------------------------------------
+
+_IDLE_INPUT_WIDTH: contextvars.ContextVar[int | None] = contextvars.ContextVar(
+    "eagle_ext_idle_input_width", default=None)
+
+
+def patch_idle_draft_input_width(draft_input_cls, worker_classes) -> bool:
+    """Idle draft-extend inputs get the draft's ``A * T`` width instead of ``3 * H``.
+
+    ``forward_draft_extend_after_decode`` computes the width inline and passes it to
+    ``EagleDraftInput.create_idle_input``; the worker method publishes the right width for the
+    duration of the call and ``create_idle_input`` uses it."""
+
+    def make_worker_method(original):
+        def forward_draft_extend_after_decode(self, *args, **kwargs):
+            width = draft_input_width(self.model_config.hf_config) if _uses_aux_states(self) else None
+            token = _IDLE_INPUT_WIDTH.set(width)
+            try:
+                return original(self, *args, **kwargs)
+            finally:
+                _IDLE_INPUT_WIDTH.reset(token)
+        return forward_draft_extend_after_decode
+
+    def make_create_idle_input(original):
+        signature = inspect.signature(original)
+
+        def create_idle_input(cls, *args, **kwargs):
+            width = _IDLE_INPUT_WIDTH.get()
+            if width is not None:
+                bound = signature.bind(cls, *args, **kwargs)
+                bound.arguments["hidden_size"] = width
+                return original(*bound.args, **bound.kwargs)
+            return original(cls, *args, **kwargs)
+        return create_idle_input
+
+    changed = _wrap_method(draft_input_cls, "create_idle_input", make_create_idle_input)
+    for worker_cls in worker_classes:
+        changed |= _wrap_method(worker_cls, "forward_draft_extend_after_decode", make_worker_method)
+    return changed
+
+
+# ---------------------------------------------------------------------------------------------
+# Patch: EagleDraftExtendInput.hidden_size_for (0.5.12 - 0.5.14)
+# ---------------------------------------------------------------------------------------------
+
+def _draft_runner(worker):
+    for name in ("draft_runner", "draft_model_runner", "model_runner"):
+        runner = getattr(worker, name, None)
+        if runner is not None and getattr(runner, "is_draft_worker", True):
+            return runner
+    return None
+
+
+def patch_hidden_size_for(draft_extend_input_cls) -> bool:
+    """Draft-extend input width from the *draft* config (stock reads the target's: ``3 * H``)."""
+
+    def make(original):
+        def hidden_size_for(cls, worker, *args, **kwargs):
+            runner = _draft_runner(worker)
+            if runner is not None and _uses_aux_states(worker):
+                width = draft_input_width(runner.model_config.hf_config)
+                if width is not None:
+                    return width
+            return original(cls, worker, *args, **kwargs)
+        return hidden_size_for
+
+    return _wrap_method(draft_extend_input_cls, "hidden_size_for", make)
+
+
+# ---------------------------------------------------------------------------------------------
+# Apply everything that this SGLang needs
+# ---------------------------------------------------------------------------------------------
+
+def apply_worker_patches() -> list[str]:
+    """Apply every patch whose code shape exists in the installed SGLang; return their names."""
+    applied = []
+    model_config = importlib.import_module("sglang.srt.configs.model_config")
+    patch_draft_config_loading(model_config)
+    applied.append("draft-config")
+
+    eagle_utils = _import("sglang.srt.speculative.eagle_utils")
+    eagle_info = _import("sglang.srt.speculative.eagle_info")
+    reads_draft_width = eagle_utils is not None and hasattr(eagle_utils, "get_draft_input_from_target_hidden_dim")
+    extend_input = getattr(eagle_info, "EagleDraftExtendInput", None)
+    if not reads_draft_width and extend_input is not None and hasattr(extend_input, "hidden_size_for"):
+        patch_hidden_size_for(extend_input)
+        applied.append("hidden-size-for")
+    elif not reads_draft_width and extend_input is None:
+        runner_module = importlib.import_module("sglang.srt.speculative.eagle_draft_extend_cuda_graph_runner")
+        patch_draft_extend_graph_width(runner_module.EAGLEDraftExtendCudaGraphRunner)
+        applied.append("draft-extend-graph-width")
+        workers = [getattr(_import(module), cls, None) for module, cls in (
+            ("sglang.srt.speculative.eagle_worker", "EAGLEWorker"),
+            ("sglang.srt.speculative.multi_layer_eagle_worker", "MultiLayerEagleWorker"))]
+        patch_idle_draft_input_width(eagle_info.EagleDraftInput,
+                                     [w for w in workers if w is not None and
+                                      hasattr(w, "forward_draft_extend_after_decode")])
+        applied.append("idle-draft-input-width")
+    return applied

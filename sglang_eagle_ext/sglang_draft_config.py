@@ -1,0 +1,145 @@
+"""The drafter config SGLang sees: one flat ``LlamaForCausalLMEagle3`` config made from a DrafterSpec.
+
+SGLang reads a drafter's ``config.json`` in three places that must agree: the target model runner
+(which aux hidden states to capture: only ``eagle_config.eagle_aux_hidden_state_layer_ids``), the
+draft worker (KV-pool depth from ``num_hidden_layers``, buffer widths from
+``num_aux_hidden_states`` / ``target_hidden_size``) and the model class. Producers write these
+facts in different places and id conventions (speculators nests the geometry and counts ids as
+hidden-state indices; NeMo writes the target's depth). Serving every dialect the same way means
+replacing the raw config by this normalised one everywhere SGLang loads it.
+
+Pure functions of the spec: no SGLang import, so they are tested without it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from .errors import DrafterError, Problem
+from .spec import DrafterSpec
+from .target import TargetInfo
+
+# The architecture our model class is registered under; every normalised config names it.
+SERVED_ARCHITECTURE = "LlamaForCausalLMEagle3"
+# `config.json` architectures that only EAGLE-3 drafters use.
+DRAFTER_ARCHITECTURES = frozenset({
+    "LlamaForCausalLMEagle3", "Eagle3LlamaForCausalLM", "LlamaEagle3DraftModel",
+    "Eagle3Speculator", "Eagle3DraftModel", "Eagle3Qwen3ForCausalLM"})
+# Key that carries the checkpoint directory to the model class (which rebuilds the spec from it).
+DRAFTER_PATH_KEY = "eagle_ext_drafter_path"
+# Targets whose SGLang model accepts a capture list reaching N (the last layer's output).
+_TARGETS_CAPTURING_LAST_OUTPUT = frozenset({"gpt_oss"})
+
+
+def is_drafter_config(config: dict[str, Any]) -> bool:
+    """True for an EAGLE-3 drafter config of any dialect, False for a target model's config.
+
+    SafeAILab's own drafters keep ``architectures: ["LlamaForCausalLM"]``; they are told apart
+    from a Llama target by ``draft_vocab_size``, a key no target config has.
+    """
+    architectures = config.get("architectures") or [""]
+    if architectures[0] in DRAFTER_ARCHITECTURES:
+        return True
+    if any(k in config for k in ("speculators_config", "speculators_model_type",
+                                 "transformer_layer_config")):
+        return True
+    return architectures[0] == "LlamaForCausalLM" and "draft_vocab_size" in config
+
+
+def capture_layer_ids(spec: DrafterSpec, target: TargetInfo | None) -> tuple[int, ...] | None:
+    """The taps in SGLang's ``eagle_aux_hidden_state_layer_ids`` convention (output of layer j).
+
+    ``None`` means "SGLang's default taps", returned only when they are the drafter's own: no ids
+    declared, three aux states, target depth unknown. Raises :class:`DrafterError` when SGLang
+    would capture other states than the drafter was trained on (duplicates make the target
+    capture fewer states than ``fc`` expects, which otherwise crashes later with a bare shape
+    error).
+    """
+    if not spec.use_aux_hidden_state:
+        return None
+    n = None if target is None else target.num_layers
+    indices = spec.aux_layers.hidden_state_indices(n)
+    if indices is None:
+        return None
+    config = os.path.join(spec.path, "config.json")
+    field = spec.aux_layers.source if spec.aux_layers.declared is not None else (
+        "eagle_aux_hidden_state_layer_ids (absent: default taps)")
+    problems = []
+    if len(set(indices)) != len(indices):
+        problems.append(Problem(
+            config, field, "the aux layers repeat, so SGLang would capture fewer hidden states "
+            "than fc takes", "list each trained aux layer once (with no ids written, the default "
+            "taps collide on a target this shallow: write the trained ids)",
+            expected=f"{spec.num_aux_hidden_states} distinct layers",
+            found=f"hidden-state indices {list(indices)}"))
+    if len(indices) != spec.num_aux_hidden_states:
+        problems.append(Problem(
+            config, field, "the number of aux layers differs from what fc takes",
+            "write the trained layer ids into the drafter config",
+            expected=str(spec.num_aux_hidden_states), found=str(len(indices))))
+    if n is not None and n in indices and target.model_type not in _TARGETS_CAPTURING_LAST_OUTPUT:
+        problems.append(Problem(
+            config, field, f"hidden-state index {n} (the last layer's output) cannot be captured "
+            f"by SGLang's {target.model_type or 'target'} model", "use a drafter trained on "
+            "earlier layers", expected=f"hidden-state indices below {n}", found=str(list(indices))))
+    if problems:
+        raise DrafterError(problems)
+    return spec.aux_layers.sglang_layer_ids(n)
+
+
+def _declared_dtype(spec: DrafterSpec) -> str | None:
+    with open(os.path.join(spec.path, "config.json"), encoding="utf-8") as handle:
+        raw = json.load(handle)
+    layer = raw.get("transformer_layer_config") or {}
+    for source in (raw, layer):
+        for key in ("torch_dtype", "dtype"):
+            if isinstance(source.get(key), str):
+                return source[key]
+    return None
+
+
+def sglang_config_dict(spec: DrafterSpec, target: TargetInfo | None = None) -> dict[str, Any]:
+    """The flat config (``LlamaConfig`` keyword arguments) SGLang is given for this drafter.
+
+    Only what SGLang itself reads is written; our model class rebuilds every modelling detail
+    (norm placement, Qwen3 layers, fc norms) from the checkpoint via :data:`DRAFTER_PATH_KEY`.
+    """
+    if spec.embed_tokens_from_target and spec.target_hidden_size != spec.hidden_size:
+        raise DrafterError([Problem(
+            spec.files[1] if len(spec.files) > 1 else spec.path, "embed_tokens.weight",
+            "the drafter has no token embedding and is narrower/wider than the target, so the "
+            "target's embedding cannot be shared", "use the complete checkpoint (with "
+            "embed_tokens) for this cross-width drafter",
+            expected=f"[{spec.vocab_size}, {spec.hidden_size}]", found="absent")])
+    ids = capture_layer_ids(spec, target)
+    config: dict[str, Any] = {
+        "architectures": [SERVED_ARCHITECTURE],
+        "model_type": "llama",
+        "hidden_size": spec.hidden_size,
+        "intermediate_size": spec.intermediate_size,
+        "num_attention_heads": spec.num_attention_heads,
+        "num_key_value_heads": spec.num_key_value_heads,
+        "head_dim": spec.head_dim,
+        "hidden_act": spec.hidden_act,
+        "rms_norm_eps": spec.rms_norm_eps,
+        "rope_theta": spec.rope_theta,
+        "rope_scaling": None if spec.rope_scaling is None else json.loads(spec.rope_scaling),
+        "max_position_embeddings": spec.max_position_embeddings,
+        "num_hidden_layers": spec.num_layers,
+        "vocab_size": spec.vocab_size,
+        "draft_vocab_size": spec.draft_vocab_size,
+        "tie_word_embeddings": spec.tie_word_embeddings,
+        "target_hidden_size": spec.target_hidden_size,
+        "num_aux_hidden_states": spec.num_aux_hidden_states,
+        "eagle_config": {
+            "use_aux_hidden_state": spec.use_aux_hidden_state,
+            "eagle_aux_hidden_state_layer_ids": None if ids is None else list(ids),
+        },
+        DRAFTER_PATH_KEY: spec.path,
+    }
+    dtype = _declared_dtype(spec)
+    if dtype is not None:
+        config["torch_dtype"] = dtype
+    return config

@@ -1,0 +1,84 @@
+"""SGLang plugin entry point: makes ``--speculative-algorithm EAGLE3`` serve drafts with our class.
+
+Activated in every SGLang process (launcher, schedulers) by the ``sglang.srt.plugins`` entry
+point (SGLang >= 0.5.11), or by ``SGLANG_EXTERNAL_MODEL_PACKAGE=sglang_eagle_ext.sglang_models``
+as a fallback. ``SGLANG_EAGLE_EXT=0`` turns it off (stock SGLang then serves the draft).
+
+SGLang logs and swallows any ``Exception`` a plugin raises, then silently serves the built-in
+class; a failure here therefore raises :class:`PluginActivationError`, which is not an
+``Exception`` and stops the process with the original error attached. This module imports only
+the standard library at import time so that the entry point itself always loads.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+import sys
+
+SWITCH = "SGLANG_EAGLE_EXT"  # "0" turns the plugin off
+TREE_KERNELS_MODULE = "sglang_eagle_ext.kernels.sglang_binding"
+
+_activation: str | None = None  # the log line of this process's activation
+
+
+class PluginActivationError(SystemExit):
+    """Our code failed to import or patch: the server must stop rather than silently serve the
+    built-in class. A ``SystemExit`` because SGLang's plugin loader catches ``Exception``."""
+
+
+def enabled() -> bool:
+    return os.environ.get(SWITCH, "1").strip().lower() not in ("0", "false", "off", "no")
+
+
+def _apply_tree_kernels() -> list[str]:
+    if importlib.util.find_spec("sglang_eagle_ext.kernels") is None or \
+            importlib.util.find_spec(TREE_KERNELS_MODULE) is None:
+        return []
+    return list(importlib.import_module(TREE_KERNELS_MODULE).apply())
+
+
+def activate() -> str:
+    """Register our class and apply the worker patches in this process (idempotent).
+
+    Returns the one log line that says what serves EAGLE3 drafts here.
+    """
+    global _activation
+    if _activation is not None:
+        return _activation
+    if not enabled():
+        _activation = f"sglang-eagle-ext: disabled by {SWITCH}=0; SGLang's built-in EAGLE3 class serves drafts"
+        _log(_activation)
+        return _activation
+    try:
+        import sglang
+
+        from . import sglang_compat
+        from .sglang_draft_config import SERVED_ARCHITECTURE
+        from .sglang_model import LlamaForCausalLMEagle3
+
+        sglang_compat.register_model_class(SERVED_ARCHITECTURE, LlamaForCausalLMEagle3)
+        patches = sglang_compat.apply_worker_patches()
+        kernels = _apply_tree_kernels()
+    except BaseException as exc:  # noqa: BLE001 - re-raised as a process-stopping error
+        raise PluginActivationError(
+            f"sglang-eagle-ext failed to activate ({type(exc).__name__}: {exc}); refusing to let "
+            f"SGLang fall back to its built-in EAGLE3 class. Fix the error above, or set "
+            f"{SWITCH}=0 to serve with stock SGLang.") from exc
+    served = f"{LlamaForCausalLMEagle3.__module__}.{LlamaForCausalLMEagle3.__qualname__}"
+    _activation = (f"sglang-eagle-ext: EAGLE3 drafts served by {served} on SGLang "
+                   f"{sglang.__version__} (pid {os.getpid()}); patches: {', '.join(patches)}; "
+                   f"tree kernels: {', '.join(kernels) if kernels else 'stock'}")
+    _log(_activation)
+    return _activation
+
+
+def _log(line: str) -> None:
+    # stderr, not `logging`: plugins load before SGLang configures its loggers in some processes
+    print(line, file=sys.stderr, flush=True)
+
+
+def load() -> None:
+    """The ``sglang.srt.plugins`` entry point."""
+    activate()

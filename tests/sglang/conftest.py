@@ -1,0 +1,19 @@
+"""Fixtures for the SGLang integration tests (stock SGLang 0.5.23 on CPU, see tests/conftest.py)."""
+
+import os
+import sys
+
+import pytest
+import torch
+
+sys.path.insert(0, os.path.dirname(__file__))  # matched_drafter, draft_forward
+
+
+@pytest.fixture(scope="session")
+def sglang_dist():
+    """SGLang's single-process (gloo, world size 1) distributed state, once per session."""
+    from sglang.test.layer_ut_utils import init_single_process_dist
+
+    init_single_process_dist(master_port=29000 + os.getpid() % 1000)
+    torch.set_grad_enabled(False)
+    yield

@@ -1,0 +1,66 @@
+"""Activation in fresh interpreters, the way SGLang's processes activate us: the entry point
+through SGLang's own plugin loader, the switch, the fallback package, and the refusal to fall
+back silently when our code cannot load."""
+
+import os
+import subprocess
+import sys
+from importlib.metadata import entry_points
+
+SITE = os.path.join(os.path.dirname(__file__), "..", "..", "sglang_eagle_ext", "cpu_site")
+SERVED = ("from sglang.srt.models.registry import ModelRegistry; "
+          "print('SERVED', ModelRegistry.models['LlamaForCausalLMEagle3'].__module__)")
+
+
+def run(code: str, **env):
+    environment = {k: v for k, v in os.environ.items()
+                   if k not in ("SGLANG_EXTERNAL_MODEL_PACKAGE", "SGLANG_EAGLE_EXT")}
+    environment.update(PYTHONPATH=os.path.abspath(SITE), **env)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=environment,
+                          timeout=300)
+
+
+def served_by(result) -> str:
+    lines = [line for line in result.stdout.splitlines() if line.startswith("SERVED")]
+    assert lines, result.stdout + result.stderr
+    return lines[-1].split()[1]
+
+
+def test_entry_point_is_declared():
+    (plugin,) = [ep for ep in entry_points(group="sglang.srt.plugins") if ep.name == "eagle3_ext"]
+    assert plugin.value == "sglang_eagle_ext.sglang_plugin:load"
+
+
+def test_sglang_plugin_loader_activates_our_class():
+    result = run("from sglang.srt.plugins import load_plugins; load_plugins(); " + SERVED)
+    assert result.returncode == 0, result.stderr
+    assert served_by(result) == "sglang_eagle_ext.sglang_model"
+    (line,) = [l for l in result.stderr.splitlines() if l.startswith("sglang-eagle-ext:")]
+    assert "served by sglang_eagle_ext.sglang_model.LlamaForCausalLMEagle3" in line
+    assert "patches: draft-config" in line
+
+
+def test_switch_turns_the_plugin_off():
+    result = run("from sglang.srt.plugins import load_plugins; load_plugins(); " + SERVED,
+                 SGLANG_EAGLE_EXT="0")
+    assert result.returncode == 0, result.stderr
+    assert served_by(result) == "sglang.srt.models.llama_eagle3"
+    assert "disabled by SGLANG_EAGLE_EXT=0" in result.stderr
+
+
+def test_fallback_package_without_entry_points():
+    result = run(SERVED + "; from sglang.srt.configs import model_config; "
+                 "print('LOADER', type(model_config.get_config).__name__)",
+                 SGLANG_EXTERNAL_MODEL_PACKAGE="sglang_eagle_ext.sglang_models")
+    assert result.returncode == 0, result.stderr
+    assert served_by(result) == "sglang_eagle_ext.sglang_model"
+    assert "LOADER DraftConfigLoader" in result.stdout
+
+
+def test_import_failure_stops_the_process_instead_of_falling_back():
+    # `None` in sys.modules makes `import sglang_eagle_ext.sglang_model` raise ImportError
+    result = run("import sys; sys.modules['sglang_eagle_ext.sglang_model'] = None; "
+                 "from sglang.srt.plugins import load_plugins; load_plugins(); " + SERVED)
+    assert result.returncode != 0
+    assert "SERVED" not in result.stdout
+    assert "sglang-eagle-ext failed to activate (ModuleNotFoundError" in result.stderr
