@@ -1,0 +1,440 @@
+"""Target-only tree speculative sampling: accept draft children by the target distribution, then
+draw the bonus token from what is left.
+
+Two entry points:
+
+* :func:`tree_speculative_sampling_target_only`: drop-in for SGLang's op of that name, which
+  takes ready-made ``target_probs`` and a zeroed ``draft_probs`` scratch.
+* :func:`tree_sampling_from_logits`: temperature, top-k, top-p, the accept/reject walk and the
+  residual draw straight from the logits. A request's walk only ever needs the rows on its
+  accepted path, so only those rows are read (the others never are), with no probability tensor
+  and no ``[bs, n, V]`` scratch: rejected children are the tried children of the last node.
+
+One program per request walks the tree; the row work (filtering statistics, the final draw) is
+vectorised over the vocabulary.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from sglang_eagle_ext.kernels.tree_walk import load_tree, pick, write_accept_slot
+
+TOP_P_CANDIDATES = 1024  # top-p pivots are searched among this many best tokens before a full search
+
+
+@triton.jit
+def _accept(coin, prob_acc, q, threshold_single, threshold_acc):
+    return (coin <= prob_acc / threshold_acc) | (q >= threshold_single)
+
+
+@triton.jit
+def _draw_tile(w, index, threshold, running, sampled, last_positive, vocab):
+    """One tile of an inverse-CDF draw in vocabulary order: the sample is the first index whose
+    running sum exceeds ``threshold``; ``last_positive`` is the fallback when rounding leaves none."""
+    cumulative = running + tl.cumsum(w, axis=0)
+    hit = tl.min(tl.where(cumulative > threshold, index, vocab), axis=0)
+    sampled = tl.where((sampled < 0) & (hit < vocab), hit, sampled)
+    last_positive = tl.maximum(last_positive, tl.max(tl.where(w > 0, index, -1), axis=0))
+    return running + tl.sum(w, axis=0), sampled, last_positive
+
+
+@triton.jit
+def _drawn_token(sampled, last_positive, vocab):
+    return tl.where(sampled >= 0, sampled, tl.where(last_positive >= 0, last_positive, vocab - 1))
+
+
+# ----------------------------------------------------------------------------- drop-in op
+
+
+@triton.jit
+def _residual(target_row_ptr, draft_row_ptr, subtract_draft, index, mask):
+    target = tl.load(target_row_ptr + index, mask=mask, other=0.0)
+    draft = tl.load(draft_row_ptr + index, mask=mask, other=0.0)
+    return tl.maximum(target - tl.where(subtract_draft, draft, 0.0), 0.0)
+
+
+@triton.jit
+def _sampling_target_only_kernel(predicts_ptr, accept_index_ptr, accept_num_ptr, cand_ptr,
+                                 retrive_index_ptr, next_token_ptr, next_sibling_ptr, coins_ptr,
+                                 final_coins_ptr, target_ptr, draft_ptr, threshold_single, threshold_acc,
+                                 n, max_accepts, vocab, BLOCK_N: tl.constexpr, BLOCK_V: tl.constexpr):
+    b = tl.program_id(0)
+    nodes = tl.arange(0, BLOCK_N)
+    candidates, rows, first_child, next_sibling = load_tree(
+        cand_ptr, retrive_index_ptr, next_token_ptr, next_sibling_ptr, b, n, nodes)
+    last_row = pick(rows, nodes, 0)
+    write_accept_slot(accept_index_ptr, b, max_accepts, 0, last_row)
+    coin = tl.load(coins_ptr + b.to(tl.int64) * n)
+    prob_acc = tl.zeros((), dtype=tl.float32)
+    accepted = tl.zeros((), dtype=tl.int32)
+    cur = pick(first_child, nodes, 0)
+    steps = tl.zeros((), dtype=tl.int32)
+    while (cur != -1) & (accepted < max_accepts) & (steps < n):
+        token = pick(candidates, nodes, cur)
+        q = tl.load(target_ptr + last_row * vocab + token)
+        prob_acc += q
+        if _accept(coin, prob_acc, q, threshold_single, threshold_acc):
+            prob_acc = 0.0
+            coin = tl.load(coins_ptr + b.to(tl.int64) * n + cur)
+            tl.store(predicts_ptr + last_row, token.to(tl.int32))
+            accepted += 1
+            last_row = pick(rows, nodes, cur)
+            write_accept_slot(accept_index_ptr, b, max_accepts, accepted, last_row)
+            cur = pick(first_child, nodes, cur)
+        else:
+            tl.store(draft_ptr + last_row * vocab + token, q)
+            cur = pick(next_sibling, nodes, cur)
+        steps += 1
+    tl.store(accept_num_ptr + b, accepted)
+
+    # The bonus token: relu(target - draft) at the last accepted row; after a full-depth accept
+    # there were no tried siblings there, so the draft row is not subtracted.
+    tl.debug_barrier()  # the rejected-sibling stores above must be visible to every lane
+    target_row = target_ptr + last_row * vocab
+    draft_row = draft_ptr + last_row * vocab
+    subtract = accepted != max_accepts
+    lanes = tl.arange(0, BLOCK_V)
+    total = tl.zeros((), dtype=tl.float32)
+    for offset in range(0, vocab, BLOCK_V):
+        index = offset + lanes
+        total += tl.sum(_residual(target_row, draft_row, subtract, index, index < vocab), axis=0)
+    threshold = tl.load(final_coins_ptr + b) * total
+    running = tl.zeros((), dtype=tl.float32)
+    sampled = tl.full((), -1, tl.int64)
+    last_positive = tl.full((), -1, tl.int64)
+    offset = tl.zeros((), dtype=tl.int64)
+    while (offset < vocab) & (sampled < 0):
+        index = offset + lanes
+        w = _residual(target_row, draft_row, subtract, index, index < vocab)
+        running, sampled, last_positive = _draw_tile(w, index, threshold, running, sampled, last_positive, vocab)
+        offset += BLOCK_V
+    tl.store(predicts_ptr + last_row, _drawn_token(sampled, last_positive, vocab).to(tl.int32))
+
+
+def _block_n(n: int) -> int:
+    return max(16, triton.next_power_of_2(n))
+
+
+def tree_speculative_sampling_target_only(predicts: torch.Tensor, accept_index: torch.Tensor,
+                                          accept_token_num: torch.Tensor, candidates: torch.Tensor,
+                                          retrive_index: torch.Tensor, retrive_next_token: torch.Tensor,
+                                          retrive_next_sibling: torch.Tensor, uniform_samples: torch.Tensor,
+                                          uniform_samples_for_final_sampling: torch.Tensor,
+                                          target_probs: torch.Tensor, draft_probs: torch.Tensor,
+                                          threshold_single: float = 1.0, threshold_acc: float = 1.0,
+                                          deterministic: bool = True, *, block_v: int = 4096) -> None:
+    """Drop-in for ``sgl_kernel.tree_speculative_sampling_target_only``, in place.
+
+    Shapes (``bs`` requests, ``n`` verify rows each, ``S+1 = accept_index.shape[1]``, vocab V):
+    ``predicts`` ``[bs*n]`` int32, ``accept_index`` ``[bs, S+1]`` int32 (pre-filled -1),
+    ``accept_token_num`` ``[bs]`` int32 (outputs, as in
+    :func:`~sglang_eagle_ext.kernels.verify_greedy.verify_tree_greedy`); ``candidates`` and the
+    ``retrive_*`` links ``[bs, n]`` int64 (``retrive_index[b, t] == b*n + t``);
+    ``uniform_samples`` ``[bs, n]`` float32 (the coin of node t), ``uniform_samples_for_final_sampling``
+    ``[bs]`` float32; ``target_probs`` ``[bs, n, V]`` float32; ``draft_probs`` ``[bs, n, V]``
+    float32, zeros on input, used as scratch: the target probability of each rejected child is
+    written at its parent's row.
+
+    Semantics (SGLang's): walking from the root, child c of the current node (tried in sibling
+    order) with target probability ``q`` adds ``q`` to a running sum ``acc``; it is accepted when
+    ``coin <= acc / max(threshold_acc, 1e-9)`` or ``q >= threshold_single``, where ``coin`` is the
+    coin of the current node; acceptance moves to c and resets ``acc``. With both thresholds 1 this
+    samples exactly from the target. The bonus token is drawn from ``relu(target - draft)`` at the
+    last accepted row (``draft`` not subtracted after S accepts) by
+    inverse CDF in vocabulary order (first index whose running sum exceeds
+    ``final_coin * sum``). ``deterministic`` is accepted for compatibility: this kernel always is.
+    ``block_v`` is the vocabulary tile of the residual passes.
+    """
+    del deterministic
+    bs, n = candidates.shape
+    vocab = target_probs.shape[-1]
+    _sampling_target_only_kernel[(bs,)](
+        predicts, accept_index, accept_token_num, candidates, retrive_index, retrive_next_token,
+        retrive_next_sibling, uniform_samples, uniform_samples_for_final_sampling, target_probs,
+        draft_probs, float(threshold_single), max(float(threshold_acc), 1e-9), n,
+        accept_index.shape[1] - 1, vocab, BLOCK_N=_block_n(n), BLOCK_V=block_v, num_warps=16)
+
+
+# ----------------------------------------------------------------------------- from logits
+
+
+@triton.jit
+def _order_key(z):
+    """uint32-ordered key of float32 ``z`` (as int64 in [0, 2^32)): larger float, larger key."""
+    bits = z.to(tl.int32, bitcast=True)
+    return tl.where(bits >= 0, bits, bits ^ 0x7FFFFFFF).to(tl.int64) + 0x80000000
+
+
+@triton.jit
+def _scaled(row_ptr, index, mask, temperature):
+    x = tl.load(row_ptr + index, mask=mask, other=float("-inf")).to(tl.float32)
+    return tl.math.div_rn(x, temperature)
+
+
+@triton.jit
+def _select_kth_key(row_ptr, vocab, temperature, k, BLOCK_V: tl.constexpr):
+    """Key of the k-th largest ``z`` of the row (1 <= k <= vocab): radix select, 8 bits a pass,
+    most significant digit first, counting the candidates that share the digits chosen so far."""
+    lanes = tl.arange(0, BLOCK_V)
+    bins = tl.arange(0, 256)
+    prefix = tl.zeros((), dtype=tl.int64)
+    remaining = k.to(tl.int32)
+    for shift in tl.static_range(24, -1, -8):
+        counts = tl.zeros((256,), dtype=tl.int32)
+        for offset in range(0, vocab, BLOCK_V):
+            index = offset + lanes
+            valid = index < vocab
+            key = _order_key(_scaled(row_ptr, index, valid, temperature))
+            if shift == 24:
+                candidate = valid
+            else:
+                candidate = valid & ((key >> (shift + 8)) == (prefix >> (shift + 8)))
+            digit = tl.where(candidate, (key >> shift) & 255, 0).to(tl.int32)
+            histogram = tl.histogram(digit, 256)
+            counts += tl.where(bins == 0, histogram - tl.sum((~candidate).to(tl.int32), axis=0), histogram)
+        # Count of candidates with a digit >= d; the k-th largest lies in the highest d reaching k.
+        at_or_above = tl.cumsum(counts, axis=0, reverse=True)
+        chosen = tl.max(tl.where(at_or_above >= remaining, bins, 0), axis=0)
+        remaining -= pick(at_or_above - counts, bins, chosen)
+        prefix |= chosen.to(tl.int64) << shift
+    return prefix
+
+
+@triton.jit
+def _mass_at_or_above(row_ptr, vocab, temperature, row_max, floor_key, BLOCK_V: tl.constexpr):
+    lanes = tl.arange(0, BLOCK_V)
+    mass = tl.zeros((), dtype=tl.float32)
+    for offset in range(0, vocab, BLOCK_V):
+        index = offset + lanes
+        z = _scaled(row_ptr, index, index < vocab, temperature)
+        mass += tl.sum(tl.where(_order_key(z) >= floor_key, tl.exp(z - row_max), 0.0), axis=0)
+    return mass
+
+
+@triton.jit
+def _row_filter(row_ptr, vocab, temperature, top_k, top_p, scratch_ptr,
+                BLOCK_V: tl.constexpr, CANDIDATES: tl.constexpr):
+    """Statistics of one row under temperature / top-k / top-p: ``(row_max, floor_key, total)``,
+    so that token i keeps ``exp(z_i - row_max) / total`` when ``key(z_i) >= floor_key``, else 0."""
+    lanes = tl.arange(0, BLOCK_V)
+    row_max = tl.full((), float("-inf"), tl.float32)
+    for offset in range(0, vocab, BLOCK_V):
+        index = offset + lanes
+        row_max = tl.maximum(row_max, tl.max(_scaled(row_ptr, index, index < vocab, temperature), axis=0))
+
+    top_k_active = (top_k > 0) & (top_k < vocab)
+    top_p_active = top_p < 1.0
+    # Top-k floor, and the floor of the candidate set in which the top-p pivot is first looked for.
+    k_floor = tl.zeros((), dtype=tl.int64)
+    if top_k_active:
+        k_floor = _select_kth_key(row_ptr, vocab, temperature, top_k, BLOCK_V)
+    candidate_floor = k_floor
+    if top_p_active & ((~top_k_active) | (top_k > CANDIDATES)):
+        candidate_floor = _select_kth_key(row_ptr, vocab, temperature, tl.minimum(vocab, CANDIDATES), BLOCK_V)
+        candidate_floor = tl.maximum(candidate_floor, k_floor)
+
+    # One pass: mass of the top-k set, and the candidate keys compacted into the scratch.
+    kept_mass = tl.zeros((), dtype=tl.float32)
+    stored = tl.zeros((), dtype=tl.int32)
+    for offset in range(0, vocab, BLOCK_V):
+        index = offset + lanes
+        z = _scaled(row_ptr, index, index < vocab, temperature)
+        key = _order_key(z)
+        kept_mass += tl.sum(tl.where(key >= k_floor, tl.exp(z - row_max), 0.0), axis=0)
+        if top_p_active:
+            is_candidate = (key >= candidate_floor) & (index < vocab)
+            slot = stored + tl.cumsum(is_candidate.to(tl.int32), axis=0) - 1
+            tl.store(scratch_ptr + slot, key, mask=is_candidate & (slot < CANDIDATES))
+            stored += tl.sum(is_candidate.to(tl.int32), axis=0)
+
+    floor_key = k_floor
+    total = kept_mass
+    if top_p_active:
+        target_mass = top_p * kept_mass
+        tl.debug_barrier()
+        slots = tl.arange(0, CANDIDATES)
+        keys = tl.load(scratch_ptr + slots, mask=slots < stored, other=-1)
+        tl.debug_barrier()  # the next row reuses the scratch
+        keys = tl.sort(keys, descending=True)
+        e = tl.where(keys >= 0, tl.exp(_key_value(keys) - row_max), 0.0)
+        reached = tl.cumsum(e, axis=0) >= target_mass
+        first = tl.min(tl.where(reached, slots, CANDIDATES), axis=0)
+        if (stored <= CANDIDATES) & (first < CANDIDATES):
+            floor_key = pick(keys, slots, first)
+            total = tl.sum(tl.where(keys >= floor_key, e, 0.0), axis=0)
+        else:
+            # The pivot is beyond the candidates: bisect the key range on the kept mass.
+            low = k_floor
+            high = tl.full((), 1 << 32, tl.int64)
+            total = kept_mass
+            while high - low > 1:
+                middle = (low + high) // 2
+                mass = _mass_at_or_above(row_ptr, vocab, temperature, row_max, middle, BLOCK_V)
+                if mass >= target_mass:
+                    low = middle
+                    total = mass
+                else:
+                    high = middle
+            floor_key = low
+    return row_max, floor_key, total
+
+
+@triton.jit
+def _key_value(key):
+    ordered = (key - 0x80000000).to(tl.int32)
+    return tl.where(ordered >= 0, ordered, ordered ^ 0x7FFFFFFF).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _token_prob(row_ptr, token, temperature, row_max, floor_key, total):
+    z = tl.math.div_rn(tl.load(row_ptr + token).to(tl.float32), temperature)
+    return tl.where(_order_key(z) >= floor_key, tl.exp(z - row_max) / total, 0.0)
+
+
+@triton.jit
+def _filtered_residual(row_ptr, temperature, row_max, floor_key, total, rejected, index, mask):
+    """Filtered target probabilities of a tile, zero at the ``rejected`` tokens (-1 = none)."""
+    z = _scaled(row_ptr, index, mask, temperature)
+    p = tl.where(mask & (_order_key(z) >= floor_key), tl.exp(z - row_max) / total, 0.0)
+    tile_start = tl.min(index, axis=0)
+    in_tile = (rejected >= tile_start) & (rejected < tile_start + index.shape[0])
+    if tl.max(in_tile.to(tl.int32), axis=0) > 0:  # rare: compare only where a rejected token lies
+        is_rejected = tl.max((index[:, None] == rejected[None, :]).to(tl.int32), axis=1) > 0
+        p = tl.where(is_rejected, 0.0, p)
+    return p
+
+
+@triton.jit
+def _sampling_from_logits_kernel(predicts_ptr, accept_index_ptr, accept_num_ptr, cand_ptr,
+                                 retrive_index_ptr, next_token_ptr, next_sibling_ptr, coins_ptr,
+                                 final_coins_ptr, logits_ptr, stride_row, temperatures_ptr, top_ks_ptr,
+                                 top_ps_ptr, scratch_ptr, threshold_single, threshold_acc,
+                                 n, max_accepts, vocab, BLOCK_N: tl.constexpr, BLOCK_V: tl.constexpr,
+                                 CANDIDATES: tl.constexpr):
+    b = tl.program_id(0)
+    nodes = tl.arange(0, BLOCK_N)
+    candidates, rows, first_child, next_sibling = load_tree(
+        cand_ptr, retrive_index_ptr, next_token_ptr, next_sibling_ptr, b, n, nodes)
+    temperature = tl.load(temperatures_ptr + b).to(tl.float32)
+    top_k = tl.load(top_ks_ptr + b).to(tl.int32)
+    top_p = tl.load(top_ps_ptr + b).to(tl.float32)
+    scratch = scratch_ptr + b.to(tl.int64) * CANDIDATES
+
+    last_row = pick(rows, nodes, 0)
+    last_local = tl.zeros((), dtype=tl.int64)
+    write_accept_slot(accept_index_ptr, b, max_accepts, 0, last_row)
+    row_ptr = logits_ptr + last_row * stride_row
+    row_max, floor_key, total = _row_filter(row_ptr, vocab, temperature, top_k, top_p, scratch,
+                                            BLOCK_V, CANDIDATES)
+    coin = tl.load(coins_ptr + b.to(tl.int64) * n)
+    prob_acc = tl.zeros((), dtype=tl.float32)
+    accepted = tl.zeros((), dtype=tl.int32)
+    cur = pick(first_child, nodes, 0)
+    steps = tl.zeros((), dtype=tl.int32)
+    while (cur != -1) & (accepted < max_accepts) & (steps < n):
+        token = pick(candidates, nodes, cur)
+        q = _token_prob(row_ptr, token, temperature, row_max, floor_key, total)
+        prob_acc += q
+        if _accept(coin, prob_acc, q, threshold_single, threshold_acc):
+            prob_acc = 0.0
+            coin = tl.load(coins_ptr + b.to(tl.int64) * n + cur)
+            tl.store(predicts_ptr + last_row, token.to(tl.int32))
+            accepted += 1
+            last_row = pick(rows, nodes, cur)
+            last_local = cur
+            write_accept_slot(accept_index_ptr, b, max_accepts, accepted, last_row)
+            row_ptr = logits_ptr + last_row * stride_row
+            row_max, floor_key, total = _row_filter(row_ptr, vocab, temperature, top_k, top_p, scratch,
+                                                    BLOCK_V, CANDIDATES)
+            cur = pick(first_child, nodes, cur)
+        else:
+            cur = pick(next_sibling, nodes, cur)
+        steps += 1
+    tl.store(accept_num_ptr + b, accepted)
+
+    # Residual at the last accepted row: the children tried there were all rejected (unless the
+    # walk stopped at full depth), so their tokens drop out of the target distribution.
+    is_tried_child = _children_of(first_child, next_sibling, nodes, last_local, n) & (accepted < max_accepts)
+    rejected = tl.where(is_tried_child, candidates, -1)
+    lanes = tl.arange(0, BLOCK_V)
+    residual = tl.zeros((), dtype=tl.float32)
+    for offset in range(0, vocab, BLOCK_V):
+        index = offset + lanes
+        residual += tl.sum(_filtered_residual(row_ptr, temperature, row_max, floor_key, total, rejected,
+                                              index, index < vocab), axis=0)
+    threshold = tl.load(final_coins_ptr + b) * residual
+    running = tl.zeros((), dtype=tl.float32)
+    sampled = tl.full((), -1, tl.int64)
+    last_positive = tl.full((), -1, tl.int64)
+    offset = tl.zeros((), dtype=tl.int64)
+    while (offset < vocab) & (sampled < 0):
+        index = offset + lanes
+        w = _filtered_residual(row_ptr, temperature, row_max, floor_key, total, rejected, index, index < vocab)
+        running, sampled, last_positive = _draw_tile(w, index, threshold, running, sampled, last_positive, vocab)
+        offset += BLOCK_V
+    tl.store(predicts_ptr + last_row, _drawn_token(sampled, last_positive, vocab).to(tl.int32))
+
+
+@triton.jit
+def _children_of(first_child, next_sibling, nodes, parent, n):
+    """Mask over ``nodes`` of the children of ``parent`` (following the sibling links)."""
+    is_child = nodes < 0
+    cur = pick(first_child, nodes, parent)
+    steps = tl.zeros((), dtype=tl.int32)
+    while (cur != -1) & (steps < n):
+        is_child |= nodes == cur
+        cur = pick(next_sibling, nodes, cur)
+        steps += 1
+    return is_child
+
+
+def tree_sampling_from_logits(predicts: torch.Tensor, accept_index: torch.Tensor,
+                              accept_token_num: torch.Tensor, candidates: torch.Tensor,
+                              retrive_index: torch.Tensor, retrive_next_token: torch.Tensor,
+                              retrive_next_sibling: torch.Tensor, uniform_samples: torch.Tensor,
+                              uniform_samples_for_final_sampling: torch.Tensor, logits: torch.Tensor,
+                              temperatures: torch.Tensor, top_ks: torch.Tensor, top_ps: torch.Tensor,
+                              threshold_single: float = 1.0, threshold_acc: float = 1.0, *,
+                              block_v: int = 4096) -> None:
+    """SGLang's verify sampling (softmax with temperature, top-k renorm, top-p renorm,
+    :func:`tree_speculative_sampling_target_only`) fused, straight from the logits, in place.
+
+    Arguments as in :func:`tree_speculative_sampling_target_only`, with ``target_probs`` and
+    ``draft_probs`` replaced by ``logits`` ``[bs*n, V]`` (float32, bfloat16 or float16, unit
+    stride along V) and the per-request ``temperatures`` ``[bs]`` (or ``[bs, 1]``) float32 > 0,
+    ``top_ks`` ``[bs]`` int32/int64 and ``top_ps`` ``[bs]`` float32 in (0, 1].
+
+    The target distribution of a row, exactly (ties included):
+
+    1. ``z = logits / temperature`` (float32, correctly rounded division).
+    2. top-k: keep every token whose ``z`` is >= the k-th largest ``z`` of the row, so tokens tied
+       with the k-th are all kept (more than k may survive); ``k <= 0`` or ``k >= V`` keeps all.
+    3. top-p: order the kept tokens by ``z``, descending; find the first place where the running
+       sum of ``exp(z - max z)`` reaches ``top_p`` times the kept total; keep every kept token whose
+       ``z`` is >= the ``z`` there (ties with the pivot kept). ``top_p >= 1`` keeps all.
+    4. ``p = exp(z - max z) / sum`` over the survivors.
+
+    These are SGLang's semantics (FlashInfer's renorm kernels) wherever ordering by ``z`` and by
+    probability agree, i.e. unless distinct logits round to one probability. The walk and the
+    bonus draw are those of :func:`tree_speculative_sampling_target_only`; the bonus residual at
+    the last accepted row is ``p`` without the tokens of the children tried there.
+    Only the rows of the accepted path are read: each once for its maximum, up to four more
+    times (from L2) for a top-k radix select, once for the kept mass, and the last one twice more
+    for the draw. Top-p pivots are searched among the ``TOP_P_CANDIDATES`` best kept tokens, then,
+    if the pivot lies further down, by bisection over the whole row (exact, slower).
+    Uses a ``[bs, TOP_P_CANDIDATES]`` int64 scratch allocated per call; ``block_v`` is the
+    vocabulary tile of every row pass.
+    """
+    bs, n = candidates.shape
+    rows, vocab = logits.shape
+    assert rows == bs * n and logits.stride(1) == 1
+    scratch = torch.empty((bs * TOP_P_CANDIDATES,), dtype=torch.int64, device=logits.device)
+    _sampling_from_logits_kernel[(bs,)](
+        predicts, accept_index, accept_token_num, candidates, retrive_index, retrive_next_token,
+        retrive_next_sibling, uniform_samples, uniform_samples_for_final_sampling, logits,
+        logits.stride(0), temperatures.reshape(-1), top_ks.reshape(-1), top_ps.reshape(-1), scratch,
+        float(threshold_single), max(float(threshold_acc), 1e-9), n, accept_index.shape[1] - 1, vocab,
+        BLOCK_N=_block_n(n), BLOCK_V=block_v, CANDIDATES=TOP_P_CANDIDATES, num_warps=16)
