@@ -1,0 +1,211 @@
+"""End-to-end EAGLE-3 rows on stock SGLang (GPU): losslessness, acceptance, and our-vs-built-in speed.
+
+Run from the repository root on a GPU machine where SGLang is installed and this package is
+importable with its entry point registered (``benchmarks/gpu/run_e2e.sh`` does both)::
+
+    python benchmarks/gpu/e2e_sglang.py --out DIR [--throughput]
+
+* A tiny random bf16 Llama target (8 layers, H=256, head_dim 64) is built in ``DIR/models``. Its
+  lm_head is drawn with std 2.0, so next-token logits are tens of units apart and bf16 rounding
+  rarely changes the argmax; in addition the non-speculative baseline returns the top-2 log
+  probabilities, and any divergence is classified by the baseline's top-1/top-2 margin at the
+  first differing position (a "near-tie" is a margin below ``NEAR_TIE``).
+* Each row builds a random drafter (layers, aux states, fc_norm, dialect) and starts an EAGLE3
+  engine with CUDA graphs; greedy outputs are compared with the baseline's token by token.
+* ``--throughput``: our class against SGLang's built-in class (``SGLANG_EAGLE_EXT=0``) on the
+  same 1-layer 3-aux SpecForge drafter, batch 1 and batch 32, output tokens per second.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import statistics
+import sys
+import time
+import traceback
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "tests", "sglang"))
+
+NEAR_TIE = 0.5  # nats between the baseline's top-1 and top-2 tokens
+MAX_NEW_TOKENS = 48
+PROMPTS = [
+    "the quick brown fox", "once upon a time", "a small village by the sea",
+    "in the morning the", "she opened the door and", "numbers one two three",
+    "the cat sat on", "rain fell over the hills",
+]
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+    layers: int
+    num_aux: int
+    fc_norm: bool
+    dialect: str
+    topk: int
+    steps: int
+    draft_tokens: int
+
+
+ROWS = [
+    Row(layers=1, num_aux=3, fc_norm=False, dialect="specforge", topk=1, steps=3, draft_tokens=4),
+    Row(layers=2, num_aux=4, fc_norm=True, dialect="speculators", topk=4, steps=3, draft_tokens=8),
+    Row(layers=3, num_aux=2, fc_norm=True, dialect="specforge", topk=2, steps=2, draft_tokens=4),
+]
+
+
+def engine_kwargs(**wanted):
+    """Only the fields this SGLang's ServerArgs has (they move between releases)."""
+    import inspect
+
+    from sglang.srt.server_args import ServerArgs
+
+    fields = getattr(ServerArgs, "__dataclass_fields__", None) or inspect.signature(ServerArgs).parameters
+    graph_bs = wanted.pop("graph_bs")
+    for name in ("cuda_graph_bs", "cuda_graph_bs_decode"):
+        if name in fields:
+            wanted[name] = graph_bs
+    for name in ("cuda_graph_max_bs", "cuda_graph_max_bs_decode"):
+        if name in fields:
+            wanted[name] = max(graph_bs)
+    if "disable_piecewise_cuda_graph" in fields:
+        wanted["disable_piecewise_cuda_graph"] = True
+    return {k: v for k, v in wanted.items() if k in fields}
+
+
+def start_engine(target: str, drafter: str | None = None, row: Row | None = None,
+                 graph_bs=(1, 2, 4, 8)):
+    import sglang
+
+    spec = {}
+    if drafter is not None:
+        spec = dict(speculative_algorithm="EAGLE3", speculative_draft_model_path=drafter,
+                    speculative_num_steps=row.steps, speculative_eagle_topk=row.topk,
+                    speculative_num_draft_tokens=row.draft_tokens)
+    return sglang.Engine(**engine_kwargs(
+        model_path=target, dtype="bfloat16", attention_backend="triton", sampling_backend="pytorch",
+        mem_fraction_static=0.25, max_running_requests=64, context_length=1024,
+        graph_bs=list(graph_bs), log_level="error", **spec))
+
+
+def greedy(engine, prompts, max_new_tokens=MAX_NEW_TOKENS, top2=False):
+    params = {"temperature": 0, "max_new_tokens": max_new_tokens, "ignore_eos": True}
+    extra = dict(return_logprob=True, top_logprobs_num=2) if top2 else {}
+    return engine.generate(prompt=prompts, sampling_params=params, **extra)
+
+
+def compare(outputs, baseline) -> dict:
+    exact, near_tie_only, real = 0, 0, []
+    for index, (out, base) in enumerate(zip(outputs, baseline)):
+        ids, ref = out["output_ids"], base["output_ids"]
+        if ids == ref:
+            exact += 1
+            continue
+        position = next(i for i, (a, b) in enumerate(zip(ids, ref)) if a != b)
+        top = base["meta_info"]["output_top_logprobs"][position]
+        margin = top[0][0] - top[1][0]
+        if margin < NEAR_TIE:
+            near_tie_only += 1
+        else:
+            real.append({"prompt": index, "position": position, "margin": round(margin, 3)})
+    return {"exact": exact, "near_tie": near_tie_only, "mismatch": real, "prompts": len(outputs)}
+
+
+def acceptance(outputs) -> dict:
+    tokens = sum(o["meta_info"]["completion_tokens"] for o in outputs)
+    verify = sum(o["meta_info"].get("spec_verify_ct", 0) for o in outputs)
+    return {"completion_tokens": tokens, "spec_verify_ct": verify,
+            "accept_length": round(tokens / verify, 3) if verify else None}
+
+
+def throughput(engine, batch: int, new_tokens: int, repeats: int = 3) -> float:
+    prompts = [PROMPTS[i % len(PROMPTS)] + f" {i}" for i in range(batch)]
+    greedy(engine, prompts, max_new_tokens=16)  # warm-up
+    rates = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        outputs = greedy(engine, prompts, max_new_tokens=new_tokens)
+        elapsed = time.perf_counter() - start
+        rates.append(sum(o["meta_info"]["completion_tokens"] for o in outputs) / elapsed)
+    return statistics.median(rates)
+
+
+def measure_speed(engine) -> dict:
+    return {"batch1_tok_s": round(throughput(engine, 1, 256), 1),
+            "batch32_tok_s": round(throughput(engine, 32, 128), 1)}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--throughput", action="store_true")
+    args = parser.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+
+    import sglang
+    import torch
+
+    from matched_drafter import build_matched_drafter
+    from sglang_eagle_ext.tiny.target import TinyTargetSettings, build_tiny_target
+
+    models = os.path.join(args.out, "models")
+    target = build_tiny_target(os.path.join(models, "target"), TinyTargetSettings(
+        num_layers=8, hidden_size=256, num_attention_heads=4, num_key_value_heads=2,
+        intermediate_size=512, lm_head_std=2.0))
+    results = {"sglang": sglang.__version__, "device": torch.cuda.get_device_name(0),
+               "date": time.strftime("%Y-%m-%d"), "near_tie_nats": NEAR_TIE,
+               "max_new_tokens": MAX_NEW_TOKENS, "rows": []}
+
+    def save():
+        with open(os.path.join(args.out, "results.json"), "w") as handle:
+            json.dump(results, handle, indent=2)
+
+    engine = start_engine(target)
+    baseline = greedy(engine, PROMPTS, top2=True)
+    engine.shutdown()
+
+    for number, row in enumerate(ROWS):
+        record = {"row": dataclasses.asdict(row)}
+        try:
+            drafter = build_matched_drafter(os.path.join(models, f"drafter{number}"), target,
+                                            layers=row.layers, num_aux=row.num_aux,
+                                            fc_norm=row.fc_norm, dialect=row.dialect, seed=number)
+            started = time.perf_counter()
+            graph_bs = (1, 2, 4, 8, 16, 32) if (args.throughput and number == 0) else (1, 2, 4, 8)
+            engine = start_engine(target, drafter, row, graph_bs=graph_bs)
+            record["start_s"] = round(time.perf_counter() - started, 1)
+            outputs = greedy(engine, PROMPTS)
+            record.update(compare(outputs, baseline))
+            record.update(acceptance(outputs))
+            if args.throughput and number == 0:
+                record["speed_ours"] = measure_speed(engine)
+            engine.shutdown()
+        except Exception:  # keep the other rows; the error is the row's result
+            record["error"] = traceback.format_exc()[-2000:]
+        results["rows"].append(record)
+        save()
+        print("ROW", json.dumps(record), flush=True)
+
+    if args.throughput:
+        try:
+            os.environ["SGLANG_EAGLE_EXT"] = "0"  # the schedulers start with SGLang's built-in class
+            drafter = os.path.join(models, "drafter0")
+            engine = start_engine(target, drafter, ROWS[0], graph_bs=(1, 2, 4, 8, 16, 32))
+            results["speed_builtin"] = measure_speed(engine)
+            results["builtin_acceptance"] = acceptance(greedy(engine, PROMPTS))
+            engine.shutdown()
+            ours = results["rows"][0]["speed_ours"]
+            results["ratio"] = {k: round(ours[k] / results["speed_builtin"][k], 4) for k in ours}
+        except Exception:
+            results["speed_error"] = traceback.format_exc()[-2000:]
+        finally:
+            os.environ.pop("SGLANG_EAGLE_EXT", None)
+        save()
+        print("SPEED", json.dumps({k: results.get(k) for k in ("speed_builtin", "ratio")}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
