@@ -1,0 +1,282 @@
+"""Time the Triton tree kernels against SGLang's CUDA ops on the anchor table's shapes, in one run.
+
+Usage (on a CUDA machine with ``sglang-kernel`` importable)::
+
+    python benchmarks/tree_kernels.py --out DIR [--quick]
+
+Writes ``DIR/tree_kernels.json`` (every number), ``DIR/tree_kernels.md`` (the table) and
+``DIR/tree_kernels.png`` (the plot). Times are medians of 5 CUDA-event-timed loops (each loop long
+enough to cover ~20 ms), in microseconds, after warm-up. Shapes: V = 128256 fp32 logits,
+``seq_len`` 512 per request, (topk, steps, n) = (1,3,4), (4,3,8), (8,5,32), (8,5,64), bs 1..128.
+
+What is timed:
+
+* build: SGLang's ``build_tree_kernel_efficient`` wrapper (0.5.11: token concat, mask ``full(True)``,
+  links ``full(-1)``, positions ``empty``, the ``sgl_kernel`` op; re-created here around the same
+  op, FULL_MASK) vs ``build_eagle_tree`` (one launch, same outputs).
+* greedy: ``argmax(logits)`` + ``sgl_kernel.verify_tree_greedy`` vs ``verify_tree_greedy_from_logits``.
+* sampling op: zeroing ``draft_probs`` + ``sgl_kernel.tree_speculative_sampling_target_only`` vs the
+  same with ours (drop-in contract: same zeroed scratch).
+* sampling pipeline: ``softmax(logits/T)`` → ``top_k_renorm_prob(50)`` → ``top_p_renorm_prob(0.9)``
+  → zero ``draft_probs`` → op, vs ``tree_sampling_from_logits``.
+* floor: bytes that must be read (the logits once) over the measured device-to-device copy
+  bandwidth (bytes read + written per second).
+
+The logits favour each node's first child strongly, so nearly every walk accepts all ``steps``
+draft tokens: the fused sampler then reads the most rows it ever reads (steps+1 per request).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+
+import torch
+
+from sglang_eagle_ext.kernels import tree_build, tree_sampling, verify_greedy
+from sglang_eagle_ext.kernels.draft_trees import random_draft_tree
+
+VOCAB = 128256
+SEQ_LEN = 512
+TEMPERATURE, TOP_K, TOP_P = 0.8, 50, 0.9
+CONFIGS = [(1, 3, 4), (4, 3, 8), (8, 5, 32), (8, 5, 64)]
+BATCHES = [1, 8, 32, 64, 128]
+
+
+def median_us(fn, loops: int = 5, loop_ms: float = 20.0) -> float:
+    """Median over ``loops`` event-timed loops of the time per call, in microseconds."""
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    fn()
+    stop.record()
+    torch.cuda.synchronize()
+    iters = int(min(200, max(3, loop_ms / max(start.elapsed_time(stop), 1e-3))))
+    per_call = []
+    for _ in range(loops):
+        start.record()
+        for _ in range(iters):
+            fn()
+        stop.record()
+        torch.cuda.synchronize()
+        per_call.append(start.elapsed_time(stop) / iters * 1000.0)
+    return statistics.median(per_call)
+
+
+def copy_bandwidth() -> float:
+    """Device-to-device copy rate in bytes/s, counting bytes read plus bytes written."""
+    src = torch.randn(256 * 2**20, device="cuda")  # 1 GiB
+    dst = torch.empty_like(src)
+    us = median_us(lambda: dst.copy_(src))
+    return 2 * src.numel() * 4 / (us * 1e-6)
+
+
+def sglang_build_wrapper(sgl_kernel, bonus, parent_list, selected, drafts, seq_lens, seq_lens_sum, topk, steps, n):
+    """What SGLang 0.5.11's Python wrapper does around the op (FULL_MASK, fresh buffers)."""
+    tokens = torch.cat((bonus[:, None], drafts), dim=1).flatten()
+    bs = seq_lens.numel()
+    mask = torch.full((seq_lens_sum * n + n * n * bs,), True, device=seq_lens.device)
+    links = torch.full((3, bs, n), -1, device=seq_lens.device, dtype=torch.long)
+    positions = torch.empty((bs * n,), device=seq_lens.device, dtype=torch.long)
+    sgl_kernel.build_tree_kernel_efficient(parent_list, selected, seq_lens, mask, positions, links[0], links[1],
+                                           links[2], topk, steps, n, 0)
+    return mask, positions, links[0], links[1], links[2], tokens
+
+
+def shape_case(bs: int, topk: int, steps: int, n: int, gen: torch.Generator):
+    tree = random_draft_tree(bs, topk, steps, n, vocab=max(256, topk), generator=gen, device="cuda")
+    tree.seq_lens.fill_(SEQ_LEN)
+    built = tree_build.build_eagle_tree(tree.bonus_tokens, tree.parent_list, tree.top_scores_index,
+                                        tree.draft_tokens, tree.seq_lens, SEQ_LEN * bs, topk, steps, n)
+    _, _, ri, nt, ns, tokens = built
+    candidates = tokens.reshape(bs, n)
+    logits = torch.randn(bs * n, VOCAB, device="cuda")
+    child_token = torch.where(nt >= 0, torch.gather(candidates, 1, nt.clamp(min=0)), 0).reshape(-1)
+    logits[torch.arange(bs * n, device="cuda"), child_token] += 15.0
+    return tree, candidates, ri, nt, ns, logits
+
+
+def bench_shape(sgl_kernel, bs, topk, steps, n, gen):
+    tree, candidates, ri, nt, ns, logits = shape_case(bs, topk, steps, n, gen)
+    dev = "cuda"
+    predicts = torch.zeros(bs * n, dtype=torch.int32, device=dev)
+    accept_index = torch.full((bs, steps + 1), -1, dtype=torch.int32, device=dev)
+    accept_num = torch.zeros(bs, dtype=torch.int32, device=dev)
+    outputs = (predicts, accept_index, accept_num)
+    links = (candidates, ri, nt, ns)
+    coins = torch.rand(bs, n, device=dev)
+    final_coins = torch.rand(bs, device=dev)
+    temps = torch.full((bs,), TEMPERATURE, device=dev)
+    top_ks = torch.full((bs,), TOP_K, dtype=torch.int32, device=dev)
+    top_ps = torch.full((bs,), TOP_P, device=dev)
+    row_temps, row_ks, row_ps = (torch.repeat_interleave(x, n) for x in (temps, top_ks, top_ps))
+    probs = torch.softmax(logits / TEMPERATURE, -1).reshape(bs, n, VOCAB)
+    tree_args = (tree.bonus_tokens, tree.parent_list, tree.top_scores_index, tree.draft_tokens, tree.seq_lens,
+                 SEQ_LEN * bs, topk, steps, n)
+
+    def theirs_greedy():
+        target = torch.argmax(logits, -1).reshape(bs, n)
+        sgl_kernel.verify_tree_greedy(*outputs, *links, target)
+
+    def theirs_op():
+        sgl_kernel.tree_speculative_sampling_target_only(*outputs, *links, coins, final_coins, probs,
+                                                         torch.zeros_like(probs))
+
+    def ours_op():
+        tree_sampling.tree_speculative_sampling_target_only(*outputs, *links, coins, final_coins, probs,
+                                                            torch.zeros_like(probs))
+
+    def theirs_pipeline():
+        p = torch.softmax(logits / row_temps[:, None], -1)
+        p = sgl_kernel.top_k_renorm_prob(p, row_ks)
+        p = sgl_kernel.top_p_renorm_prob(p, row_ps).reshape(bs, n, -1)
+        sgl_kernel.tree_speculative_sampling_target_only(*outputs, *links, coins, final_coins, p,
+                                                         torch.zeros_like(p))
+
+    def ours_pipeline():
+        tree_sampling.tree_sampling_from_logits(*outputs, *links, coins, final_coins, logits, temps, top_ks, top_ps)
+
+    row = {"topk": topk, "steps": steps, "n": n, "bs": bs, "rows": bs * n,
+           "logits_MB": bs * n * VOCAB * 4 / 1e6}
+    row["build_sglang_us"] = median_us(lambda: sglang_build_wrapper(sgl_kernel, *tree_args))
+    row["build_ours_us"] = median_us(lambda: tree_build.build_eagle_tree(*tree_args))
+    row["greedy_sglang_us"] = median_us(theirs_greedy)
+    row["greedy_ours_us"] = median_us(lambda: verify_greedy.verify_tree_greedy_from_logits(*outputs, *links, logits))
+    row["sampling_op_sglang_us"] = median_us(theirs_op)
+    row["sampling_op_ours_us"] = median_us(ours_op)
+    row["pipeline_sglang_us"] = median_us(theirs_pipeline)
+    row["pipeline_ours_us"] = median_us(ours_pipeline)
+    ours_pipeline()
+    row["mean_accepted"] = float(accept_num.float().mean())
+    del probs, logits
+    torch.cuda.empty_cache()
+    return row
+
+
+def atomic_write(path: str, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path) or ".", prefix=".tmp-")
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
+
+
+def targets(row, floor_us):
+    ratio = lambda a, b: row[a] / row[b]  # noqa: E731
+    notes = []
+    if ratio("build_sglang_us", "build_ours_us") < 2:
+        notes.append("build<2x")
+    g = ratio("greedy_sglang_us", "greedy_ours_us")
+    if (row["rows"] >= 256 and g < 1.5) or g < 1:
+        notes.append("greedy")
+    s = ratio("pipeline_sglang_us", "pipeline_ours_us")
+    if row["rows"] >= 256 and (s < 10 or row["pipeline_ours_us"] > 2 * floor_us):
+        notes.append("sampling")
+    if min(ratio(f"{k}_sglang_us", f"{k}_ours_us") for k in ("build", "greedy", "sampling_op", "pipeline")) < 1:
+        notes.append("slower")
+    return ", ".join(notes) or "met"
+
+
+def markdown(meta, rows):
+    lines = [
+        "# Tree kernels vs SGLang (sgl_kernel) on the anchor shapes",
+        "",
+        f"* command: `{meta['command']}`",
+        f"* date: {meta['date']}; device: {meta['device']}; torch {meta['torch']}, triton {meta['triton']}, "
+        f"sglang-kernel {meta['sgl_kernel']}",
+        f"* copy bandwidth (read + write): {meta['copy_bandwidth_TBps']:.2f} TB/s; floor = logits bytes / that rate",
+        "* times: medians of 5 CUDA-event-timed loops, µs; `x` = SGLang time / ours",
+        f"* sampling: T = {TEMPERATURE}, top-k = {TOP_K}, top-p = {TOP_P}; build: FULL_MASK, seq_len {SEQ_LEN}; "
+        "SGLang's build wrapper is re-created around its op (what 0.5.11's wrapper does)",
+        "",
+        "| topk | steps | n | bs | build SGL | build ours | x | greedy SGL | greedy ours | x | "
+        "samp op SGL | samp op ours | x | pipeline SGL | pipeline ours | x | floor | ours/floor | acc | targets |",
+        "|" + "---:|" * 19 + "---|",
+    ]
+    for r in rows:
+        floor = r["floor_us"]
+        lines.append(
+            f"| {r['topk']} | {r['steps']} | {r['n']} | {r['bs']} "
+            f"| {r['build_sglang_us']:.1f} | {r['build_ours_us']:.1f} | {r['build_sglang_us'] / r['build_ours_us']:.1f} "
+            f"| {r['greedy_sglang_us']:.1f} | {r['greedy_ours_us']:.1f} | {r['greedy_sglang_us'] / r['greedy_ours_us']:.2f} "
+            f"| {r['sampling_op_sglang_us']:.1f} | {r['sampling_op_ours_us']:.1f} "
+            f"| {r['sampling_op_sglang_us'] / r['sampling_op_ours_us']:.2f} "
+            f"| {r['pipeline_sglang_us']:.1f} | {r['pipeline_ours_us']:.1f} "
+            f"| {r['pipeline_sglang_us'] / r['pipeline_ours_us']:.1f} | {floor:.1f} "
+            f"| {r['pipeline_ours_us'] / floor:.2f} | {r['mean_accepted']:.1f} | {r['targets']} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(rows, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4.5))
+    for ax, (key, title) in zip(axes, [("build", "build tree"), ("greedy", "greedy: argmax + verify"),
+                                       ("pipeline", "sampling pipeline")]):
+        for cfg in CONFIGS:
+            sel = [r for r in rows if (r["topk"], r["steps"], r["n"]) == cfg]
+            bs = [r["bs"] for r in sel]
+            line, = ax.plot(bs, [r[f"{key}_sglang_us"] for r in sel], "--o", label=f"SGLang k/S/n={cfg[0]}/{cfg[1]}/{cfg[2]}")
+            ax.plot(bs, [r[f"{key}_ours_us"] for r in sel], "-s", color=line.get_color(), label="ours")
+            if key == "pipeline":
+                ax.plot(bs, [r["floor_us"] for r in sel], ":", color=line.get_color(), label="floor")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("batch size")
+        ax.set_ylabel("µs")
+        ax.set_title(title)
+        ax.grid(True, which="both", alpha=0.3)
+    axes[2].legend(fontsize=6, ncol=2)
+    fig.tight_layout()
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path) or ".", suffix=".png")
+    os.close(fd)
+    fig.savefig(tmp, dpi=110)
+    os.replace(tmp, path)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", required=True, help="folder for tree_kernels.{json,md,png}")
+    parser.add_argument("--quick", action="store_true", help="bs 1 and 64 only")
+    parser.add_argument("--date", default=datetime.date.today().isoformat())
+    args = parser.parse_args(argv)
+    import sgl_kernel
+    import triton
+
+    os.makedirs(args.out, exist_ok=True)
+    gen = torch.Generator().manual_seed(0)
+    bandwidth = copy_bandwidth()
+    meta = {"command": "python benchmarks/tree_kernels.py " + " ".join(a for a in (argv or sys.argv[1:])
+                                                                        if not a.startswith("/")),
+            "date": args.date, "device": torch.cuda.get_device_name(), "torch": torch.__version__,
+            "triton": triton.__version__, "sgl_kernel": getattr(sgl_kernel, "__version__", "?"),
+            "python": platform.python_version(), "copy_bandwidth_TBps": bandwidth / 1e12}
+    rows = []
+    for topk, steps, n in CONFIGS:
+        for bs in ([1, 64] if args.quick else BATCHES):
+            if n == 64 and bs == 128:
+                continue  # not in the anchor table
+            row = bench_shape(sgl_kernel, bs, topk, steps, n, gen)
+            row["floor_us"] = row["logits_MB"] * 1e6 / bandwidth * 1e6
+            row["targets"] = targets(row, row["floor_us"])
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    atomic_write(os.path.join(args.out, "tree_kernels.json"), json.dumps({"meta": meta, "rows": rows}, indent=1).encode())
+    table = markdown(meta, rows)
+    atomic_write(os.path.join(args.out, "tree_kernels.md"), table.encode())
+    plot(rows, os.path.join(args.out, "tree_kernels.png"))
+    print(table)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,325 @@
+"""GPU checks of the tree kernels against SGLang's own CUDA ops (``sgl_kernel``) and statistics.
+
+Run on a CUDA machine with ``sglang-kernel`` importable (op-level comparisons need nothing else);
+skipped elsewhere. Each test prints its counts (``-s`` shows them).
+"""
+
+import pytest
+import torch
+
+CUDA = torch.cuda.is_available()
+try:
+    import sgl_kernel  # noqa: F401  (SGLang's CUDA ops)
+
+    HAVE_SGL_KERNEL = CUDA
+except Exception:  # CPU builds or missing wheel: any import failure means "not available"
+    HAVE_SGL_KERNEL = False
+
+needs_cuda = pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
+needs_sgl = pytest.mark.skipif(not HAVE_SGL_KERNEL, reason="needs a GPU and sgl_kernel")
+
+if CUDA:
+    from sglang_eagle_ext.kernels import reference, tree_build, tree_sampling, verify_greedy
+    from sglang_eagle_ext.kernels.draft_trees import random_draft_tree
+    from sglang_eagle_ext.kernels.tree_mask_modes import (
+        FULL_MASK,
+        QLEN_ONLY,
+        QLEN_ONLY_BITPACKING,
+        bitpacked_bytes_per_row,
+    )
+
+CONFIGS = [(1, 3, 4), (4, 3, 8), (8, 5, 32), (8, 5, 64), (2, 1, 3), (3, 4, 20), (6, 6, 48), (16, 3, 128)]
+
+
+def _valid(tree):
+    """True per request when every selected node's parent is selected (SGLang's op is defined)."""
+    sel, parents = tree.top_scores_index, tree.parent_list
+    block = sel // tree.topk
+    if parents.shape[1] == 0:
+        return torch.ones(sel.shape[0], dtype=torch.bool)
+    parent_flat = torch.gather(parents, 1, block.clamp(max=parents.shape[1] - 1))
+    found = (parent_flat[:, :, None] == sel[:, None, :]).any(-1)
+    return ((block == 0) | found).all(1).cpu()
+
+
+def _mask_buffer(mode, seq_lens, bs, n):
+    if mode == FULL_MASK:
+        return torch.ones(int(seq_lens.sum()) * n + n * n * bs, dtype=torch.bool, device="cuda")
+    if mode == QLEN_ONLY:
+        return torch.ones(n * n * bs, dtype=torch.bool, device="cuda")
+    dtype = {1: torch.uint8, 2: torch.int16, 4: torch.int32}[bitpacked_bytes_per_row(n)]
+    return torch.zeros(n * bs, dtype=dtype, device="cuda")
+
+
+def _build(fn, tree, mode):
+    bs, n = tree.top_scores_index.shape[0], tree.num_draft_tokens
+    mask = _mask_buffer(mode, tree.seq_lens, bs, n)
+    positions = torch.full((bs * n,), -7, dtype=torch.long, device="cuda")
+    links = torch.full((3, bs, n), -1, dtype=torch.long, device="cuda")
+    fn(tree.parent_list, tree.top_scores_index, tree.seq_lens, mask, positions, links[0], links[1], links[2],
+       tree.topk, tree.steps, n, mode)
+    return mask, positions, links
+
+
+def _request_views(mask, positions, links, mode, seq_lens, n):
+    """Per-request outputs, so that requests SGLang leaves undefined can be left out."""
+    out, start = [], 0
+    bytes_row = mask.view(torch.uint8).numel() // (len(seq_lens) * n) if mode == QLEN_ONLY_BITPACKING else 0
+    for b, s in enumerate(seq_lens.tolist()):
+        if mode == FULL_MASK:
+            size = n * (s + n)
+            m = mask[start:start + size]
+            start += size
+        elif mode == QLEN_ONLY:
+            m = mask[b * n * n:(b + 1) * n * n]
+        else:
+            m = mask.view(torch.uint8)[b * n * bytes_row:(b + 1) * n * bytes_row]
+        out.append((m, positions[b * n:(b + 1) * n], links[:, b]))
+    return out
+
+
+@needs_sgl
+def test_build_tree_equals_sglang_on_random_trees():
+    import sgl_kernel
+
+    gen = torch.Generator().manual_seed(11)
+    compared = skipped = 0
+    for k, steps, n in CONFIGS:
+        modes = [FULL_MASK, QLEN_ONLY] + ([QLEN_ONLY_BITPACKING] if n <= 32 else [])
+        for trial in range(40):
+            bs = int(torch.randint(1, 65, (1,), generator=gen))
+            tree = random_draft_tree(bs, k, steps, n, vocab=max(64, k), max_seq_len=600,
+                                     tie_levels=20 if trial % 2 else None, generator=gen, device="cuda")
+            # SGLang's chain walk of an invalid tree writes past its rows, into the next request's
+            # mask block: only requests whose predecessor is valid too are defined there.
+            valid = _valid(tree)
+            defined = valid & torch.cat([torch.ones(1, dtype=torch.bool), valid[:-1]])
+            for mode in modes:
+                ours = _request_views(*_build(tree_build.build_tree_kernel_efficient, tree, mode), mode,
+                                      tree.seq_lens, n)
+                theirs = _request_views(*_build(sgl_kernel.build_tree_kernel_efficient, tree, mode), mode,
+                                        tree.seq_lens, n)
+                for b, (o, t) in enumerate(zip(ours, theirs)):
+                    if not defined[b]:
+                        assert torch.equal(o[2], t[2]), "links differ on an invalid tree"
+                        skipped += 1
+                        continue
+                    for x, y in zip(o, t):
+                        assert torch.equal(x, y), (k, steps, n, mode, b)
+                    compared += 1
+    print(f"build_tree: {compared} request trees equal to sgl_kernel (all outputs); "
+          f"{skipped} invalid trees (or next to one) compared on links only")
+    assert compared >= 2000
+
+
+def _greedy_case(gen, k, steps, n, bs, vocab=32):
+    tree = random_draft_tree(bs, k, steps, n, vocab=vocab, generator=gen, device="cuda")
+    _, _, ri, nt, ns, tokens = tree_build.build_eagle_tree(
+        tree.bonus_tokens, tree.parent_list, tree.top_scores_index, tree.draft_tokens, tree.seq_lens,
+        int(tree.seq_lens.sum()), k, steps, n)
+    candidates = tokens.reshape(bs, n)
+    # Targets that often agree with a child, so that paths get long.
+    logits = torch.randn(bs * n, vocab, generator=gen).cuda()
+    first_child_token = torch.where(nt >= 0, torch.gather(candidates, 1, nt.clamp(min=0)), 0).reshape(-1)
+    boost = (torch.rand(bs * n, generator=gen).cuda() < 0.8).float() * 6
+    logits[torch.arange(bs * n, device="cuda"), first_child_token] += boost
+    return candidates, ri, nt, ns, logits
+
+
+def _greedy_outputs(bs, n, steps):
+    return (torch.full((bs * n,), -5, dtype=torch.int32, device="cuda"),
+            torch.full((bs, steps + 1), -1, dtype=torch.int32, device="cuda"),
+            torch.full((bs,), -3, dtype=torch.int32, device="cuda"))
+
+
+@needs_sgl
+def test_verify_greedy_equals_sglang_on_random_trees():
+    import sgl_kernel
+
+    gen = torch.Generator().manual_seed(12)
+    requests = accepted = 0
+    for k, steps, n in CONFIGS:
+        for _ in range(30):
+            bs = int(torch.randint(1, 65, (1,), generator=gen))
+            candidates, ri, nt, ns, logits = _greedy_case(gen, k, steps, n, bs)
+            target = logits.argmax(-1).reshape(bs, n)
+            theirs = _greedy_outputs(bs, n, steps)
+            sgl_kernel.verify_tree_greedy(*theirs, candidates, ri, nt, ns, target)
+            ours = _greedy_outputs(bs, n, steps)
+            verify_greedy.verify_tree_greedy(*ours, candidates, ri, nt, ns, target)
+            fused = _greedy_outputs(bs, n, steps)
+            verify_greedy.verify_tree_greedy_from_logits(*fused, candidates, ri, nt, ns, logits)
+            for x, y, z in zip(theirs, ours, fused):
+                assert torch.equal(x, y) and torch.equal(x, z)
+            requests += bs
+            accepted += int(theirs[2].sum())
+    print(f"verify_greedy: {requests} requests equal to sgl_kernel (drop-in and fused argmax), "
+          f"{accepted} draft tokens accepted")
+    assert requests >= 2000
+
+
+def _sampling_case(gen, k, steps, n, bs, vocab):
+    candidates, ri, nt, ns, logits = _greedy_case(gen, k, steps, n, bs, vocab)
+    coins = torch.rand(bs, n, generator=gen).cuda()
+    final_coins = torch.rand(bs, generator=gen).cuda()
+    return candidates, ri, nt, ns, logits, coins, final_coins
+
+
+@needs_sgl
+@pytest.mark.parametrize("thresholds", [(1.0, 1.0), (0.6, 0.4), (0.0, 0.0)])
+def test_sampling_op_equals_sglang_with_identical_coins(thresholds):
+    import sgl_kernel
+
+    gen = torch.Generator().manual_seed(13)
+    requests = differ = 0
+    for k, steps, n in CONFIGS:
+        for _ in range(10):
+            bs = int(torch.randint(1, 33, (1,), generator=gen))
+            candidates, ri, nt, ns, logits, coins, final_coins = _sampling_case(gen, k, steps, n, bs, 1000)
+            probs = torch.softmax(logits / 0.7, -1).reshape(bs, n, -1)
+            results = []
+            for op in (sgl_kernel.tree_speculative_sampling_target_only,
+                       tree_sampling.tree_speculative_sampling_target_only):
+                out = _greedy_outputs(bs, n, steps)
+                draft = torch.zeros_like(probs)
+                op(*out, candidates, ri, nt, ns, coins, final_coins, probs, draft, *thresholds)
+                results.append(out + (draft,))
+            same = torch.ones(bs, dtype=torch.bool, device="cuda")
+            for x, y in zip(results[0][1:3], results[1][1:3]):
+                same &= (x == y).reshape(bs, -1).all(1)
+            same &= (results[0][0] == results[1][0]).reshape(bs, n).all(1)
+            same &= (results[0][3] == results[1][3]).reshape(bs, -1).all(1)
+            requests += bs
+            differ += int((~same).sum())
+    print(f"sampling op {thresholds}: {requests - differ}/{requests} requests identical to sgl_kernel")
+    # Only the float order of the residual sums differs: a coin within rounding of a CDF step.
+    assert differ <= max(1, requests // 1000)
+
+
+@needs_sgl
+def test_fused_sampling_matches_sglang_pipeline_with_identical_coins():
+    import sgl_kernel
+
+    gen = torch.Generator().manual_seed(14)
+    requests = differ = 0
+    for k, steps, n in CONFIGS[:6]:
+        for _ in range(10):
+            bs = int(torch.randint(1, 33, (1,), generator=gen))
+            candidates, ri, nt, ns, logits, coins, final_coins = _sampling_case(gen, k, steps, n, bs, 4000)
+            temperatures = (torch.rand(bs, generator=gen) + 0.5).cuda()
+            top_ks = torch.randint(1, 200, (bs,), generator=gen).int().cuda()
+            top_ps = (torch.rand(bs, generator=gen) * 0.6 + 0.4).cuda()
+            rows = lambda x: torch.repeat_interleave(x, n, dim=0)  # noqa: E731
+            probs = torch.softmax(logits / rows(temperatures)[:, None], -1)
+            probs = sgl_kernel.top_k_renorm_prob(probs, rows(top_ks))
+            probs = sgl_kernel.top_p_renorm_prob(probs, rows(top_ps)).reshape(bs, n, -1)
+            theirs = _greedy_outputs(bs, n, steps)
+            sgl_kernel.tree_speculative_sampling_target_only(*theirs, candidates, ri, nt, ns, coins, final_coins,
+                                                             probs, torch.zeros_like(probs))
+            ours = _greedy_outputs(bs, n, steps)
+            tree_sampling.tree_sampling_from_logits(*ours, candidates, ri, nt, ns, coins, final_coins, logits,
+                                                    temperatures, top_ks, top_ps)
+            same = (theirs[2] == ours[2]) & (theirs[1] == ours[1]).all(1) & (theirs[0] == ours[0]).reshape(bs, n).all(1)
+            requests += bs
+            differ += int((~same).sum())
+    print(f"fused sampling vs SGLang pipeline: {requests - differ}/{requests} requests identical")
+    assert differ <= max(2, requests // 100)
+
+
+@needs_cuda
+def test_fused_sampling_equals_reference_on_gpu():
+    gen = torch.Generator().manual_seed(15)
+    requests = differ = 0
+    for k, steps, n in [(4, 3, 8), (8, 5, 32), (2, 1, 3)]:
+        for trial in range(4):
+            bs = 8
+            candidates, ri, nt, ns, logits, coins, final_coins = _sampling_case(gen, k, steps, n, bs, 3000)
+            logits[:, 100:140] = logits[:, 99:100]  # ties at the top-k / top-p pivots
+            temperatures = (torch.rand(bs, generator=gen) + 0.5).cuda()
+            top_ks = torch.tensor([1, 5, 60, 0, 3000, 2000, 7, -1], dtype=torch.int32).cuda()
+            top_ps = torch.tensor([1.0, 0.5, 0.9, 0.3, 1.0, 0.99, 0.95, 0.999]).cuda()
+            args = (candidates, ri, nt, ns, coins, final_coins, logits, temperatures, top_ks, top_ps)
+            ours = _greedy_outputs(bs, n, steps)
+            tree_sampling.tree_sampling_from_logits(*ours, *args)
+            ref = tuple(t.cpu() for t in _greedy_outputs(bs, n, steps))
+            reference.fused_tree_sampling_reference(*ref, *(a.cpu() for a in args))
+            same = (ref[2] == ours[2].cpu()) & (ref[1] == ours[1].cpu()).all(1)
+            same &= (ref[0] == ours[0].cpu()).reshape(bs, n).all(1)
+            requests += bs
+            differ += int((~same).sum())
+    print(f"fused sampling vs reference on GPU: {requests - differ}/{requests} requests identical")
+    assert differ == 0
+
+
+def _chi_square_pvalue(counts, probs):
+    expected = probs * counts.sum()
+    keep = expected > 0
+    assert counts[~keep].sum() == 0, "a token of probability zero was drawn"
+    stat = ((counts[keep] - expected[keep]) ** 2 / expected[keep]).sum()
+    dof = int(keep.sum()) - 1
+    return float(torch.special.gammaincc(torch.tensor(dof / 2, dtype=torch.float64), stat / 2)), float(stat), dof
+
+
+@needs_cuda
+@pytest.mark.parametrize("fused", [False, True])
+def test_emitted_tokens_follow_the_target_distribution(fused):
+    """200,000 requests share one tree and one row of target logits; only the coins differ. With
+    both thresholds 1, the first emitted token must follow the (filtered) target distribution at
+    the root, whichever draft tokens the tree holds."""
+    draws, vocab, k, steps, n = 200_000, 48, 3, 2, 4
+    gen = torch.Generator().manual_seed(16)
+    tree = random_draft_tree(1, k, steps, n, vocab=vocab, generator=gen, device="cuda")
+    _, _, ri, nt, ns, tokens = tree_build.build_eagle_tree(
+        tree.bonus_tokens, tree.parent_list, tree.top_scores_index, tree.draft_tokens, tree.seq_lens,
+        int(tree.seq_lens.sum()), k, steps, n)
+    row_logits = torch.randn(n, vocab, generator=gen).cuda() * 1.5
+    row_logits[:, tokens[1:].long()] += 1.0  # make the drafts likely, so that many are accepted
+    rep = lambda x: x.repeat(draws, *([1] * (x.dim() - 1)))  # noqa: E731
+    candidates, ri_all = rep(tokens.reshape(1, n)), rep(ri) + torch.arange(draws, device="cuda")[:, None] * n
+    nt_all, ns_all = rep(nt), rep(ns)
+    coins = torch.rand(draws, n, device="cuda")
+    final_coins = torch.rand(draws, device="cuda")
+    out = _greedy_outputs(draws, n, steps)
+    temperature, top_k, top_p = 0.8, 20, 0.9
+    if fused:
+        logits = row_logits.repeat(draws, 1)
+        tree_sampling.tree_sampling_from_logits(
+            *out, candidates, ri_all, nt_all, ns_all, coins, final_coins, logits,
+            torch.full((draws,), temperature, device="cuda"), torch.full((draws,), top_k, dtype=torch.int32, device="cuda"),
+            torch.full((draws,), top_p, device="cuda"))
+        root_probs = reference.filtered_probs_reference(row_logits[0].cpu(), temperature, top_k, top_p)
+    else:
+        probs = torch.softmax(row_logits / temperature, -1)
+        tree_sampling.tree_speculative_sampling_target_only(
+            *out, candidates, ri_all, nt_all, ns_all, coins, final_coins,
+            probs.repeat(draws, 1, 1), torch.zeros(draws, n, vocab, device="cuda"))
+        root_probs = probs[0].double().cpu()
+    first_token = out[0][torch.arange(draws, device="cuda") * n].long()
+    counts = torch.bincount(first_token, minlength=vocab).double().cpu()
+    pvalue, stat, dof = _chi_square_pvalue(counts, root_probs)
+    print(f"chi-square ({'fused' if fused else 'drop-in'}): {draws} draws, stat {stat:.1f}, dof {dof}, "
+          f"p = {pvalue:.3f}, mean accepted {out[2].float().mean():.2f}")
+    assert pvalue > 1e-3
+
+
+@needs_cuda
+def test_ops_capture_in_a_cuda_graph():
+    gen = torch.Generator().manual_seed(17)
+    k, steps, n, bs, vocab = 4, 3, 8, 16, 5000
+    candidates, ri, nt, ns, logits, coins, final_coins = _sampling_case(gen, k, steps, n, bs, vocab)
+    sampling_args = (candidates, ri, nt, ns, coins, final_coins, logits, torch.ones(bs, device="cuda"),
+                     torch.full((bs,), 50, device="cuda"), torch.full((bs,), 0.9, device="cuda"))
+    eager_g, eager_s = _greedy_outputs(bs, n, steps), _greedy_outputs(bs, n, steps)
+    verify_greedy.verify_tree_greedy_from_logits(*eager_g, candidates, ri, nt, ns, logits)
+    tree_sampling.tree_sampling_from_logits(*eager_s, *sampling_args)
+    graph_g, graph_s = _greedy_outputs(bs, n, steps), _greedy_outputs(bs, n, steps)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        verify_greedy.verify_tree_greedy_from_logits(*graph_g, candidates, ri, nt, ns, logits)
+        tree_sampling.tree_sampling_from_logits(*graph_s, *sampling_args)
+    for _ in range(3):
+        graph.replay()
+    torch.cuda.synchronize()
+    for x, y in zip(eager_g + eager_s, graph_g + graph_s):
+        assert torch.equal(x, y)
