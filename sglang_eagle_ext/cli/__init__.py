@@ -9,6 +9,9 @@ import sys
 # subcommand -> module; each module defines `configure(parser)` and `run(args) -> int`.
 COMMANDS = {
     "inspect": "sglang_eagle_ext.cli.inspect_cmd",
+    "serve": "sglang_eagle_ext.cli.serve_cmd",
+    "eval": "sglang_eagle_ext.cli.eval_cmd",
+    "demo": "sglang_eagle_ext.cli.demo_cmd",
 }
 
 

@@ -44,13 +44,13 @@ class DistillSettings:
     aux_indices: tuple[int, ...] | None = None  # hidden-state indices; None: (2, N//2, N-3)
     intermediate_size: int = 256
     draft_vocab_size: int = 256
-    num_sequences: int = 384
+    num_sequences: int = 768
     prompt_tokens: int = 8
     new_tokens: int = 56
-    ttt_steps: int = 3
+    ttt_steps: int = 2
     train_steps: int = 600
     batch_size: int = 32
-    learning_rate: float = 3e-3
+    learning_rate: float = 1e-2
     seed: int = 0
 
 

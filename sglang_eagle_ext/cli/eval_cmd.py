@@ -1,0 +1,138 @@
+"""Measure a drafter's acceptance length on a target offline, before renting GPUs.
+
+The target runs in HF transformers, the drafter in the plain-PyTorch reference implementation
+(CPU or CUDA). For chain and tree drafting, greedy and sampled, it reports the mean number of
+tokens per verify step (accepted drafts + 1, SGLang's spec_accept_length). A drafter with wrong
+aux layers or a wrong vocabulary map loads fine and then accepts almost nothing (about 1.0): this
+is where that shows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from ..errors import DrafterError
+
+NOTHING_ACCEPTED_BELOW = 1.1  # a mean under this means the drafter is useless for this target
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--target", required=True, help="target model directory (HF format)")
+    parser.add_argument("--draft", required=True, help="drafter directory (any supported dialect)")
+    parser.add_argument("--prompts", help="text file, one prompt per line (default: built-in)")
+    parser.add_argument("--num-prompts", type=int, default=8)
+    parser.add_argument("--max-new-tokens", type=int, default=48)
+    parser.add_argument("--num-steps", type=int, default=3)
+    parser.add_argument("--topk", type=int, default=4, help="branching of the tree rows")
+    parser.add_argument("--num-draft-tokens", type=int, default=None,
+                        help="tree rows: drafted tokens + 1 (default topk * num_steps + 1)")
+    parser.add_argument("--temperature", type=float, default=1.0, help="for the sampled rows")
+    parser.add_argument("--aux-layers", default=None,
+                        help="override the drafter's aux hidden-state indices, e.g. 2,4,5 "
+                             "(index k = input of target layer k)")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+
+def _prompts(args, tokenizer) -> list[list[int]]:
+    if args.prompts:
+        with open(args.prompts, encoding="utf-8") as handle:
+            texts = [line.rstrip("\n") for line in handle if line.strip()]
+        if not texts:
+            raise SystemExit(f"{args.prompts}: no prompts (one prompt per non-empty line)")
+    else:
+        from ..tiny.corpus import prompts
+
+        texts = prompts(args.num_prompts, seed=10_000 + args.seed)
+    ids = [tokenizer(text).input_ids for text in texts[:args.num_prompts]]
+    if any(len(i) < 2 for i in ids):
+        raise SystemExit("every prompt must be at least 2 tokens long")
+    return ids
+
+
+def load(target_dir: str, draft_dir: str, device: str, aux_override=None):
+    """Target (HF), capture wrapper and reference drafter, checked against each other."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from ..checkpoint import read_drafter
+    from ..reference.capture import CapturingTarget
+    from ..reference.drafter import ReferenceDrafter
+
+    checkpoint = read_drafter(draft_dir, target=target_dir)
+    spec = checkpoint.spec
+    model = AutoModelForCausalLM.from_pretrained(target_dir, dtype=torch.float32).to(device).eval()
+    tokenizer = AutoTokenizer.from_pretrained(target_dir)
+    depth = model.config.get_text_config().num_hidden_layers
+    if not spec.use_aux_hidden_state:
+        indices = (depth,)
+    else:
+        indices = aux_override or spec.aux_layers.hidden_state_indices(depth)
+    drafter = ReferenceDrafter.from_tensors(
+        spec, checkpoint.load_tensors(torch.float32),
+        target_embed=model.get_input_embeddings().weight.detach(),
+        target_lm_head=model.get_output_embeddings().weight.detach()).to(device).eval()
+    return tokenizer, CapturingTarget(model, indices), drafter
+
+
+def run(args) -> int:
+    from .. import cpu_shims
+
+    cpu_shims.install()
+    import torch
+    from tqdm import tqdm
+
+    from ..acceptance import DraftSettings, mean_accept_length, speculative_generate
+
+    aux_override = (tuple(int(x) for x in args.aux_layers.split(",")) if args.aux_layers else None)
+    try:
+        tokenizer, target, drafter = load(args.target, args.draft, args.device, aux_override)
+        rows = {
+            "chain greedy": DraftSettings(args.num_steps, 1),
+            "chain sampled": DraftSettings(args.num_steps, 1, temperature=args.temperature),
+            "tree greedy": DraftSettings(args.num_steps, args.topk, args.num_draft_tokens),
+            "tree sampled": DraftSettings(args.num_steps, args.topk, args.num_draft_tokens,
+                                          temperature=args.temperature),
+        }
+    except DrafterError as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    prompts = _prompts(args, tokenizer)
+    results = {}
+    with tqdm(total=len(rows) * len(prompts), desc="verify steps", unit="prompt",
+              file=sys.stderr, disable=None) as bar:
+        for name, settings in rows.items():
+            generator = torch.Generator().manual_seed(args.seed)
+            runs = []
+            for prompt in prompts:
+                runs.append(speculative_generate(target, drafter, prompt, args.max_new_tokens,
+                                                 settings, generator))
+                bar.update(1)
+            results[name] = {"accept_length": mean_accept_length(runs),
+                             "verify_steps": sum(len(r.accept_lengths) for r in runs),
+                             "tokens": sum(len(r.output) for r in runs),
+                             "num_steps": settings.num_steps, "topk": settings.topk,
+                             "draft_tokens": settings.tree_size + 1,
+                             "temperature": settings.temperature}
+    report = {"target": args.target, "draft": args.draft, "aux_indices": list(target.indices),
+              "prompts": len(prompts), "rows": results}
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return 0
+    print(f"target {args.target}\ndraft  {args.draft}\naux hidden-state indices "
+          f"{list(target.indices)}, {len(prompts)} prompts x {args.max_new_tokens} tokens")
+    print(f"{'drafting':<15}{'steps':>6}{'topk':>6}{'tokens':>8}{'temp':>6}{'accept length':>16}")
+    for name, row in results.items():
+        print(f"{name:<15}{row['num_steps']:>6}{row['topk']:>6}{row['draft_tokens']:>8}"
+              f"{row['temperature']:>6.1f}{row['accept_length']:>16.3f}")
+    if max(row["accept_length"] for row in results.values()) < NOTHING_ACCEPTED_BELOW:
+        print("warning: the drafter accepts almost nothing on this target: check that its aux "
+              "layers and vocabulary map are the ones it was trained with "
+              "(`sglang-eagle inspect`)")
+    return 0

@@ -1,0 +1,107 @@
+"""Export a legacy training checkpoint (``draft_model.pt`` + ``config.json``) as a model directory.
+
+NeMo Automodel's older trainers save the drafter as a pickled state dict with a config whose
+``architectures`` is the trainer's class and whose ``num_hidden_layers`` is the *target's* depth;
+the draft vocabulary lives in ``eagle_meta.pt`` (legacy ``eagle3_meta.pt``). Serving needs an
+ordinary model directory: ``model.safetensors`` with canonical names plus ``d2t``/``t2d``, and a
+flat ``LlamaForCausalLMEagle3`` config with the true layer count. Everything is read through
+:func:`read_drafter` (pickles with ``weights_only=True`` only); the directory is written into a
+sibling staging directory, checked by reading it back, and renamed into place with ``os.replace``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import tempfile
+
+import torch
+
+from .checkpoint import DrafterCheckpoint, read_drafter
+from .errors import DrafterError, Problem
+
+LEGACY_WEIGHTS = "draft_model.pt"
+EXPORT_RECORD = "exported_from.json"
+# Fields that legitimately differ between the legacy checkpoint and its export.
+_PROVENANCE = {"path", "dialect", "architecture", "files", "notes", "aux_layers"}
+
+
+def is_legacy_checkpoint(directory: str) -> bool:
+    return (os.path.isfile(os.path.join(directory, LEGACY_WEIGHTS))
+            and os.path.isfile(os.path.join(directory, "config.json")))
+
+
+def source_fingerprint(directory: str) -> list[list]:
+    """Names, sizes and mtimes of the files an export depends on (to reuse a finished export)."""
+    return [[name, os.path.getsize(p), os.stat(p).st_mtime_ns]
+            for name in sorted(os.listdir(directory))
+            if os.path.isfile(p := os.path.join(directory, name))]
+
+
+def export_is_current(source: str, directory: str) -> bool:
+    try:
+        with open(os.path.join(directory, EXPORT_RECORD), encoding="utf-8") as handle:
+            record = json.load(handle)
+    except (OSError, ValueError):
+        return False
+    return record.get("fingerprint") == source_fingerprint(source)
+
+
+def _exported_config(checkpoint: DrafterCheckpoint) -> dict:
+    spec = checkpoint.spec
+    with open(os.path.join(spec.path, "config.json"), encoding="utf-8") as handle:
+        config = json.load(handle)
+    config["architectures"] = ["LlamaForCausalLMEagle3"]
+    config["num_hidden_layers"] = spec.num_layers
+    config["draft_vocab_size"] = spec.draft_vocab_size
+    indices = spec.aux_layers.hidden_state_indices()
+    if indices is not None:  # ids as SGLang reads them; absent ids stay absent (default taps)
+        config.pop("eagle_aux_hidden_state_layer_ids", None)
+        config.setdefault("eagle_config", {})["eagle_aux_hidden_state_layer_ids"] = [
+            i - 1 for i in indices]
+    return config
+
+
+def export_legacy(source: str, directory: str, target=None) -> str:
+    """Write the model directory for legacy checkpoint ``source`` into ``directory``."""
+    source = os.path.abspath(source)
+    checkpoint = read_drafter(source, target=target)
+    spec = checkpoint.spec
+    tensors = checkpoint.load_tensors()
+    if spec.has_vocab_map:
+        t2d = torch.zeros(spec.vocab_size, dtype=torch.bool)
+        t2d[torch.arange(spec.draft_vocab_size) + tensors["d2t"]] = True
+        tensors["t2d"] = t2d
+    directory = os.path.abspath(directory)
+    parent = os.path.dirname(directory)
+    os.makedirs(parent, exist_ok=True)
+    staging = tempfile.mkdtemp(prefix=".export-", dir=parent)
+    os.chmod(staging, 0o755)
+    try:
+        from safetensors.torch import save_file
+
+        save_file({k: v.contiguous() for k, v in tensors.items()},
+                  os.path.join(staging, "model.safetensors"))
+        with open(os.path.join(staging, "config.json"), "w", encoding="utf-8") as handle:
+            json.dump(_exported_config(checkpoint), handle, indent=2)
+        with open(os.path.join(staging, EXPORT_RECORD), "w", encoding="utf-8") as handle:
+            json.dump({"source": source, "fingerprint": source_fingerprint(source)}, handle,
+                      indent=2)
+        exported = read_drafter(staging, target=target).spec
+        differing = [f.name for f in dataclasses.fields(spec) if f.name not in _PROVENANCE
+                     and getattr(spec, f.name) != getattr(exported, f.name)]
+        if spec.aux_layers.hidden_state_indices() != exported.aux_layers.hidden_state_indices():
+            differing.append("aux_layers")
+        if differing:
+            raise DrafterError([Problem(staging, ", ".join(differing),
+                                        "the export does not read back as the same drafter",
+                                        "report this as a bug with the source config.json")])
+        if os.path.isdir(directory):
+            shutil.rmtree(directory)  # a stale export of ours (the caller checked it is one)
+        os.replace(staging, directory)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return directory
