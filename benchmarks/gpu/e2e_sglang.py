@@ -25,7 +25,6 @@ import os
 import statistics
 import sys
 import time
-import traceback
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "tests", "sglang"))
 
@@ -137,73 +136,94 @@ def measure_speed(engine) -> dict:
             "batch32_tok_s": round(throughput(engine, 32, 128), 1)}
 
 
+def run_task(task: str, out: str, throughput: bool) -> dict:
+    """One engine's work (SGLang kills the whole process when an engine fails to start)."""
+    from matched_drafter import build_matched_drafter
+
+    target = os.path.join(out, "models", "target")
+    if task == "baseline":
+        engine = start_engine(target)
+        outputs = greedy(engine, PROMPTS, top2=True)
+        engine.shutdown()
+        return {"outputs": [{"output_ids": o["output_ids"], "meta_info": {
+            "output_top_logprobs": [[list(t[:2]) for t in pos] for pos in o["meta_info"]["output_top_logprobs"]]}}
+            for o in outputs]}
+    if task == "builtin":
+        os.environ["SGLANG_EAGLE_EXT"] = "0"  # every process of this engine: SGLang's built-in class
+        engine = start_engine(target, os.path.join(out, "models", "drafter0"), ROWS[0],
+                              graph_bs=(1, 2, 4, 8, 16, 32))
+        record = {"speed": measure_speed(engine), "acceptance": acceptance(greedy(engine, PROMPTS))}
+        engine.shutdown()
+        return record
+    number = int(task[len("row"):])
+    row = ROWS[number]
+    with open(os.path.join(out, "baseline.json")) as handle:
+        baseline = json.load(handle)["outputs"]
+    drafter = build_matched_drafter(os.path.join(out, "models", f"drafter{number}"), target,
+                                    layers=row.layers, num_aux=row.num_aux, fc_norm=row.fc_norm,
+                                    dialect=row.dialect, seed=number)
+    speed = throughput and number == 0
+    started = time.perf_counter()
+    engine = start_engine(target, drafter, row, graph_bs=(1, 2, 4, 8, 16, 32) if speed else (1, 2, 4, 8))
+    record = {"row": dataclasses.asdict(row), "start_s": round(time.perf_counter() - started, 1)}
+    outputs = greedy(engine, PROMPTS)
+    record.update(compare(outputs, baseline))
+    record.update(acceptance(outputs))
+    if speed:
+        record["speed_ours"] = measure_speed(engine)
+    engine.shutdown()
+    return record
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", required=True)
     parser.add_argument("--throughput", action="store_true")
+    parser.add_argument("--task", help="internal: run one engine's task in this process")
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
+    if args.task:
+        record = run_task(args.task, args.out, args.throughput)
+        with open(os.path.join(args.out, f"{args.task}.json"), "w") as handle:
+            json.dump(record, handle)
+        return 0
+
+    import subprocess
 
     import sglang
     import torch
 
-    from matched_drafter import build_matched_drafter
     from sglang_eagle_ext.tiny.target import TinyTargetSettings, build_tiny_target
 
-    models = os.path.join(args.out, "models")
-    target = build_tiny_target(os.path.join(models, "target"), TinyTargetSettings(
+    build_tiny_target(os.path.join(args.out, "models", "target"), TinyTargetSettings(
         num_layers=8, hidden_size=256, num_attention_heads=4, num_key_value_heads=2,
         intermediate_size=512, lm_head_std=2.0))
     results = {"sglang": sglang.__version__, "device": torch.cuda.get_device_name(0),
                "date": time.strftime("%Y-%m-%d"), "near_tie_nats": NEAR_TIE,
                "max_new_tokens": MAX_NEW_TOKENS, "rows": []}
-
-    def save():
-        with open(os.path.join(args.out, "results.json"), "w") as handle:
-            json.dump(results, handle, indent=2)
-
-    engine = start_engine(target)
-    baseline = greedy(engine, PROMPTS, top2=True)
-    engine.shutdown()
-
-    for number, row in enumerate(ROWS):
-        record = {"row": dataclasses.asdict(row)}
-        try:
-            drafter = build_matched_drafter(os.path.join(models, f"drafter{number}"), target,
-                                            layers=row.layers, num_aux=row.num_aux,
-                                            fc_norm=row.fc_norm, dialect=row.dialect, seed=number)
-            started = time.perf_counter()
-            graph_bs = (1, 2, 4, 8, 16, 32) if (args.throughput and number == 0) else (1, 2, 4, 8)
-            engine = start_engine(target, drafter, row, graph_bs=graph_bs)
-            record["start_s"] = round(time.perf_counter() - started, 1)
-            outputs = greedy(engine, PROMPTS)
-            record.update(compare(outputs, baseline))
-            record.update(acceptance(outputs))
-            if args.throughput and number == 0:
-                record["speed_ours"] = measure_speed(engine)
-            engine.shutdown()
-        except Exception:  # keep the other rows; the error is the row's result
-            record["error"] = traceback.format_exc()[-2000:]
-        results["rows"].append(record)
-        save()
-        print("ROW", json.dumps(record), flush=True)
-
-    if args.throughput:
-        try:
-            os.environ["SGLANG_EAGLE_EXT"] = "0"  # the schedulers start with SGLang's built-in class
-            drafter = os.path.join(models, "drafter0")
-            engine = start_engine(target, drafter, ROWS[0], graph_bs=(1, 2, 4, 8, 16, 32))
-            results["speed_builtin"] = measure_speed(engine)
-            results["builtin_acceptance"] = acceptance(greedy(engine, PROMPTS))
-            engine.shutdown()
-            ours = results["rows"][0]["speed_ours"]
-            results["ratio"] = {k: round(ours[k] / results["speed_builtin"][k], 4) for k in ours}
-        except Exception:
-            results["speed_error"] = traceback.format_exc()[-2000:]
-        finally:
-            os.environ.pop("SGLANG_EAGLE_EXT", None)
-        save()
-        print("SPEED", json.dumps({k: results.get(k) for k in ("speed_builtin", "ratio")}), flush=True)
+    tasks = ["baseline"] + [f"row{i}" for i in range(len(ROWS))] + (["builtin"] if args.throughput else [])
+    for task in tasks:
+        command = [sys.executable, __file__, "--out", args.out, "--task", task]
+        if args.throughput:
+            command.append("--throughput")
+        code = subprocess.run(command, timeout=240).returncode
+        path = os.path.join(args.out, f"{task}.json")
+        record = json.load(open(path)) if code == 0 and os.path.exists(path) else {"error": f"exit {code}"}
+        if task.startswith("row"):
+            record.setdefault("row", dataclasses.asdict(ROWS[int(task[3:])]))
+            results["rows"].append(record)
+        elif task == "builtin":
+            results["builtin"] = record
+        elif "error" in record:
+            print("BASELINE FAILED", flush=True)
+            break
+        print("TASK", task, json.dumps({k: v for k, v in record.items() if k != "outputs"}), flush=True)
+    if "builtin" in results and "speed" in results["builtin"] and "speed_ours" in results["rows"][0]:
+        ours, builtin = results["rows"][0]["speed_ours"], results["builtin"]["speed"]
+        results["ratio"] = {k: round(ours[k] / builtin[k], 4) for k in ours}
+        print("SPEED", json.dumps({"ours": ours, "builtin": builtin, "ratio": results["ratio"]}), flush=True)
+    with open(os.path.join(args.out, "results.json"), "w") as handle:
+        json.dump(results, handle, indent=2)
     return 0
 
 

@@ -16,6 +16,6 @@ export PYTHONPATH="$PWD:$PYTHONPATH" PYTHONUNBUFFERED=1
 python3 -c "from importlib.metadata import entry_points as e; print([x.value for x in e(group='sglang.srt.plugins')])"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 timeout 560 python3 benchmarks/gpu/e2e_sglang.py --out "$OUTDIR" "$@" 2>&1 | tee "$OUTDIR/run.log" \
-  | grep -v "^\[20" | grep -E "ROW|SPEED|sglang-eagle-ext|Error|error" | cut -c1-600
+  | grep -v "^\[20" | grep -E "TASK|SPEED|BASELINE|sglang-eagle-ext|Error" | cut -c1-600
 grep -m3 "sglang-eagle-ext:" "$OUTDIR/run.log" > "$OUTDIR/log_line.txt" || true
 rm -rf "$OUTDIR/models"

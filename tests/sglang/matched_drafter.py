@@ -54,6 +54,9 @@ def build_matched_drafter(directory: str, target_dir: str, *, layers: int, num_a
         config["fc_norm"] = fc_norm
     else:
         raise ValueError(f"dialect {dialect!r} is not one of {DIALECTS}")
+    # SGLang serves the draft at the target's context length and refuses a shorter draft config
+    layer_config = config.get("transformer_layer_config", config)
+    layer_config["max_position_embeddings"] = target.get("max_position_embeddings", 2048)
     fixtures.write_checkpoint(directory, config, tensors)
     with open(os.path.join(directory, "matched_drafter.json"), "w", encoding="utf-8") as handle:
         json.dump({"geometry": dataclasses.asdict(geometry), "aux_hidden_state_indices": indices,
