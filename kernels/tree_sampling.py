@@ -22,7 +22,8 @@ import triton.language as tl
 
 from sglang_eagle_ext.kernels.tree_walk import load_tree, pick, write_accept_slot
 
-TOP_P_CANDIDATES = 1024  # top-p pivots are searched among this many best tokens before a full search
+SELECT_MAX = 1024  # top-k up to this, and top-p alone among this many best tokens, work in registers
+SCRATCH_SLOTS = 2048  # collected (key, index) pairs per request
 
 
 @triton.jit
@@ -169,17 +170,53 @@ def _order_key(z):
 
 
 @triton.jit
+def _key_value(key):
+    ordered = (key - 0x80000000).to(tl.int32)
+    return tl.where(ordered >= 0, ordered, ordered ^ 0x7FFFFFFF).to(tl.float32, bitcast=True)
+
+
+@triton.jit
 def _scaled(row_ptr, index, mask, temperature):
     x = tl.load(row_ptr + index, mask=mask, other=float("-inf")).to(tl.float32)
     return tl.math.div_rn(x, temperature)
 
 
 @triton.jit
-def _select_kth_key(row_ptr, vocab, temperature, k, BLOCK_V: tl.constexpr):
-    """Key of the k-th largest ``z`` of the row (1 <= k <= vocab): radix select, 8 bits a pass,
-    most significant digit first, counting the candidates that share the digits chosen so far."""
-    lanes = tl.arange(0, BLOCK_V)
+def _digit_counts(key, candidate, prefix, shift: tl.constexpr):
+    """Histogram of the 8-bit digit at ``shift`` over the candidates whose higher digits equal
+    ``prefix``'s (radix select, most significant digit first)."""
+    if shift != 24:
+        candidate = candidate & ((key >> (shift + 8)) == (prefix >> (shift + 8)))
+    digit = tl.where(candidate, (key >> shift) & 255, 0).to(tl.int32)
+    counts = tl.histogram(digit, 256)
+    return tl.where(tl.arange(0, 256) == 0, counts - tl.sum((~candidate).to(tl.int32), axis=0), counts)
+
+
+@triton.jit
+def _choose_digit(counts, remaining, prefix, shift: tl.constexpr):
+    """The digit holding the ``remaining``-th largest candidate; returns the new remaining rank
+    among the candidates with that digit and the extended prefix."""
     bins = tl.arange(0, 256)
+    at_or_above = tl.cumsum(counts, axis=0, reverse=True)
+    chosen = tl.max(tl.where(at_or_above >= remaining, bins, 0), axis=0)
+    remaining -= pick(at_or_above - counts, bins, chosen)
+    return remaining, prefix | (chosen.to(tl.int64) << shift)
+
+
+@triton.jit
+def _kth_largest_key_of(keys, candidate, k):
+    """Key of the k-th largest among the candidate entries of a register vector of keys."""
+    prefix = tl.zeros((), dtype=tl.int64)
+    remaining = k.to(tl.int32)
+    for shift in tl.static_range(24, -1, -8):
+        remaining, prefix = _choose_digit(_digit_counts(keys, candidate, prefix, shift), remaining, prefix, shift)
+    return prefix
+
+
+@triton.jit
+def _kth_largest_key_in_row(row_ptr, vocab, temperature, k, BLOCK_V: tl.constexpr):
+    """Key of the k-th largest ``z`` of a row (1 <= k <= vocab), four passes over the row."""
+    lanes = tl.arange(0, BLOCK_V)
     prefix = tl.zeros((), dtype=tl.int64)
     remaining = k.to(tl.int32)
     for shift in tl.static_range(24, -1, -8):
@@ -187,105 +224,114 @@ def _select_kth_key(row_ptr, vocab, temperature, k, BLOCK_V: tl.constexpr):
         for offset in range(0, vocab, BLOCK_V):
             index = offset + lanes
             valid = index < vocab
-            key = _order_key(_scaled(row_ptr, index, valid, temperature))
-            if shift == 24:
-                candidate = valid
-            else:
-                candidate = valid & ((key >> (shift + 8)) == (prefix >> (shift + 8)))
-            digit = tl.where(candidate, (key >> shift) & 255, 0).to(tl.int32)
-            histogram = tl.histogram(digit, 256)
-            counts += tl.where(bins == 0, histogram - tl.sum((~candidate).to(tl.int32), axis=0), histogram)
-        # Count of candidates with a digit >= d; the k-th largest lies in the highest d reaching k.
-        at_or_above = tl.cumsum(counts, axis=0, reverse=True)
-        chosen = tl.max(tl.where(at_or_above >= remaining, bins, 0), axis=0)
-        remaining -= pick(at_or_above - counts, bins, chosen)
-        prefix |= chosen.to(tl.int64) << shift
+            counts += _digit_counts(_order_key(_scaled(row_ptr, index, valid, temperature)), valid, prefix, shift)
+        remaining, prefix = _choose_digit(counts, remaining, prefix, shift)
     return prefix
 
 
 @triton.jit
 def _mass_at_or_above(row_ptr, vocab, temperature, row_max, floor_key, BLOCK_V: tl.constexpr):
     lanes = tl.arange(0, BLOCK_V)
-    mass = tl.zeros((), dtype=tl.float32)
+    mass = tl.zeros((BLOCK_V,), dtype=tl.float32)
     for offset in range(0, vocab, BLOCK_V):
         index = offset + lanes
         z = _scaled(row_ptr, index, index < vocab, temperature)
-        mass += tl.sum(tl.where(_order_key(z) >= floor_key, tl.exp(z - row_max), 0.0), axis=0)
-    return mass
+        mass += tl.where(_order_key(z) >= floor_key, tl.exp(z - row_max), 0.0)
+    return tl.sum(mass, axis=0)
 
 
 @triton.jit
 def _row_filter(row_ptr, vocab, temperature, top_k, top_p, scratch_ptr,
-                BLOCK_V: tl.constexpr, CANDIDATES: tl.constexpr):
-    """Statistics of one row under temperature / top-k / top-p: ``(row_max, floor_key, total)``,
-    so that token i keeps ``exp(z_i - row_max) / total`` when ``key(z_i) >= floor_key``, else 0."""
+                BLOCK_V: tl.constexpr, CANDIDATES: tl.constexpr, SELECT_MAX: tl.constexpr):
+    """Filter statistics of one row: ``(row_max, floor_key, total, stored, in_scratch)``; token i
+    keeps ``exp(z_i - row_max) / total`` when ``key(z_i) >= floor_key``, else 0.
+
+    Pass 1 keeps each lane's maximum; the s-th largest lane maximum (s = top-k, or SELECT_MAX
+    for top-p alone) is at most the row's s-th largest ``z``, so pass 2 (from L2) collects every
+    token at or above it (rarely many more than s) into the scratch: ``(key, index)`` pairs,
+    ``stored`` of them. Top-k and top-p are then exact in registers, and ``in_scratch`` says all
+    surviving tokens are there. Otherwise (more than CANDIDATES collected, top-k above SELECT_MAX,
+    or a top-p pivot further down) exact passes over the row take over.
+    """
     lanes = tl.arange(0, BLOCK_V)
-    row_max = tl.full((), float("-inf"), tl.float32)
+    lane_max = tl.full((BLOCK_V,), float("-inf"), tl.float32)
     for offset in range(0, vocab, BLOCK_V):
         index = offset + lanes
-        row_max = tl.maximum(row_max, tl.max(_scaled(row_ptr, index, index < vocab, temperature), axis=0))
+        lane_max = tl.maximum(lane_max, _scaled(row_ptr, index, index < vocab, temperature))
+    row_max = tl.max(lane_max, axis=0)
 
     top_k_active = (top_k > 0) & (top_k < vocab)
     top_p_active = top_p < 1.0
-    # Top-k floor, and the floor of the candidate set in which the top-p pivot is first looked for.
-    k_floor = tl.zeros((), dtype=tl.int64)
-    if top_k_active:
-        k_floor = _select_kth_key(row_ptr, vocab, temperature, top_k, BLOCK_V)
-    candidate_floor = k_floor
-    if top_p_active & ((~top_k_active) | (top_k > CANDIDATES)):
-        candidate_floor = _select_kth_key(row_ptr, vocab, temperature, tl.minimum(vocab, CANDIDATES), BLOCK_V)
-        candidate_floor = tl.maximum(candidate_floor, k_floor)
-
-    # One pass: mass of the top-k set, and the candidate keys compacted into the scratch.
-    kept_mass = tl.zeros((), dtype=tl.float32)
-    stored = tl.zeros((), dtype=tl.int32)
+    filtered = top_k_active | top_p_active
+    counter_ptr = scratch_ptr + CANDIDATES
+    lane_floor = tl.full((), 1 << 40, tl.int64)  # above every key: collect nothing
+    if filtered:
+        select = tl.where(top_k_active & (top_k <= SELECT_MAX), top_k, tl.minimum(vocab, SELECT_MAX))
+        lane_floor = _kth_largest_key_of(_order_key(lane_max), lanes < vocab, select)
+        tl.store(counter_ptr, 0)
+    tl.debug_barrier()
+    lane_mass = tl.zeros((BLOCK_V,), dtype=tl.float32)
     for offset in range(0, vocab, BLOCK_V):
         index = offset + lanes
-        z = _scaled(row_ptr, index, index < vocab, temperature)
+        valid = index < vocab
+        z = _scaled(row_ptr, index, valid, temperature)
         key = _order_key(z)
-        kept_mass += tl.sum(tl.where(key >= k_floor, tl.exp(z - row_max), 0.0), axis=0)
-        if top_p_active:
-            is_candidate = (key >= candidate_floor) & (index < vocab)
-            slot = stored + tl.cumsum(is_candidate.to(tl.int32), axis=0) - 1
-            tl.store(scratch_ptr + slot, key, mask=is_candidate & (slot < CANDIDATES))
-            stored += tl.sum(is_candidate.to(tl.int32), axis=0)
+        lane_mass += tl.where(valid, tl.exp(z - row_max), 0.0)
+        collect = valid & (key >= lane_floor)
+        slot = tl.atomic_add(counter_ptr + tl.zeros_like(index).to(tl.int64), 1, mask=collect)
+        tl.store(scratch_ptr + slot, ((key - 0x80000000) << 32) | index, mask=collect & (slot < CANDIDATES))
+    all_mass = tl.sum(lane_mass, axis=0)
+    tl.debug_barrier()
+    stored = tl.where(filtered, tl.atomic_add(counter_ptr, 0), 0)
 
-    floor_key = k_floor
-    total = kept_mass
-    if top_p_active:
-        target_mass = top_p * kept_mass
-        tl.debug_barrier()
+    floor_key = tl.zeros((), dtype=tl.int64)
+    total = all_mass
+    in_scratch = filtered & (stored <= CANDIDATES) & ~(top_k_active & (top_k > SELECT_MAX))
+    if in_scratch:
         slots = tl.arange(0, CANDIDATES)
-        keys = tl.load(scratch_ptr + slots, mask=slots < stored, other=-1)
-        tl.debug_barrier()  # the next row reuses the scratch
-        keys = tl.sort(keys, descending=True)
-        e = tl.where(keys >= 0, tl.exp(_key_value(keys) - row_max), 0.0)
-        reached = tl.cumsum(e, axis=0) >= target_mass
-        first = tl.min(tl.where(reached, slots, CANDIDATES), axis=0)
-        if (stored <= CANDIDATES) & (first < CANDIDATES):
-            floor_key = pick(keys, slots, first)
-            total = tl.sum(tl.where(keys >= floor_key, e, 0.0), axis=0)
-        else:
-            # The pivot is beyond the candidates: bisect the key range on the kept mass.
-            low = k_floor
-            high = tl.full((), 1 << 32, tl.int64)
-            total = kept_mass
-            while high - low > 1:
-                middle = (low + high) // 2
-                mass = _mass_at_or_above(row_ptr, vocab, temperature, row_max, middle, BLOCK_V)
-                if mass >= target_mass:
-                    low = middle
-                    total = mass
-                else:
-                    high = middle
-            floor_key = low
-    return row_max, floor_key, total
+        present = slots < stored
+        packed = tl.sort(tl.load(scratch_ptr + slots, mask=present, other=-0x7FFFFFFFFFFFFFFF - 1), descending=True)
+        keys = (packed >> 32) + 0x80000000
+        e = tl.where(present, tl.exp(_key_value(keys) - row_max), 0.0)
+        kept_mass = all_mass
+        if top_k_active:
+            floor_key = pick(keys, slots, top_k - 1)
+            kept_mass = tl.sum(tl.where(keys >= floor_key, e, 0.0), axis=0)
+        total = kept_mass
+        if top_p_active:
+            reached = present & (tl.cumsum(e, axis=0) >= top_p * kept_mass)
+            first = tl.min(tl.where(reached, slots, CANDIDATES), axis=0)
+            if first < CANDIDATES:
+                floor_key = pick(keys, slots, first)
+                total = tl.sum(tl.where(keys >= floor_key, e, 0.0), axis=0)
+            else:
+                in_scratch = first < CANDIDATES  # False: the pivot lies below the collected tokens
+                floor_key, total = _top_p_by_bisection(row_ptr, vocab, temperature, row_max, floor_key,
+                                                       top_p * kept_mass, kept_mass, BLOCK_V)
+    elif filtered:
+        if top_k_active:
+            floor_key = _kth_largest_key_in_row(row_ptr, vocab, temperature, top_k, BLOCK_V)
+            total = _mass_at_or_above(row_ptr, vocab, temperature, row_max, floor_key, BLOCK_V)
+        if top_p_active:
+            floor_key, total = _top_p_by_bisection(row_ptr, vocab, temperature, row_max, floor_key,
+                                                   top_p * total, total, BLOCK_V)
+    return row_max, floor_key, total, stored, in_scratch
 
 
 @triton.jit
-def _key_value(key):
-    ordered = (key - 0x80000000).to(tl.int32)
-    return tl.where(ordered >= 0, ordered, ordered ^ 0x7FFFFFFF).to(tl.float32, bitcast=True)
+def _top_p_by_bisection(row_ptr, vocab, temperature, row_max, low, target_mass, low_mass, BLOCK_V: tl.constexpr):
+    """Largest key whose mass at or above reaches ``target_mass`` (keys >= ``low`` only), and
+    that mass: the top-p pivot, found by bisection over the 32-bit key range."""
+    high = tl.full((), 1 << 32, tl.int64)
+    while high - low > 1:
+        middle = (low + high) // 2
+        mass = _mass_at_or_above(row_ptr, vocab, temperature, row_max, middle, BLOCK_V)
+        if mass >= target_mass:
+            low = middle
+            low_mass = mass
+        else:
+            high = middle
+    return low, low_mass
 
 
 @triton.jit
@@ -308,12 +354,32 @@ def _filtered_residual(row_ptr, temperature, row_max, floor_key, total, rejected
 
 
 @triton.jit
+def _draw_from_scratch(scratch_ptr, stored, row_max, floor_key, total, rejected, coin, vocab,
+                       CANDIDATES: tl.constexpr):
+    """The residual draw when every surviving token is in the scratch: sort the survivors by
+    vocabulary index and take the inverse CDF in registers."""
+    slots = tl.arange(0, CANDIDATES)
+    present = slots < stored
+    packed = tl.load(scratch_ptr + slots, mask=present, other=0)
+    keys = (packed >> 32) + 0x80000000
+    index = packed & 0xFFFFFFFF
+    is_rejected = tl.max((index[:, None] == rejected[None, :]).to(tl.int32), axis=1) > 0
+    w = tl.where(present & (keys >= floor_key) & ~is_rejected, tl.exp(_key_value(keys) - row_max) / total, 0.0)
+    by_index = tl.sort(tl.where(present, index, vocab + slots) << 32 | w.to(tl.int32, bitcast=True).to(tl.int64))
+    w = (by_index & 0xFFFFFFFF).to(tl.int32).to(tl.float32, bitcast=True)
+    index = by_index >> 32
+    running, sampled, last_positive = _draw_tile(w, index, coin * tl.sum(w, axis=0), tl.zeros((), tl.float32),
+                                                 tl.full((), -1, tl.int64), tl.full((), -1, tl.int64), vocab)
+    return _drawn_token(sampled, last_positive, vocab)
+
+
+@triton.jit
 def _sampling_from_logits_kernel(predicts_ptr, accept_index_ptr, accept_num_ptr, cand_ptr,
                                  retrive_index_ptr, next_token_ptr, next_sibling_ptr, coins_ptr,
                                  final_coins_ptr, logits_ptr, stride_row, temperatures_ptr, top_ks_ptr,
                                  top_ps_ptr, scratch_ptr, threshold_single, threshold_acc,
                                  n, max_accepts, vocab, BLOCK_N: tl.constexpr, BLOCK_V: tl.constexpr,
-                                 CANDIDATES: tl.constexpr):
+                                 CANDIDATES: tl.constexpr, SELECT_MAX: tl.constexpr):
     b = tl.program_id(0)
     nodes = tl.arange(0, BLOCK_N)
     candidates, rows, first_child, next_sibling = load_tree(
@@ -321,14 +387,14 @@ def _sampling_from_logits_kernel(predicts_ptr, accept_index_ptr, accept_num_ptr,
     temperature = tl.load(temperatures_ptr + b).to(tl.float32)
     top_k = tl.load(top_ks_ptr + b).to(tl.int32)
     top_p = tl.load(top_ps_ptr + b).to(tl.float32)
-    scratch = scratch_ptr + b.to(tl.int64) * CANDIDATES
+    scratch = scratch_ptr + b.to(tl.int64) * (CANDIDATES + 1)
 
     last_row = pick(rows, nodes, 0)
     last_local = tl.zeros((), dtype=tl.int64)
     write_accept_slot(accept_index_ptr, b, max_accepts, 0, last_row)
     row_ptr = logits_ptr + last_row * stride_row
-    row_max, floor_key, total = _row_filter(row_ptr, vocab, temperature, top_k, top_p, scratch,
-                                            BLOCK_V, CANDIDATES)
+    row_max, floor_key, total, stored, in_scratch = _row_filter(
+        row_ptr, vocab, temperature, top_k, top_p, scratch, BLOCK_V, CANDIDATES, SELECT_MAX)
     coin = tl.load(coins_ptr + b.to(tl.int64) * n)
     prob_acc = tl.zeros((), dtype=tl.float32)
     accepted = tl.zeros((), dtype=tl.int32)
@@ -347,8 +413,8 @@ def _sampling_from_logits_kernel(predicts_ptr, accept_index_ptr, accept_num_ptr,
             last_local = cur
             write_accept_slot(accept_index_ptr, b, max_accepts, accepted, last_row)
             row_ptr = logits_ptr + last_row * stride_row
-            row_max, floor_key, total = _row_filter(row_ptr, vocab, temperature, top_k, top_p, scratch,
-                                                    BLOCK_V, CANDIDATES)
+            row_max, floor_key, total, stored, in_scratch = _row_filter(
+                row_ptr, vocab, temperature, top_k, top_p, scratch, BLOCK_V, CANDIDATES, SELECT_MAX)
             cur = pick(first_child, nodes, cur)
         else:
             cur = pick(next_sibling, nodes, cur)
@@ -359,23 +425,30 @@ def _sampling_from_logits_kernel(predicts_ptr, accept_index_ptr, accept_num_ptr,
     # walk stopped at full depth), so their tokens drop out of the target distribution.
     is_tried_child = _children_of(first_child, next_sibling, nodes, last_local, n) & (accepted < max_accepts)
     rejected = tl.where(is_tried_child, candidates, -1)
-    lanes = tl.arange(0, BLOCK_V)
-    residual = tl.zeros((), dtype=tl.float32)
-    for offset in range(0, vocab, BLOCK_V):
-        index = offset + lanes
-        residual += tl.sum(_filtered_residual(row_ptr, temperature, row_max, floor_key, total, rejected,
-                                              index, index < vocab), axis=0)
-    threshold = tl.load(final_coins_ptr + b) * residual
-    running = tl.zeros((), dtype=tl.float32)
-    sampled = tl.full((), -1, tl.int64)
-    last_positive = tl.full((), -1, tl.int64)
-    offset = tl.zeros((), dtype=tl.int64)
-    while (offset < vocab) & (sampled < 0):
-        index = offset + lanes
-        w = _filtered_residual(row_ptr, temperature, row_max, floor_key, total, rejected, index, index < vocab)
-        running, sampled, last_positive = _draw_tile(w, index, threshold, running, sampled, last_positive, vocab)
-        offset += BLOCK_V
-    tl.store(predicts_ptr + last_row, _drawn_token(sampled, last_positive, vocab).to(tl.int32))
+    final_coin = tl.load(final_coins_ptr + b)
+    if in_scratch:
+        token = _draw_from_scratch(scratch, stored, row_max, floor_key, total, rejected, final_coin, vocab,
+                                   CANDIDATES)
+    else:
+        lanes = tl.arange(0, BLOCK_V)
+        residual = tl.zeros((BLOCK_V,), dtype=tl.float32)
+        for offset in range(0, vocab, BLOCK_V):
+            index = offset + lanes
+            residual += _filtered_residual(row_ptr, temperature, row_max, floor_key, total, rejected,
+                                           index, index < vocab)
+        threshold = final_coin * tl.sum(residual, axis=0)
+        running = tl.zeros((), dtype=tl.float32)
+        sampled = tl.full((), -1, tl.int64)
+        last_positive = tl.full((), -1, tl.int64)
+        offset = tl.zeros((), dtype=tl.int64)
+        while (offset < vocab) & (sampled < 0):
+            index = offset + lanes
+            w = _filtered_residual(row_ptr, temperature, row_max, floor_key, total, rejected, index, index < vocab)
+            running, sampled, last_positive = _draw_tile(w, index, threshold, running, sampled, last_positive,
+                                                         vocab)
+            offset += BLOCK_V
+        token = _drawn_token(sampled, last_positive, vocab)
+    tl.store(predicts_ptr + last_row, token.to(tl.int32))
 
 
 @triton.jit
@@ -398,7 +471,7 @@ def tree_sampling_from_logits(predicts: torch.Tensor, accept_index: torch.Tensor
                               uniform_samples_for_final_sampling: torch.Tensor, logits: torch.Tensor,
                               temperatures: torch.Tensor, top_ks: torch.Tensor, top_ps: torch.Tensor,
                               threshold_single: float = 1.0, threshold_acc: float = 1.0, *,
-                              block_v: int = 4096) -> None:
+                              block_v: int = 8192) -> None:
     """SGLang's verify sampling (softmax with temperature, top-k renorm, top-p renorm,
     :func:`tree_speculative_sampling_target_only`) fused, straight from the logits, in place.
 
@@ -421,20 +494,23 @@ def tree_sampling_from_logits(predicts: torch.Tensor, accept_index: torch.Tensor
     probability agree, i.e. unless distinct logits round to one probability. The walk and the
     bonus draw are those of :func:`tree_speculative_sampling_target_only`; the bonus residual at
     the last accepted row is ``p`` without the tokens of the children tried there.
-    Only the rows of the accepted path are read: each once for its maximum, up to four more
-    times (from L2) for a top-k radix select, once for the kept mass, and the last one twice more
-    for the draw. Top-p pivots are searched among the ``TOP_P_CANDIDATES`` best kept tokens, then,
-    if the pivot lies further down, by bisection over the whole row (exact, slower).
-    Uses a ``[bs, TOP_P_CANDIDATES]`` int64 scratch allocated per call; ``block_v`` is the
+    Only the rows of the accepted path are read, each twice (the second time mostly from L2):
+    once for per-lane maxima, once to collect the best tokens into a per-request scratch, where
+    top-k (k <= ``SELECT_MAX``), top-p and the bonus draw are done in registers. Unfiltered rows
+    take two more passes for the draw; rare cases (top-k above ``SELECT_MAX``, more than
+    ``SCRATCH_SLOTS`` tokens tied at the threshold, a top-p pivot below the ``SELECT_MAX`` best
+    tokens) fall back to exact radix-select and bisection passes over the row (slower).
+    Uses a ``[bs, SCRATCH_SLOTS + 1]`` int64 scratch allocated per call; ``block_v`` is the
     vocabulary tile of every row pass.
     """
     bs, n = candidates.shape
     rows, vocab = logits.shape
     assert rows == bs * n and logits.stride(1) == 1
-    scratch = torch.empty((bs * TOP_P_CANDIDATES,), dtype=torch.int64, device=logits.device)
+    scratch = torch.empty((bs * (SCRATCH_SLOTS + 1),), dtype=torch.int64, device=logits.device)
     _sampling_from_logits_kernel[(bs,)](
         predicts, accept_index, accept_token_num, candidates, retrive_index, retrive_next_token,
         retrive_next_sibling, uniform_samples, uniform_samples_for_final_sampling, logits,
         logits.stride(0), temperatures.reshape(-1), top_ks.reshape(-1), top_ps.reshape(-1), scratch,
         float(threshold_single), max(float(threshold_acc), 1e-9), n, accept_index.shape[1] - 1, vocab,
-        BLOCK_N=_block_n(n), BLOCK_V=block_v, CANDIDATES=TOP_P_CANDIDATES, num_warps=16)
+        BLOCK_N=_block_n(n), BLOCK_V=block_v, CANDIDATES=SCRATCH_SLOTS, SELECT_MAX=min(SELECT_MAX, block_v),
+        num_warps=16)

@@ -4,13 +4,12 @@ Two entry points:
 
 * :func:`verify_tree_greedy`: drop-in for ``sgl_kernel.verify_tree_greedy`` (takes the argmax).
 * :func:`verify_tree_greedy_from_logits`: argmax over the target logits and the tree walk in one
-  launch. Every row is split over several programs that each reduce a slice of the vocabulary to
-  one packed (value, index) key and ``atomic_max`` it into a per-row slot; the last program of a
-  request to arrive (an arrival ticket) reads the request's keys, resets the slots and walks the
-  tree. The logits are read once, by as many programs as fill the GPU.
+  launch, reading each needed row once (see its docstring for the two launch plans).
 """
 
 from __future__ import annotations
+
+from typing import Optional
 
 import torch
 import triton
@@ -22,32 +21,42 @@ from sglang_eagle_ext.kernels.tree_walk import load_tree, pick, write_accept_slo
 
 @triton.jit
 def _greedy_walk(b, n, max_accepts, predicts_ptr, accept_index_ptr, accept_num_ptr, cand_ptr,
-                 retrive_index_ptr, next_token_ptr, next_sibling_ptr, targets, nodes):
+                 retrive_index_ptr, next_token_ptr, next_sibling_ptr, targets, nodes,
+                 logits_ptr, stride_row, vocab, LAZY: tl.constexpr, BLOCK_V: tl.constexpr):
     """Walk request ``b``: at each node take the first child (in sibling order) whose token equals
-    the target's token at that node; stop at a leaf, when none matches, or after ``max_accepts``."""
+    the target's token at that node; stop at a leaf, when none matches, or after ``max_accepts``.
+
+    The target token at a node is ``targets[node]``, or with ``LAZY`` the argmax of the node's
+    logits row, computed when the walk reaches the node: rows off the accepted path are never read.
+    """
     candidates, rows, first_child, next_sibling = load_tree(
         cand_ptr, retrive_index_ptr, next_token_ptr, next_sibling_ptr, b, n, nodes)
-    last_local = tl.zeros((), dtype=tl.int64)
     last_row = pick(rows, nodes, 0)
+    if LAZY:
+        target = _row_argmax(logits_ptr + last_row * stride_row, vocab, BLOCK_V)
+    else:
+        target = pick(targets, nodes, 0)
     write_accept_slot(accept_index_ptr, b, max_accepts, 0, last_row)
     accepted = tl.zeros((), dtype=tl.int32)
     cur = pick(first_child, nodes, 0)
     steps = tl.zeros((), dtype=tl.int32)
     # Each node is visited at most once in a well-formed tree: n steps cut corrupt (cyclic) links.
     while (cur != -1) & (accepted < max_accepts) & (steps < n):
-        target = pick(targets, nodes, last_local)
         if pick(candidates, nodes, cur) == target:
             tl.store(predicts_ptr + last_row, target.to(tl.int32))
             accepted += 1
             last_row = pick(rows, nodes, cur)
             write_accept_slot(accept_index_ptr, b, max_accepts, accepted, last_row)
-            last_local = cur
+            if LAZY:
+                target = _row_argmax(logits_ptr + last_row * stride_row, vocab, BLOCK_V)
+            else:
+                target = pick(targets, nodes, cur)
             cur = pick(first_child, nodes, cur)
         else:
             cur = pick(next_sibling, nodes, cur)
         steps += 1
     tl.store(accept_num_ptr + b, accepted)
-    tl.store(predicts_ptr + last_row, pick(targets, nodes, last_local).to(tl.int32))
+    tl.store(predicts_ptr + last_row, target.to(tl.int32))
 
 
 @triton.jit
@@ -58,7 +67,8 @@ def _verify_greedy_kernel(predicts_ptr, accept_index_ptr, accept_num_ptr, cand_p
     nodes = tl.arange(0, BLOCK_N)
     targets = tl.load(target_ptr + b.to(tl.int64) * n + nodes, mask=nodes < n, other=-1)
     _greedy_walk(b, n, max_accepts, predicts_ptr, accept_index_ptr, accept_num_ptr, cand_ptr,
-                 retrive_index_ptr, next_token_ptr, next_sibling_ptr, targets, nodes)
+                 retrive_index_ptr, next_token_ptr, next_sibling_ptr, targets, nodes,
+                 target_ptr, 0, 0, LAZY=False, BLOCK_V=16)
 
 
 @triton.jit
@@ -80,18 +90,8 @@ def _greedy_from_logits_kernel(logits_ptr, stride_row, vocab, chunk, keys_ptr, t
                                BLOCK_V: tl.constexpr, BLOCK_N: tl.constexpr):
     row = tl.program_id(0)
     start = tl.program_id(1) * chunk
-    end = tl.minimum(start + chunk, vocab)
-    lanes = tl.arange(0, BLOCK_V)
-    row_ptr = logits_ptr + row.to(tl.int64) * stride_row
-    # Per lane: the first maximum (NaN counts as the maximum) over the lane's indices.
-    best = tl.full((BLOCK_V,), float("-inf"), tl.float32)
-    best_index = start + lanes
-    for offset in range(start, end, BLOCK_V):
-        index = offset + lanes
-        x = tl.load(row_ptr + index, mask=index < end, other=float("-inf")).to(tl.float32)
-        take = (x > best) | ((x != x) & (best == best))
-        best = tl.where(take, x, best)
-        best_index = tl.where(take, index, best_index)
+    best, best_index = _lane_argmax(logits_ptr + row.to(tl.int64) * stride_row, start,
+                                    tl.minimum(start + chunk, vocab), BLOCK_V)
     tl.atomic_max(keys_ptr + row, tl.max(_argmax_key(best, best_index), axis=0))
 
     b = row // n
@@ -103,7 +103,43 @@ def _greedy_from_logits_kernel(logits_ptr, stride_row, vocab, chunk, keys_ptr, t
         tl.atomic_xchg(tickets_ptr + b, 0)
         targets = 0x7FFFFFFF - (keys & 0xFFFFFFFF)
         _greedy_walk(b, n, max_accepts, predicts_ptr, accept_index_ptr, accept_num_ptr, cand_ptr,
-                     retrive_index_ptr, next_token_ptr, next_sibling_ptr, targets, nodes)
+                     retrive_index_ptr, next_token_ptr, next_sibling_ptr, targets, nodes,
+                     logits_ptr, stride_row, vocab, LAZY=False, BLOCK_V=BLOCK_V)
+
+
+@triton.jit
+def _lane_argmax(row_ptr, start, end, BLOCK_V: tl.constexpr):
+    """Per lane: the first maximum over the lane's indices in ``[start, end)`` (NaN counts as the
+    maximum), as ``(value, index)`` vectors; reduce them with :func:`_argmax_key`."""
+    lanes = tl.arange(0, BLOCK_V)
+    best = tl.full((BLOCK_V,), float("-inf"), tl.float32)
+    best_index = start + lanes
+    for offset in range(start, end, BLOCK_V):
+        index = offset + lanes
+        x = tl.load(row_ptr + index, mask=index < end, other=float("-inf")).to(tl.float32)
+        take = (x > best) | ((x != x) & (best == best))
+        best = tl.where(take, x, best)
+        best_index = tl.where(take, index, best_index)
+    return best, best_index
+
+
+@triton.jit
+def _row_argmax(row_ptr, vocab, BLOCK_V: tl.constexpr):
+    best, best_index = _lane_argmax(row_ptr, 0, vocab, BLOCK_V)
+    return (0x7FFFFFFF - (tl.max(_argmax_key(best, best_index), axis=0) & 0xFFFFFFFF)).to(tl.int64)
+
+
+@triton.jit
+def _greedy_lazy_kernel(logits_ptr, stride_row, vocab, predicts_ptr, accept_index_ptr, accept_num_ptr,
+                        cand_ptr, retrive_index_ptr, next_token_ptr, next_sibling_ptr, n, max_accepts,
+                        BLOCK_V: tl.constexpr, BLOCK_N: tl.constexpr):
+    nodes = tl.arange(0, BLOCK_N)
+    _greedy_walk(tl.program_id(0), n, max_accepts, predicts_ptr, accept_index_ptr, accept_num_ptr, cand_ptr,
+                 retrive_index_ptr, next_token_ptr, next_sibling_ptr, nodes, nodes,
+                 logits_ptr, stride_row, vocab, LAZY=True, BLOCK_V=BLOCK_V)
+
+
+LAZY_MIN_BATCH = 8  # from this batch size on, the lazy plan has enough requests to fill the GPU
 
 
 def _block_n(n: int) -> int:
@@ -142,19 +178,38 @@ def verify_tree_greedy(predicts: torch.Tensor, accept_index: torch.Tensor, accep
 def verify_tree_greedy_from_logits(predicts: torch.Tensor, accept_index: torch.Tensor,
                                    accept_token_num: torch.Tensor, candidates: torch.Tensor,
                                    retrive_index: torch.Tensor, retrive_next_token: torch.Tensor,
-                                   retrive_next_sibling: torch.Tensor, logits: torch.Tensor,
-                                   block_v: int = 2048, target_programs: int = 1024) -> None:
+                                   retrive_next_sibling: torch.Tensor, logits: torch.Tensor, *,
+                                   lazy: Optional[bool] = None, block_v: Optional[int] = None,
+                                   target_programs: int = 1024) -> None:
     """:func:`verify_tree_greedy` on ``target_predict = logits.argmax(-1)``, fused in one launch.
 
     ``logits``: ``[bs*n, V]`` float32, bfloat16 or float16 with unit stride along V. The argmax is
     exactly ``torch.argmax``'s: the first index of the maximum, NaN counting as the maximum.
-    ``target_programs`` sets how many programs share the rows (vocabulary slices of ``block_v``);
-    it changes the launch grid, never the compiled kernel. Uses the per-device
-    :mod:`~sglang_eagle_ext.kernels.workspace`.
+
+    Two launch plans, same results:
+
+    * lazy (default from ``bs >= 8``): one program per request walks the tree and reduces a row
+      only when the walk reaches its node, so only the accepted path's rows are read (at most
+      ``min(n, S+1)`` of a request's ``n``).
+    * split (small batches): every row is cut into vocabulary slices over about
+      ``target_programs`` programs; each reduces its slice to a packed (value, index) key and
+      ``atomic_max``-es it into the row's slot of the per-device
+      :mod:`~sglang_eagle_ext.kernels.workspace`; the request's last program to arrive (an arrival
+      ticket) reads and resets its slots and walks the tree.
+
+    ``block_v`` is the vocabulary tile; the grid depends on the batch, the compiled kernels do not.
     """
     bs, n = candidates.shape
     rows, vocab = logits.shape
     assert rows == bs * n and logits.stride(1) == 1
+    max_accepts = accept_index.shape[1] - 1
+    if lazy if lazy is not None else bs >= LAZY_MIN_BATCH:
+        _greedy_lazy_kernel[(bs,)](
+            logits, logits.stride(0), vocab, predicts, accept_index, accept_token_num, candidates,
+            retrive_index, retrive_next_token, retrive_next_sibling, n, max_accepts,
+            BLOCK_V=block_v or 8192, BLOCK_N=_block_n(n), num_warps=16)
+        return
+    block_v = block_v or 2048
     slices = triton.cdiv(vocab, block_v)
     splits = max(1, min(slices, triton.cdiv(target_programs, rows)))
     chunk = triton.cdiv(slices, splits) * block_v
@@ -162,5 +217,5 @@ def verify_tree_greedy_from_logits(predicts: torch.Tensor, accept_index: torch.T
     _greedy_from_logits_kernel[(rows, splits)](
         logits, logits.stride(0), vocab, chunk, workspace.argmax_keys(logits.device, rows),
         workspace.tickets(logits.device, bs), predicts, accept_index, accept_token_num, candidates,
-        retrive_index, retrive_next_token, retrive_next_sibling, n, accept_index.shape[1] - 1,
+        retrive_index, retrive_next_token, retrive_next_sibling, n, max_accepts,
         n * splits, BLOCK_V=block_v, BLOCK_N=_block_n(n), num_warps=8)

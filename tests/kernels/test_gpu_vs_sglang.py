@@ -147,13 +147,14 @@ def test_verify_greedy_equals_sglang_on_random_trees():
             sgl_kernel.verify_tree_greedy(*theirs, candidates, ri, nt, ns, target)
             ours = _greedy_outputs(bs, n, steps)
             verify_greedy.verify_tree_greedy(*ours, candidates, ri, nt, ns, target)
-            fused = _greedy_outputs(bs, n, steps)
-            verify_greedy.verify_tree_greedy_from_logits(*fused, candidates, ri, nt, ns, logits)
-            for x, y, z in zip(theirs, ours, fused):
-                assert torch.equal(x, y) and torch.equal(x, z)
+            split, lazy = _greedy_outputs(bs, n, steps), _greedy_outputs(bs, n, steps)
+            verify_greedy.verify_tree_greedy_from_logits(*split, candidates, ri, nt, ns, logits, lazy=False)
+            verify_greedy.verify_tree_greedy_from_logits(*lazy, candidates, ri, nt, ns, logits, lazy=True)
+            for x, y, z, w in zip(theirs, ours, split, lazy):
+                assert torch.equal(x, y) and torch.equal(x, z) and torch.equal(x, w)
             requests += bs
             accepted += int(theirs[2].sum())
-    print(f"verify_greedy: {requests} requests equal to sgl_kernel (drop-in and fused argmax), "
+    print(f"verify_greedy: {requests} requests equal to sgl_kernel (drop-in, fused split and lazy argmax), "
           f"{accepted} draft tokens accepted")
     assert requests >= 2000
 
