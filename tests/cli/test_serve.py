@@ -1,0 +1,141 @@
+"""`sglang-eagle serve`: drafter resolution, print-only, legacy export, failures, launching."""
+
+import importlib.util
+import json
+import os
+import signal
+import sys
+import threading
+
+import pytest
+import torch
+
+from sglang_eagle_ext.checkpoint import read_drafter
+from sglang_eagle_ext.cli import main, serve_cmd
+from sglang_eagle_ext.export import export_legacy
+from sglang_eagle_ext.testing import fixtures
+
+
+@pytest.fixture
+def target(tmp_path):
+    directory = tmp_path / "target"
+    directory.mkdir()
+    (directory / "config.json").write_text(json.dumps(fixtures.target_config()))
+    return str(directory)
+
+
+def listing(root):
+    return sorted(os.path.join(d, f) for d, _, files in os.walk(root) for f in files)
+
+
+def test_print_only_nemo_training_checkpoint(tmp_path, target, capsys, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    outer = tmp_path / "epoch_2_step_1200"
+    fixtures.build("F12-nemo", str(outer / "model"), seed=1)
+    before = listing(tmp_path)
+    assert main(["serve", "--target", target, "--draft", str(outer), "--print-only",
+                 "--num-steps", "5", "--", "--port", "31000"]) == 0
+    out = capsys.readouterr().out
+    assert listing(tmp_path) == before  # nothing written, not even the cache
+    assert f"--speculative-draft-model-path {outer / 'model'}" in out
+    assert "--speculative-num-steps 5 --speculative-eagle-topk 1 --speculative-num-draft-tokens 6" in out
+    assert out.rstrip().endswith("--port 31000")
+    assert "nemo dialect" in out
+    # NeMo default taps: layer outputs [1, N//2-1, N-4] = hidden-state indices [2, 6, 9] for N=12
+    assert "target capture: [1, 5, 8]" in out
+
+
+def test_hub_id_passes_through(capsys):
+    assert main(["serve", "--target", "meta-llama/Llama-3.1-8B-Instruct", "--draft",
+                 "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", "--topk", "4", "--num-steps", "2",
+                 "--print-only"]) == 0
+    out = capsys.readouterr().out
+    assert "--speculative-draft-model-path yuhuili/EAGLE3-LLaMA3.1-Instruct-8B" in out
+    assert "--speculative-num-draft-tokens 9" in out
+
+
+def _legacy(tmp_path):
+    """A legacy NeMo checkpoint: draft_model.pt (model.-prefixed, no d2t) + eagle_meta.pt."""
+    nemo = fixtures.build("F12-nemo", str(tmp_path / "nemo"), seed=2)
+    tensors = read_drafter(nemo).load_tensors()
+    d2t = tensors.pop("d2t")
+    legacy = tmp_path / "legacy"
+    legacy.mkdir()
+    torch.save({"model." + k: v for k, v in tensors.items()}, legacy / "draft_model.pt")
+    selected = torch.arange(d2t.numel()) + d2t
+    mask = torch.zeros(512, dtype=torch.bool)
+    mask[selected] = True
+    torch.save({"global_step": 10, "epoch": 1, "selected_token_ids": selected,
+                "selected_token_mask": mask}, legacy / "eagle_meta.pt")
+    (legacy / "config.json").write_text((tmp_path / "nemo" / "config.json").read_text())
+    return str(legacy), tensors, d2t
+
+
+def test_legacy_checkpoint_print_only_then_export(tmp_path, target, capsys):
+    legacy, tensors, d2t = _legacy(tmp_path)
+    exports = tmp_path / "exports"
+    assert main(["serve", "--target", target, "--draft", legacy, "--export-dir", str(exports),
+                 "--print-only"]) == 0
+    out = capsys.readouterr().out
+    assert "(to be written)" in out and "legacy draft_model.pt" in out
+    assert not exports.exists()
+    exported = export_legacy(legacy, str(exports / "x"), target=target)
+    assert sorted(os.listdir(exported)) == ["config.json", "exported_from.json", "model.safetensors"]
+    config = json.load(open(os.path.join(exported, "config.json")))
+    assert config["architectures"] == ["LlamaForCausalLMEagle3"] and config["num_hidden_layers"] == 1
+    checkpoint = read_drafter(exported, target=target)
+    loaded = checkpoint.load_tensors()
+    assert torch.equal(loaded["d2t"], d2t)
+    for name, tensor in tensors.items():
+        assert torch.equal(loaded[name], tensor), name
+    assert [p for p in os.listdir(exports) if p.startswith(".export-")] == []
+
+
+def test_peagle_is_rejected_with_fix(tmp_path, target, capsys):
+    draft = fixtures.build("F13-peagle-speculators", str(tmp_path / "p"))
+    assert main(["serve", "--target", target, "--draft", draft, "--print-only"]) == 1
+    err = capsys.readouterr().err
+    assert "P-EAGLE" in err and "fix:" in err
+
+
+def test_missing_directory_is_reported(tmp_path, target, capsys):
+    assert main(["serve", "--target", target, "--draft", str(tmp_path / "nope"),
+                 "--print-only"]) == 1
+    assert "does not exist" in capsys.readouterr().err
+
+
+def test_without_sglang_exit_code_2(tmp_path, target, capsys, monkeypatch):
+    draft = fixtures.build("F6-speculators", str(tmp_path / "d"))
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "sglang" else real(name, *a))
+    assert main(["serve", "--target", target, "--draft", draft]) == 2
+    err = capsys.readouterr().err
+    assert "pip install" in err and "Traceback" not in err
+
+
+def test_launch_builds_flags_and_returns_exit_code(tmp_path, target, monkeypatch):
+    draft = fixtures.build("F7-speculators-2-layers", str(tmp_path / "d"))
+    seen = []
+    monkeypatch.setattr(serve_cmd, "launch", lambda command: seen.append(command) or 3)
+    assert main(["serve", "--target", target, "--draft", draft, "--topk", "2"]) == 3
+    command = seen[0]
+    assert command[1:3] == ["-m", "sglang.launch_server"]
+    assert command[command.index("--speculative-draft-model-path") + 1] == draft
+    assert command[command.index("--speculative-num-draft-tokens") + 1] == "7"
+
+
+def test_launch_forwards_signals(tmp_path):
+    ready = tmp_path / "ready"
+    child = ("import signal, sys, time, pathlib\n"
+             "signal.signal(signal.SIGTERM, lambda *a: sys.exit(5))\n"
+             f"pathlib.Path({str(ready)!r}).write_text('x')\n"
+             "while True: time.sleep(0.05)\n")
+
+    def send_when_ready():
+        while not ready.exists():
+            threading.Event().wait(0.05)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=send_when_ready, daemon=True).start()
+    assert serve_cmd.launch([sys.executable, "-c", child]) == 5
