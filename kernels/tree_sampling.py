@@ -471,7 +471,7 @@ def tree_sampling_from_logits(predicts: torch.Tensor, accept_index: torch.Tensor
                               uniform_samples_for_final_sampling: torch.Tensor, logits: torch.Tensor,
                               temperatures: torch.Tensor, top_ks: torch.Tensor, top_ps: torch.Tensor,
                               threshold_single: float = 1.0, threshold_acc: float = 1.0, *,
-                              block_v: int = 8192) -> None:
+                              block_v: int = 8192, scratch_slots: int = SCRATCH_SLOTS) -> None:
     """SGLang's verify sampling (softmax with temperature, top-k renorm, top-p renorm,
     :func:`tree_speculative_sampling_target_only`) fused, straight from the logits, in place.
 
@@ -500,17 +500,18 @@ def tree_sampling_from_logits(predicts: torch.Tensor, accept_index: torch.Tensor
     take two more passes for the draw; rare cases (top-k above ``SELECT_MAX``, more than
     ``SCRATCH_SLOTS`` tokens tied at the threshold, a top-p pivot below the ``SELECT_MAX`` best
     tokens) fall back to exact radix-select and bisection passes over the row (slower).
-    Uses a ``[bs, SCRATCH_SLOTS + 1]`` int64 scratch allocated per call; ``block_v`` is the
-    vocabulary tile of every row pass.
+    Uses a ``[bs, scratch_slots + 1]`` int64 scratch allocated per call (a power of two); ``block_v``
+    is the vocabulary tile of every row pass. Both change speed only, never results.
     """
     bs, n = candidates.shape
     rows, vocab = logits.shape
     assert rows == bs * n and logits.stride(1) == 1
-    scratch = torch.empty((bs * (SCRATCH_SLOTS + 1),), dtype=torch.int64, device=logits.device)
+    scratch = torch.empty((bs * (scratch_slots + 1),), dtype=torch.int64, device=logits.device)
     _sampling_from_logits_kernel[(bs,)](
         predicts, accept_index, accept_token_num, candidates, retrive_index, retrive_next_token,
         retrive_next_sibling, uniform_samples, uniform_samples_for_final_sampling, logits,
         logits.stride(0), temperatures.reshape(-1), top_ks.reshape(-1), top_ps.reshape(-1), scratch,
         float(threshold_single), max(float(threshold_acc), 1e-9), n, accept_index.shape[1] - 1, vocab,
-        BLOCK_N=_block_n(n), BLOCK_V=block_v, CANDIDATES=SCRATCH_SLOTS, SELECT_MAX=min(SELECT_MAX, block_v),
+        BLOCK_N=_block_n(n), BLOCK_V=block_v, CANDIDATES=scratch_slots,
+        SELECT_MAX=min(SELECT_MAX, block_v, scratch_slots // 2),
         num_warps=16)

@@ -1,0 +1,89 @@
+"""Greedy verification: drop-in op and both fused-argmax plans against the reference."""
+
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from tree_fixtures import assert_same, built_tree, favour_children, poisoned_outputs
+
+from sglang_eagle_ext.kernels import reference, verify_greedy
+
+VOCAB = 40
+
+
+@st.composite
+def verify_rounds(draw):
+    topk = draw(st.integers(1, 4))
+    steps = draw(st.integers(1, 4))
+    n = draw(st.integers(2, min(topk + (steps - 1) * topk * topk, 24) + 1))
+    return dict(bs=draw(st.integers(1, 4)), topk=topk, steps=steps, n=n, seed=draw(st.integers(0, 2**31 - 1)),
+                orphans=draw(st.booleans()), dtype=draw(st.sampled_from([torch.float32, torch.bfloat16])))
+
+
+def _logits(case, candidates, first_child, gen):
+    bs, n = candidates.shape
+    logits = torch.randn(bs * n, VOCAB, generator=gen)
+    logits = favour_children(logits, candidates, first_child, gen, 6.0)
+    if case["seed"] % 4 == 0:  # exact ties at the maximum: the first index must win
+        logits[:, 7] = logits.max(-1).values
+    return logits.to(case["dtype"])
+
+
+@settings(max_examples=150, deadline=None)
+@given(verify_rounds())
+def test_greedy_ops_match_reference(case):
+    bs, n, steps = case["bs"], case["n"], case["steps"]
+    candidates, ri, nt, ns, gen = built_tree(case["seed"], bs, case["topk"], steps, n, vocab=12,
+                                             orphans=case["orphans"])
+    logits = _logits(case, candidates, nt, gen)
+    target = logits.float().argmax(-1).reshape(bs, n)
+    expected = poisoned_outputs(bs, n, steps)
+    reference.verify_tree_greedy_reference(*expected, candidates, ri, nt, ns, target)
+
+    drop_in = poisoned_outputs(bs, n, steps)
+    verify_greedy.verify_tree_greedy(*drop_in, candidates, ri, nt, ns, target)
+    assert_same(drop_in, expected)
+    for lazy in (False, True):
+        fused = poisoned_outputs(bs, n, steps)
+        verify_greedy.verify_tree_greedy_from_logits(*fused, candidates, ri, nt, ns, logits, lazy=lazy,
+                                                     block_v=16, target_programs=7)
+        assert_same(fused, expected)
+
+
+def test_fused_argmax_is_torch_argmax_with_nan_and_signed_zeros():
+    """One node (no drafts): the bonus token is the row's argmax, NaN and -0.0 included."""
+    rows = torch.tensor([[1.0, float("nan"), 3.0, float("nan")],
+                         [-0.0, 0.0, -1.0, -2.0],
+                         [float("-inf")] * 4,
+                         [2.0, 5.0, 5.0, float("inf")]])
+    candidates = torch.zeros(4, 1, dtype=torch.long)
+    ri = torch.arange(4).reshape(4, 1)
+    none = torch.full((4, 1), -1)
+    for lazy in (False, True):
+        out = poisoned_outputs(4, 1, 0)
+        verify_greedy.verify_tree_greedy_from_logits(*out, candidates, ri, none, none, rows, lazy=lazy, block_v=2,
+                                                     target_programs=8)
+        assert out[0].tolist() == torch.argmax(rows, -1).tolist() == [1, 0, 0, 3]
+        assert out[2].tolist() == [0, 0, 0, 0]
+
+
+def test_sglang_golden_vector():
+    """sgl-kernel's own test case for verify_tree_greedy (values from its test suite)."""
+    candidates = torch.tensor([[0, 1, 2, 3, 4, 5], [7, 8, 9, 10, 11, 12]])
+    retrieve_index = torch.arange(12).reshape(2, 6)
+    next_token = torch.tensor([[1, 2, -1, 4, 5, -1], [4, 2, 3, -1, 5, -1]])
+    next_sibling = torch.tensor([[-1, 3, -1, -1, -1, -1], [-1, -1, -1, -1, 1, -1]])
+    logits = torch.ones(12, 20)
+    for row, token in [(0, 3), (3, 4), (4, 5), (6, 11), (10, 12)]:
+        logits[row, token] = 10
+    logits[logits.max(-1).values < 10, 18] = 10
+    target = logits.argmax(-1).reshape(2, 6)
+    for run in (lambda out: verify_greedy.verify_tree_greedy(*out, candidates, retrieve_index, next_token,
+                                                             next_sibling, target),
+                lambda out: verify_greedy.verify_tree_greedy_from_logits(*out, candidates, retrieve_index, next_token,
+                                                                         next_sibling, logits, block_v=8)):
+        out = (torch.full((12,), -1, dtype=torch.int32), torch.full((2, 4), -1, dtype=torch.int32),
+               torch.zeros(2, dtype=torch.int32))
+        run(out)
+        assert out[0].tolist() == [3, -1, -1, 4, 5, 18, 11, -1, -1, -1, 12, 18]
+        assert out[1].tolist() == [[0, 3, 4, 5], [6, 10, 11, -1]]
+        assert out[2].tolist() == [3, 2]
