@@ -78,8 +78,11 @@ def _print_text(spec: DrafterSpec | None, problems: list[Problem], plan: dict | 
         if not plan["uses_aux_hidden_states"]:
             print("  no aux hidden states: the drafter reads the target's last hidden state")
         else:
-            print(f"  declared {plan['declared']} in {plan['declared_in']} "
-                  f"({plan['declared_convention']})")
+            if plan["declared"] is None:
+                print("  no ids in the config: the default taps [2, N//2, N-3]")
+            else:
+                print(f"  declared {plan['declared']} in {plan['declared_in']} "
+                      f"({plan['declared_convention']})")
             print(f"  hidden-state indices (input of target layer k): {plan['hidden_state_indices']}"
                   + ("" if target else "  [pass --target to resolve defaults]"))
             print(f"  written for SGLang as eagle_config ids: {plan['sglang_eagle_config_ids']}")
