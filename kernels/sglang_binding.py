@@ -10,7 +10,9 @@ bound when its module imports and has the attribute, whatever the release.
 
 * build (the leaf op under SGLang's ``build_tree_kernel_efficient`` wrapper):
   ``sglang.srt.speculative.eagle_utils.sgl_build_tree_kernel_efficient`` (0.5.6 - 0.5.20),
-  ``sglang.kernels.ops.speculative.spec_tree.sgl_build_tree_kernel_efficient`` (0.5.23);
+  ``sglang.kernels.ops.speculative.spec_tree.sgl_build_tree_kernel_efficient`` (0.5.23, CUDA/ROCm),
+  and the platform dispatcher ``build_tree_kernel_efficient_func`` that 0.5.23's wrapper calls
+  (in ``eagle_utils`` and ``spec_tree``);
 * greedy: ``sgl_kernel.verify_tree_greedy`` (imported inside ``verify_tree_greedy_func`` up to
   0.5.20) and ``verify_tree_greedy_func`` in ``eagle_utils`` and in the modules holding a copy
   (``eagle_info``, ``eagle_info_v2``, ``ngram_worker``; 0.5.23 imports it at module level);
@@ -37,6 +39,8 @@ CHOICES = ("triton", "sglang")
 _SPEC = "sglang.srt.speculative."
 BUILD_POINTS = [(_SPEC + "eagle_utils", "sgl_build_tree_kernel_efficient"),
                 ("sglang.kernels.ops.speculative.spec_tree", "sgl_build_tree_kernel_efficient")]
+BUILD_FUNC_POINTS = [(_SPEC + "eagle_utils", "build_tree_kernel_efficient_func"),
+                     ("sglang.kernels.ops.speculative.spec_tree", "build_tree_kernel_efficient_func")]
 GREEDY_OP_POINTS = [("sgl_kernel", "verify_tree_greedy")]
 GREEDY_FUNC_POINTS = [(_SPEC + name, "verify_tree_greedy_func")
                       for name in ("eagle_utils", "eagle_info", "eagle_info_v2", "ngram_worker")]
@@ -63,6 +67,20 @@ def _build_op():
     from sglang_eagle_ext.kernels.tree_build import build_tree_kernel_efficient
 
     return _retrive_spelling(build_tree_kernel_efficient)
+
+
+def _build_func():
+    from sglang_eagle_ext.kernels.tree_build import build_tree_kernel_efficient
+
+    def build_tree_kernel_efficient_func(parent_list, top_scores_index, seq_lens, tree_mask, positions,
+                                         retrive_index, retrive_next_token, retrive_next_sibling, topk,
+                                         spec_steps, num_verify_tokens, tree_mask_mode):
+        """SGLang 0.5.23's ``build_tree_kernel_efficient_func`` contract (in place, returns None)."""
+        build_tree_kernel_efficient(parent_list, top_scores_index, seq_lens, tree_mask, positions, retrive_index,
+                                    retrive_next_token, retrive_next_sibling, topk, spec_steps,
+                                    num_verify_tokens, int(tree_mask_mode))
+
+    return _retrive_spelling(build_tree_kernel_efficient_func)
 
 
 def _greedy_op():
@@ -131,6 +149,7 @@ def apply() -> List[str]:
         return []
     patched: List[str] = []
     _bind(BUILD_POINTS, _build_op, patched)
+    _bind(BUILD_FUNC_POINTS, _build_func, patched)
     _bind(GREEDY_OP_POINTS, _greedy_op, patched)
     _bind(GREEDY_FUNC_POINTS, _greedy_func, patched)
     _bind(SAMPLING_POINTS, _sampling_op, patched)
