@@ -209,7 +209,8 @@ class LlamaForCausalLMEagle3(LlamaForCausalLM):
     def __init__(self, config, quant_config=None, prefix: str = "") -> None:
         nn.Module.__init__(self)
         path = getattr(config, DRAFTER_PATH_KEY, None) or getattr(config, "_name_or_path", None)
-        self.checkpoint: DrafterCheckpoint = read_drafter(path)
+        with torch.device("cpu"):  # SGLang builds models under a CUDA default-device context
+            self.checkpoint: DrafterCheckpoint = read_drafter(path)
         spec = self.spec = self.checkpoint.spec
         self.config = config
         self.quant_config = quant_config
@@ -275,9 +276,12 @@ class LlamaForCausalLMEagle3(LlamaForCausalLM):
             expected_shards[pname] = shards
         loaded: dict[str, set] = {}
         problems = []
-        for name, tensor in self.checkpoint.load_tensors().items():
-            if name == "d2t":
-                self.hot_token_id = tensor + torch.arange(tensor.shape[0], dtype=tensor.dtype)
+        with torch.device("cpu"):
+            tensors = self.checkpoint.load_tensors()
+        for name, tensor in tensors.items():
+            if name == "d2t":  # offsets -> target ids; the worker moves the table to the GPU
+                self.hot_token_id = tensor + torch.arange(tensor.shape[0], dtype=tensor.dtype,
+                                                          device=tensor.device)
                 continue
             pname, shard = self._parameter_for(name)
             param = params.get(pname)
