@@ -189,7 +189,7 @@ def build_eagle_tree(bonus_tokens: torch.Tensor, parent_list: torch.Tensor,
     ``draft_tokens``: ``[bs, n-1]``; ``seq_lens``: ``[bs]`` int64; ``seq_lens_sum`` its sum).
     Returns ``(tree_mask, positions, retrieve_index, retrieve_next_token, retrieve_next_sibling,
     draft_tokens)`` with SGLang's shapes, dtypes and layouts: ``retrieve_*`` are three ``[bs, n]``
-    views of one ``[3, bs, n]`` int64 buffer and ``draft_tokens`` is the flat ``[bs*n]``
+    views of one int64 buffer and ``draft_tokens`` is the flat ``[bs*n]``
     ``[bonus, drafts...]`` per request.
 
     Differences in how, not what: SGLang fills the whole mask with True, pre-fills the links with
@@ -210,10 +210,13 @@ def build_eagle_tree(bonus_tokens: torch.Tensor, parent_list: torch.Tensor,
     else:
         dtype = {1: torch.uint8, 2: torch.uint16, 4: torch.uint32}[bitpacked_bytes_per_row(n)]
         tree_mask = torch.empty((n * bs,), dtype=dtype, device=device)
-    retrieve = torch.empty((3, bs, n), dtype=torch.long, device=device)
-    positions = position_buf if position_buf is not None else torch.empty((bs * n,), dtype=torch.long,
-                                                                           device=device)
-    tokens_out = torch.empty((bs * n,), dtype=torch.result_type(bonus_tokens, draft_tokens), device=device)
+    # One int64 allocation for the links, positions and tokens: allocations cost host time.
+    token_dtype = torch.result_type(bonus_tokens, draft_tokens)
+    slabs = 5 if token_dtype == torch.long else 4
+    buffer = torch.empty((slabs, bs, n), dtype=torch.long, device=device)
+    retrieve = buffer[:3]
+    positions = position_buf if position_buf is not None else buffer[3].view(-1)
+    tokens_out = buffer[4].view(-1) if slabs == 5 else torch.empty((bs * n,), dtype=token_dtype, device=device)
     _launch(parent_list, top_scores_index, seq_lens, tree_mask, positions, retrieve[0], retrieve[1],
             retrieve[2], topk, n, mode, fill_prefix=(mode == FULL_MASK and fill_prefix_mask),
             bonus_tokens=bonus_tokens, draft_tokens=draft_tokens, draft_tokens_out=tokens_out)

@@ -98,11 +98,11 @@ def _sampling_target_only_kernel(predicts_ptr, accept_index_ptr, accept_num_ptr,
     draft_row = draft_ptr + last_row * vocab
     subtract = accepted != max_accepts
     lanes = tl.arange(0, BLOCK_V)
-    total = tl.zeros((), dtype=tl.float32)
+    lane_total = tl.zeros((BLOCK_V,), dtype=tl.float32)  # one reduction at the end, not per tile
     for offset in range(0, vocab, BLOCK_V):
         index = offset + lanes
-        total += tl.sum(_residual(target_row, draft_row, subtract, index, index < vocab), axis=0)
-    threshold = tl.load(final_coins_ptr + b) * total
+        lane_total += _residual(target_row, draft_row, subtract, index, index < vocab)
+    threshold = tl.load(final_coins_ptr + b) * tl.sum(lane_total, axis=0)
     running = tl.zeros((), dtype=tl.float32)
     sampled = tl.full((), -1, tl.int64)
     last_positive = tl.full((), -1, tl.int64)
@@ -126,7 +126,7 @@ def tree_speculative_sampling_target_only(predicts: torch.Tensor, accept_index: 
                                           uniform_samples_for_final_sampling: torch.Tensor,
                                           target_probs: torch.Tensor, draft_probs: torch.Tensor,
                                           threshold_single: float = 1.0, threshold_acc: float = 1.0,
-                                          deterministic: bool = True, *, block_v: int = 4096) -> None:
+                                          deterministic: bool = True, *, block_v: int = 8192) -> None:
     """Drop-in for ``sgl_kernel.tree_speculative_sampling_target_only``, in place.
 
     Shapes (``bs`` requests, ``n`` verify rows each, ``S+1 = accept_index.shape[1]``, vocab V):
