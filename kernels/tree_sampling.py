@@ -20,7 +20,7 @@ import torch
 import triton
 import triton.language as tl
 
-from sglang_eagle_ext.kernels.tree_walk import load_tree, pick, write_accept_slot
+from sglang_eagle_ext.kernels.tree_walk import pick, tree_entry, write_accept_slot
 
 SELECT_MAX = 1024  # top-k up to this, and top-p alone among this many best tokens, work in registers
 SCRATCH_SLOTS = 2048  # collected (key, index) pairs per request
@@ -61,20 +61,17 @@ def _residual(target_row_ptr, draft_row_ptr, subtract_draft, index, mask):
 def _sampling_target_only_kernel(predicts_ptr, accept_index_ptr, accept_num_ptr, cand_ptr,
                                  retrive_index_ptr, next_token_ptr, next_sibling_ptr, coins_ptr,
                                  final_coins_ptr, target_ptr, draft_ptr, threshold_single, threshold_acc,
-                                 n, max_accepts, vocab, BLOCK_N: tl.constexpr, BLOCK_V: tl.constexpr):
+                                 n, max_accepts, vocab, BLOCK_V: tl.constexpr):
     b = tl.program_id(0)
-    nodes = tl.arange(0, BLOCK_N)
-    candidates, rows, first_child, next_sibling = load_tree(
-        cand_ptr, retrive_index_ptr, next_token_ptr, next_sibling_ptr, b, n, nodes)
-    last_row = pick(rows, nodes, 0)
+    last_row = tree_entry(retrive_index_ptr, b, n, 0)
     write_accept_slot(accept_index_ptr, b, max_accepts, 0, last_row)
     coin = tl.load(coins_ptr + b.to(tl.int64) * n)
     prob_acc = tl.zeros((), dtype=tl.float32)
     accepted = tl.zeros((), dtype=tl.int32)
-    cur = pick(first_child, nodes, 0)
+    cur = tree_entry(next_token_ptr, b, n, 0)
     steps = tl.zeros((), dtype=tl.int32)
     while (cur != -1) & (accepted < max_accepts) & (steps < n):
-        token = pick(candidates, nodes, cur)
+        token = tree_entry(cand_ptr, b, n, cur)
         q = tl.load(target_ptr + last_row * vocab + token)
         prob_acc += q
         if _accept(coin, prob_acc, q, threshold_single, threshold_acc):
@@ -82,12 +79,12 @@ def _sampling_target_only_kernel(predicts_ptr, accept_index_ptr, accept_num_ptr,
             coin = tl.load(coins_ptr + b.to(tl.int64) * n + cur)
             tl.store(predicts_ptr + last_row, token.to(tl.int32))
             accepted += 1
-            last_row = pick(rows, nodes, cur)
+            last_row = tree_entry(retrive_index_ptr, b, n, cur)
             write_accept_slot(accept_index_ptr, b, max_accepts, accepted, last_row)
-            cur = pick(first_child, nodes, cur)
+            cur = tree_entry(next_token_ptr, b, n, cur)
         else:
             tl.store(draft_ptr + last_row * vocab + token, q)
-            cur = pick(next_sibling, nodes, cur)
+            cur = tree_entry(next_sibling_ptr, b, n, cur)
         steps += 1
     tl.store(accept_num_ptr + b, accepted)
 
@@ -156,7 +153,7 @@ def tree_speculative_sampling_target_only(predicts: torch.Tensor, accept_index: 
         predicts, accept_index, accept_token_num, candidates, retrive_index, retrive_next_token,
         retrive_next_sibling, uniform_samples, uniform_samples_for_final_sampling, target_probs,
         draft_probs, float(threshold_single), max(float(threshold_acc), 1e-9), n,
-        accept_index.shape[1] - 1, vocab, BLOCK_N=_block_n(n), BLOCK_V=block_v, num_warps=16)
+        accept_index.shape[1] - 1, vocab, BLOCK_V=block_v, num_warps=16)
 
 
 # ----------------------------------------------------------------------------- from logits
@@ -382,14 +379,12 @@ def _sampling_from_logits_kernel(predicts_ptr, accept_index_ptr, accept_num_ptr,
                                  CANDIDATES: tl.constexpr, SELECT_MAX: tl.constexpr):
     b = tl.program_id(0)
     nodes = tl.arange(0, BLOCK_N)
-    candidates, rows, first_child, next_sibling = load_tree(
-        cand_ptr, retrive_index_ptr, next_token_ptr, next_sibling_ptr, b, n, nodes)
     temperature = tl.load(temperatures_ptr + b).to(tl.float32)
     top_k = tl.load(top_ks_ptr + b).to(tl.int32)
     top_p = tl.load(top_ps_ptr + b).to(tl.float32)
     scratch = scratch_ptr + b.to(tl.int64) * (CANDIDATES + 1)
 
-    last_row = pick(rows, nodes, 0)
+    last_row = tree_entry(retrive_index_ptr, b, n, 0)
     last_local = tl.zeros((), dtype=tl.int64)
     write_accept_slot(accept_index_ptr, b, max_accepts, 0, last_row)
     row_ptr = logits_ptr + last_row * stride_row
@@ -398,10 +393,10 @@ def _sampling_from_logits_kernel(predicts_ptr, accept_index_ptr, accept_num_ptr,
     coin = tl.load(coins_ptr + b.to(tl.int64) * n)
     prob_acc = tl.zeros((), dtype=tl.float32)
     accepted = tl.zeros((), dtype=tl.int32)
-    cur = pick(first_child, nodes, 0)
+    cur = tree_entry(next_token_ptr, b, n, 0)
     steps = tl.zeros((), dtype=tl.int32)
     while (cur != -1) & (accepted < max_accepts) & (steps < n):
-        token = pick(candidates, nodes, cur)
+        token = tree_entry(cand_ptr, b, n, cur)
         q = _token_prob(row_ptr, token, temperature, row_max, floor_key, total)
         prob_acc += q
         if _accept(coin, prob_acc, q, threshold_single, threshold_acc):
@@ -409,22 +404,22 @@ def _sampling_from_logits_kernel(predicts_ptr, accept_index_ptr, accept_num_ptr,
             coin = tl.load(coins_ptr + b.to(tl.int64) * n + cur)
             tl.store(predicts_ptr + last_row, token.to(tl.int32))
             accepted += 1
-            last_row = pick(rows, nodes, cur)
+            last_row = tree_entry(retrive_index_ptr, b, n, cur)
             last_local = cur
             write_accept_slot(accept_index_ptr, b, max_accepts, accepted, last_row)
             row_ptr = logits_ptr + last_row * stride_row
             row_max, floor_key, total, stored, in_scratch = _row_filter(
                 row_ptr, vocab, temperature, top_k, top_p, scratch, BLOCK_V, CANDIDATES, SELECT_MAX)
-            cur = pick(first_child, nodes, cur)
+            cur = tree_entry(next_token_ptr, b, n, cur)
         else:
-            cur = pick(next_sibling, nodes, cur)
+            cur = tree_entry(next_sibling_ptr, b, n, cur)
         steps += 1
     tl.store(accept_num_ptr + b, accepted)
 
     # Residual at the last accepted row: the children tried there were all rejected (unless the
     # walk stopped at full depth), so their tokens drop out of the target distribution.
-    is_tried_child = _children_of(first_child, next_sibling, nodes, last_local, n) & (accepted < max_accepts)
-    rejected = tl.where(is_tried_child, candidates, -1)
+    rejected = _children_tokens(cand_ptr, next_token_ptr, next_sibling_ptr, b, n, last_local, nodes)
+    rejected = tl.where(accepted < max_accepts, rejected, -1)
     final_coin = tl.load(final_coins_ptr + b)
     if in_scratch:
         token = _draw_from_scratch(scratch, stored, row_max, floor_key, total, rejected, final_coin, vocab,
@@ -452,16 +447,16 @@ def _sampling_from_logits_kernel(predicts_ptr, accept_index_ptr, accept_num_ptr,
 
 
 @triton.jit
-def _children_of(first_child, next_sibling, nodes, parent, n):
-    """Mask over ``nodes`` of the children of ``parent`` (following the sibling links)."""
-    is_child = nodes < 0
-    cur = pick(first_child, nodes, parent)
+def _children_tokens(cand_ptr, next_token_ptr, next_sibling_ptr, b, n, parent, nodes):
+    """Tokens of ``parent``'s children at their node positions over ``nodes``, -1 elsewhere."""
+    tokens = tl.full(nodes.shape, -1, tl.int64)
+    cur = tree_entry(next_token_ptr, b, n, parent)
     steps = tl.zeros((), dtype=tl.int32)
     while (cur != -1) & (steps < n):
-        is_child |= nodes == cur
-        cur = pick(next_sibling, nodes, cur)
+        tokens = tl.where(nodes == cur, tree_entry(cand_ptr, b, n, cur), tokens)
+        cur = tree_entry(next_sibling_ptr, b, n, cur)
         steps += 1
-    return is_child
+    return tokens
 
 
 def tree_sampling_from_logits(predicts: torch.Tensor, accept_index: torch.Tensor,

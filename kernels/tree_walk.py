@@ -1,7 +1,8 @@
-"""Device helpers shared by the verify kernels: a request's tree in registers, and scalar reads.
+"""Device helpers shared by the verify kernels.
 
-A request's ``n`` nodes are loaded once as ``[BLOCK_N]`` vectors; the sequential tree walk then
-reads single entries with a masked reduction instead of a dependent global load per step.
+The sequential tree walk reads single entries of a request's ``[n]`` tree rows with scalar loads:
+after the first touch they hit L1 (tens of cycles), cheaper than a block-wide reduction over a
+register vector when a program has many warps.
 """
 
 import triton
@@ -10,20 +11,14 @@ import triton.language as tl
 
 @triton.jit
 def pick(values, nodes, index):
-    """``values[index]`` for a register vector ``values`` laid out over ``nodes``."""
+    """``values[index]`` for a register vector ``values`` laid out over ``nodes`` (a reduction)."""
     return tl.sum(tl.where(nodes == index, values, 0), axis=0)
 
 
 @triton.jit
-def load_tree(cand_ptr, retrive_index_ptr, next_token_ptr, next_sibling_ptr, b, n, nodes):
-    """Candidates, flat verify rows and links of request ``b`` (all int64 ``[BLOCK_N]``)."""
-    in_tree = nodes < n
-    base = b.to(tl.int64) * n
-    candidates = tl.load(cand_ptr + base + nodes, mask=in_tree, other=-1)
-    rows = tl.load(retrive_index_ptr + base + nodes, mask=in_tree, other=-1)
-    first_child = tl.load(next_token_ptr + base + nodes, mask=in_tree, other=-1)
-    next_sibling = tl.load(next_sibling_ptr + base + nodes, mask=in_tree, other=-1)
-    return candidates, rows, first_child, next_sibling
+def tree_entry(ptr, b, n, node):
+    """Entry ``node`` of request ``b`` in a ``[bs, n]`` tree array (candidates, links, rows)."""
+    return tl.load(ptr + b.to(tl.int64) * n + node)
 
 
 @triton.jit

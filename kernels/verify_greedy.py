@@ -16,7 +16,7 @@ import triton
 import triton.language as tl
 
 from sglang_eagle_ext.kernels import workspace
-from sglang_eagle_ext.kernels.tree_walk import load_tree, pick, write_accept_slot
+from sglang_eagle_ext.kernels.tree_walk import pick, tree_entry, write_accept_slot
 
 
 @triton.jit
@@ -29,31 +29,29 @@ def _greedy_walk(b, n, max_accepts, predicts_ptr, accept_index_ptr, accept_num_p
     The target token at a node is ``targets[node]``, or with ``LAZY`` the argmax of the node's
     logits row, computed when the walk reaches the node: rows off the accepted path are never read.
     """
-    candidates, rows, first_child, next_sibling = load_tree(
-        cand_ptr, retrive_index_ptr, next_token_ptr, next_sibling_ptr, b, n, nodes)
-    last_row = pick(rows, nodes, 0)
+    last_row = tree_entry(retrive_index_ptr, b, n, 0)
     if LAZY:
         target = _row_argmax(logits_ptr + last_row * stride_row, vocab, BLOCK_V)
     else:
         target = pick(targets, nodes, 0)
     write_accept_slot(accept_index_ptr, b, max_accepts, 0, last_row)
     accepted = tl.zeros((), dtype=tl.int32)
-    cur = pick(first_child, nodes, 0)
+    cur = tree_entry(next_token_ptr, b, n, 0)
     steps = tl.zeros((), dtype=tl.int32)
     # Each node is visited at most once in a well-formed tree: n steps cut corrupt (cyclic) links.
     while (cur != -1) & (accepted < max_accepts) & (steps < n):
-        if pick(candidates, nodes, cur) == target:
+        if tree_entry(cand_ptr, b, n, cur) == target:
             tl.store(predicts_ptr + last_row, target.to(tl.int32))
             accepted += 1
-            last_row = pick(rows, nodes, cur)
+            last_row = tree_entry(retrive_index_ptr, b, n, cur)
             write_accept_slot(accept_index_ptr, b, max_accepts, accepted, last_row)
             if LAZY:
                 target = _row_argmax(logits_ptr + last_row * stride_row, vocab, BLOCK_V)
             else:
                 target = pick(targets, nodes, cur)
-            cur = pick(first_child, nodes, cur)
+            cur = tree_entry(next_token_ptr, b, n, cur)
         else:
-            cur = pick(next_sibling, nodes, cur)
+            cur = tree_entry(next_sibling_ptr, b, n, cur)
         steps += 1
     tl.store(accept_num_ptr + b, accepted)
     tl.store(predicts_ptr + last_row, target.to(tl.int32))
