@@ -1,0 +1,118 @@
+"""Worker patches for the SGLang releases that size the draft input ``3 * H``.
+
+The patched classes do not exist in the CI's SGLang (0.5.23), so each patch is applied to a
+stand-in with the same shape as the release's code (attribute names and call pattern of
+0.5.11 / 0.5.12-0.5.14); the GPU runs exercise them on the real releases. On 0.5.23 itself the
+detection must apply no width patch, and SGLang's own width function must read A*T from the
+normalised config.
+"""
+
+from types import SimpleNamespace
+
+import torch
+
+from sglang_eagle_ext import sglang_compat
+
+A, T, H = 4, 96, 64  # four aux states of a 96-wide target; the draft is 64 wide
+
+
+def draft_hf_config(use_aux=True):
+    return SimpleNamespace(hidden_size=H, target_hidden_size=T, num_aux_hidden_states=A,
+                           eagle_config={"use_aux_hidden_state": use_aux,
+                                         "eagle_aux_hidden_state_layer_ids": [1, 3, 5, 7]})
+
+
+def eagle3_worker(use_aux=True, **extra):
+    algorithm = SimpleNamespace(is_eagle3=lambda: True)
+    return SimpleNamespace(speculative_algorithm=algorithm, eagle_use_aux_hidden_state=use_aux, **extra)
+
+
+class ExtendGraphRunner:
+    """0.5.11's EAGLEDraftExtendCudaGraphRunner: a 3*H buffer built in __init__, then capture()."""
+
+    def __init__(self, worker, hf_config):
+        self.eagle_worker = worker
+        self.model_runner = SimpleNamespace(model_config=SimpleNamespace(hf_config=hf_config))
+        self.buffers = SimpleNamespace(hidden_states=torch.zeros(12, 3 * hf_config.target_hidden_size))
+        self.captured_width = None
+
+    def capture(self):
+        self.captured_width = self.buffers.hidden_states.shape[1]
+
+
+def test_draft_extend_graph_buffer_gets_the_draft_width():
+    assert sglang_compat.patch_draft_extend_graph_width(ExtendGraphRunner)
+    assert not sglang_compat.patch_draft_extend_graph_width(ExtendGraphRunner)  # once only
+    runner = ExtendGraphRunner(eagle3_worker(), draft_hf_config())
+    runner.capture()
+    assert runner.captured_width == A * T
+    assert runner.buffers.hidden_states.shape == (12, A * T)
+    # without aux states (EAGLE-1-style head) the stock buffer stays
+    plain = ExtendGraphRunner(eagle3_worker(use_aux=False), draft_hf_config(use_aux=False))
+    plain.capture()
+    assert plain.captured_width == 3 * T
+
+
+class DraftInput:
+    """0.5.11's EagleDraftInput.create_idle_input(device, hidden_size, dtype, topk, ...)."""
+
+    def __init__(self, hidden_states):
+        self.hidden_states = hidden_states
+
+    @classmethod
+    def create_idle_input(cls, device, hidden_size, dtype, topk, capture_hidden_mode=None):
+        return cls(torch.empty((0, hidden_size), device=device, dtype=dtype))
+
+
+class Worker:
+    """0.5.11's EAGLEWorker.forward_draft_extend_after_decode: inline ``hidden_size * 3``."""
+
+    def __init__(self, use_aux=True):
+        self.speculative_algorithm = SimpleNamespace(is_eagle3=lambda: True)
+        self.eagle_use_aux_hidden_state = use_aux
+        self.model_config = SimpleNamespace(hidden_size=H, hf_config=draft_hf_config(use_aux))
+
+    def forward_draft_extend_after_decode(self, batch):
+        width = self.model_config.hidden_size * 3 if self.eagle_use_aux_hidden_state else H
+        return DraftInput.create_idle_input(device="cpu", hidden_size=width, dtype=torch.float32, topk=1)
+
+
+def test_idle_draft_extend_input_gets_the_draft_width():
+    assert sglang_compat.patch_idle_draft_input_width(DraftInput, [Worker])
+    assert Worker().forward_draft_extend_after_decode(None).hidden_states.shape == (0, A * T)
+    # outside the worker method, and for workers without aux states, nothing changes
+    assert DraftInput.create_idle_input("cpu", 7, torch.float32, 1).hidden_states.shape == (0, 7)
+    assert Worker(use_aux=False).forward_draft_extend_after_decode(None).hidden_states.shape == (0, H)
+
+
+class ExtendInput:
+    """0.5.12-0.5.14's EagleDraftExtendInput.hidden_size_for: reads the *target* config."""
+
+    @classmethod
+    def hidden_size_for(cls, worker):
+        target = worker.target_worker.model_runner.model_config.hf_config
+        return 3 * target.hidden_size
+
+
+def test_hidden_size_for_reads_the_draft_config():
+    target = SimpleNamespace(model_runner=SimpleNamespace(model_config=SimpleNamespace(
+        hf_config=SimpleNamespace(hidden_size=T))))
+    draft_runner = SimpleNamespace(is_draft_worker=True,
+                                   model_config=SimpleNamespace(hf_config=draft_hf_config()))
+    assert ExtendInput.hidden_size_for(eagle3_worker(target_worker=target)) == 3 * T
+    assert sglang_compat.patch_hidden_size_for(ExtendInput)
+    assert ExtendInput.hidden_size_for(eagle3_worker(target_worker=target, draft_runner=draft_runner)) == A * T
+    assert ExtendInput.hidden_size_for(eagle3_worker(use_aux=False, target_worker=target,
+                                                     draft_runner=draft_runner)) == 3 * T
+
+
+def test_sglang_0_5_23_needs_only_the_config_patch():
+    assert sglang_compat.apply_worker_patches() == ["draft-config"]
+
+
+def test_draft_input_width_precedence():
+    config = draft_hf_config()
+    assert sglang_compat.draft_input_width(config) == A * T
+    del config.num_aux_hidden_states  # falls back to the nested ids (4), as SGLang 0.5.15+ does
+    assert sglang_compat.draft_input_width(config) == 4 * T
+    assert sglang_compat.draft_input_width(draft_hf_config(use_aux=False)) is None
