@@ -13,7 +13,8 @@ importable with its entry point registered (``benchmarks/gpu/run_e2e.sh`` does b
 * Each row builds a random drafter (layers, aux states, fc_norm, dialect) and starts an EAGLE3
   engine with CUDA graphs; greedy outputs are compared with the baseline's token by token.
 * ``--throughput``: our class against SGLang's built-in class (``SGLANG_EAGLE_EXT=0``) on the
-  same 1-layer 3-aux SpecForge drafter, batch 1 and batch 32, output tokens per second.
+  same 1-layer 3-aux SpecForge drafter, batch 1 and batch 32, output tokens per second; both
+  engines run side by side and are measured in alternating order (5 rounds, median ratio).
 """
 
 from __future__ import annotations
@@ -119,21 +120,57 @@ def acceptance(outputs) -> dict:
             "accept_length": round(tokens / verify, 3) if verify else None}
 
 
-def throughput(engine, batch: int, new_tokens: int, repeats: int = 3) -> float:
-    prompts = [PROMPTS[i % len(PROMPTS)] + f" {i}" for i in range(batch)]
-    greedy(engine, prompts, max_new_tokens=16)  # warm-up
-    rates = []
-    for _ in range(repeats):
+def _engine_server(connection, target: str, drafter: str, builtin: bool) -> None:
+    """Child process hosting one EAGLE3 engine; answers (batch, new_tokens) with (tokens, seconds)."""
+    if builtin:
+        os.environ["SGLANG_EAGLE_EXT"] = "0"  # every process of this engine: SGLang's built-in class
+    engine = start_engine(target, drafter, ROWS[0], graph_bs=(1, 2, 4, 8, 16, 32))
+    greedy(engine, PROMPTS, max_new_tokens=16)  # warm-up
+    connection.send("ready")
+    while (request := connection.recv()) is not None:
+        batch, new_tokens = request
+        prompts = [PROMPTS[i % len(PROMPTS)] + f" {i}" for i in range(batch)]
         start = time.perf_counter()
         outputs = greedy(engine, prompts, max_new_tokens=new_tokens)
-        elapsed = time.perf_counter() - start
-        rates.append(sum(o["meta_info"]["completion_tokens"] for o in outputs) / elapsed)
-    return statistics.median(rates)
+        connection.send((sum(o["meta_info"]["completion_tokens"] for o in outputs),
+                         time.perf_counter() - start))
+    engine.shutdown()
 
 
-def measure_speed(engine) -> dict:
-    return {"batch1_tok_s": round(throughput(engine, 1, 256), 1),
-            "batch32_tok_s": round(throughput(engine, 32, 128), 1)}
+def compare_speed(target: str, drafter: str, rounds: int = 5) -> dict:
+    """Ours and the built-in class served side by side on the same GPU and drafter, measured in
+    alternating order, so that clock and host noise hit both alike; the ratio of each round's
+    pair is taken and the median reported."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("spawn")
+    engines = {}
+    for name, builtin in (("ours", False), ("builtin", True)):
+        parent, child = context.Pipe()
+        process = context.Process(target=_engine_server, args=(child, target, drafter, builtin))
+        process.start()
+        engines[name] = (parent, process)
+    for parent, _ in engines.values():
+        assert parent.recv() == "ready"
+    record = {}
+    for batch, new_tokens in ((1, 256), (32, 128)):
+        rates = {"ours": [], "builtin": []}
+        for round_ in range(rounds):
+            order = ("ours", "builtin") if round_ % 2 == 0 else ("builtin", "ours")
+            for name in order:
+                engines[name][0].send((batch, new_tokens))
+                tokens, seconds = engines[name][0].recv()
+                rates[name].append(tokens / seconds)
+        ratios = [o / b for o, b in zip(rates["ours"], rates["builtin"])]
+        record[f"batch{batch}"] = {
+            "ours_tok_s": round(statistics.median(rates["ours"]), 1),
+            "builtin_tok_s": round(statistics.median(rates["builtin"]), 1),
+            "ratio_median": round(statistics.median(ratios), 4),
+            "ratios": [round(r, 4) for r in ratios]}
+    for parent, process in engines.values():
+        parent.send(None)
+        process.join(timeout=60)
+    return record
 
 
 def run_task(task: str, out: str, throughput: bool) -> dict:
@@ -148,13 +185,12 @@ def run_task(task: str, out: str, throughput: bool) -> dict:
         return {"outputs": [{"output_ids": o["output_ids"], "meta_info": {
             "output_top_logprobs": [[list(t[:2]) for t in pos] for pos in o["meta_info"]["output_top_logprobs"]]}}
             for o in outputs]}
-    if task == "builtin":
-        os.environ["SGLANG_EAGLE_EXT"] = "0"  # every process of this engine: SGLang's built-in class
-        engine = start_engine(target, os.path.join(out, "models", "drafter0"), ROWS[0],
-                              graph_bs=(1, 2, 4, 8, 16, 32))
-        record = {"speed": measure_speed(engine), "acceptance": acceptance(greedy(engine, PROMPTS))}
-        engine.shutdown()
-        return record
+    if task == "speed":
+        row = ROWS[0]
+        drafter = build_matched_drafter(os.path.join(out, "models", "speed_drafter"), target,
+                                        layers=row.layers, num_aux=row.num_aux, fc_norm=row.fc_norm,
+                                        dialect=row.dialect, seed=0)
+        return compare_speed(target, drafter)
     number = int(task[len("row"):])
     row = ROWS[number]
     with open(os.path.join(out, "baseline.json")) as handle:
@@ -162,15 +198,12 @@ def run_task(task: str, out: str, throughput: bool) -> dict:
     drafter = build_matched_drafter(os.path.join(out, "models", f"drafter{number}"), target,
                                     layers=row.layers, num_aux=row.num_aux, fc_norm=row.fc_norm,
                                     dialect=row.dialect, seed=number)
-    speed = throughput and number == 0
     started = time.perf_counter()
-    engine = start_engine(target, drafter, row, graph_bs=(1, 2, 4, 8, 16, 32) if speed else (1, 2, 4, 8))
+    engine = start_engine(target, drafter, row)
     record = {"row": dataclasses.asdict(row), "start_s": round(time.perf_counter() - started, 1)}
     outputs = greedy(engine, PROMPTS)
     record.update(compare(outputs, baseline))
     record.update(acceptance(outputs))
-    if speed:
-        record["speed_ours"] = measure_speed(engine)
     engine.shutdown()
     return record
 
@@ -179,6 +212,7 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", required=True)
     parser.add_argument("--throughput", action="store_true")
+    parser.add_argument("--only", help="comma-separated tasks (baseline,row0,...,speed)")
     parser.add_argument("--task", help="internal: run one engine's task in this process")
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
@@ -201,27 +235,25 @@ def main() -> int:
     results = {"sglang": sglang.__version__, "device": torch.cuda.get_device_name(0),
                "date": time.strftime("%Y-%m-%d"), "near_tie_nats": NEAR_TIE,
                "max_new_tokens": MAX_NEW_TOKENS, "rows": []}
-    tasks = ["baseline"] + [f"row{i}" for i in range(len(ROWS))] + (["builtin"] if args.throughput else [])
+    tasks = ["baseline"] + [f"row{i}" for i in range(len(ROWS))] + (["speed"] if args.throughput else [])
+    if args.only:
+        tasks = args.only.split(",")
     for task in tasks:
         command = [sys.executable, __file__, "--out", args.out, "--task", task]
         if args.throughput:
             command.append("--throughput")
-        code = subprocess.run(command, timeout=240).returncode
+        code = subprocess.run(command, timeout=300).returncode
         path = os.path.join(args.out, f"{task}.json")
         record = json.load(open(path)) if code == 0 and os.path.exists(path) else {"error": f"exit {code}"}
         if task.startswith("row"):
             record.setdefault("row", dataclasses.asdict(ROWS[int(task[3:])]))
             results["rows"].append(record)
-        elif task == "builtin":
-            results["builtin"] = record
+        elif task == "speed":
+            results["speed"] = record
         elif "error" in record:
             print("BASELINE FAILED", flush=True)
             break
         print("TASK", task, json.dumps({k: v for k, v in record.items() if k != "outputs"}), flush=True)
-    if "builtin" in results and "speed" in results["builtin"] and "speed_ours" in results["rows"][0]:
-        ours, builtin = results["rows"][0]["speed_ours"], results["builtin"]["speed"]
-        results["ratio"] = {k: round(ours[k] / builtin[k], 4) for k in ours}
-        print("SPEED", json.dumps({"ours": ours, "builtin": builtin, "ratio": results["ratio"]}), flush=True)
     with open(os.path.join(args.out, "results.json"), "w") as handle:
         json.dump(results, handle, indent=2)
     return 0
