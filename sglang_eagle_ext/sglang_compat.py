@@ -17,6 +17,9 @@ from __future__ import annotations
 import contextvars
 import functools
 import importlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
 import inspect
 import json
 import logging
@@ -75,24 +78,6 @@ def draft_window_size() -> int | None:
 
 
 # ---------------------------------------------------------------------------------------------
-# Registration
-# ---------------------------------------------------------------------------------------------
-
-def register_model_class(architecture: str, cls: type) -> None:
-    """Make ``architecture`` resolve to ``cls``. Written into the registry dict explicitly: the
-    registry keeps the classes it imported, whatever module attributes are patched later."""
-    from sglang.srt.models.registry import ModelRegistry
-
-    ModelRegistry.models[architecture] = cls
-
-
-def registered_model_class(architecture: str):
-    from sglang.srt.models.registry import ModelRegistry
-
-    return ModelRegistry.models.get(architecture)
-
-
-# ---------------------------------------------------------------------------------------------
 # Patch helpers
 # ---------------------------------------------------------------------------------------------
 
@@ -112,13 +97,6 @@ def _wrap_method(owner: Any, name: str, make: Callable[[Callable], Callable]) ->
     setattr(wrapper, _PATCHED_MARK, original)
     setattr(owner, name, classmethod(wrapper) if is_classmethod else wrapper)
     return True
-
-
-def _import(name: str):
-    try:
-        return importlib.import_module(name)
-    except ImportError:
-        return None
 
 
 def draft_input_width(hf_config) -> int | None:
@@ -321,32 +299,122 @@ def patch_hidden_size_for(draft_extend_input_cls) -> bool:
 
 
 # ---------------------------------------------------------------------------------------------
-# Apply everything that this SGLang needs
+# Apply everything that this SGLang needs, when the patched modules load
 # ---------------------------------------------------------------------------------------------
+# Plugins run at the start of every SGLang process, before SGLang has imported its model runner;
+# importing the speculative modules (or the model registry, which imports every model) from
+# there breaks SGLang's own import order (0.5.11: NameError 'ModelRunner'). Each patch is
+# therefore applied right after its module is first imported by SGLang itself (at once if it
+# already is). Which patches this release needs is read from its source text beforehand, without
+# importing it, so the activation log line can name them; each patch checks the code shape again
+# when it applies and raises if it is not there.
 
-def apply_worker_patches() -> list[str]:
-    """Apply every patch whose code shape exists in the installed SGLang; return their names."""
-    applied = []
-    model_config = importlib.import_module("sglang.srt.configs.model_config")
-    patch_draft_config_loading(model_config)
-    applied.append("draft-config")
+_SPECULATIVE = "sglang.srt.speculative."
 
-    eagle_utils = _import("sglang.srt.speculative.eagle_utils")
-    eagle_info = _import("sglang.srt.speculative.eagle_info")
-    reads_draft_width = eagle_utils is not None and hasattr(eagle_utils, "get_draft_input_from_target_hidden_dim")
-    extend_input = getattr(eagle_info, "EagleDraftExtendInput", None)
-    if not reads_draft_width and extend_input is not None and hasattr(extend_input, "hidden_size_for"):
-        patch_hidden_size_for(extend_input)
-        applied.append("hidden-size-for")
-    elif not reads_draft_width and extend_input is None:
-        runner_module = importlib.import_module("sglang.srt.speculative.eagle_draft_extend_cuda_graph_runner")
-        patch_draft_extend_graph_width(runner_module.EAGLEDraftExtendCudaGraphRunner)
-        applied.append("draft-extend-graph-width")
-        workers = [getattr(_import(module), cls, None) for module, cls in (
-            ("sglang.srt.speculative.eagle_worker", "EAGLEWorker"),
-            ("sglang.srt.speculative.multi_layer_eagle_worker", "MultiLayerEagleWorker"))]
-        patch_idle_draft_input_width(eagle_info.EagleDraftInput,
-                                     [w for w in workers if w is not None and
-                                      hasattr(w, "forward_draft_extend_after_decode")])
-        applied.append("idle-draft-input-width")
-    return applied
+
+def _source(module: str) -> str:
+    spec = importlib.util.find_spec(module.rsplit(".", 1)[0])  # the package exists: no import of module
+    for folder in (spec.submodule_search_locations or []):
+        path = os.path.join(folder, module.rsplit(".", 1)[1] + ".py")
+        if os.path.isfile(path):
+            with open(path, encoding="utf-8") as handle:
+                return handle.read()
+    return ""
+
+
+def width_patches_needed() -> list[str]:
+    """The width patches this SGLang release needs (see the module docstring)."""
+    if "def get_draft_input_from_target_hidden_dim" in _source(_SPECULATIVE + "eagle_utils"):
+        return []  # 0.5.15+: the width comes from the draft config
+    info = _source(_SPECULATIVE + "eagle_info")
+    if "class EagleDraftExtendInput" in info:
+        return ["hidden-size-for"] if "def hidden_size_for" in info else []
+    return ["draft-extend-graph-width", "idle-draft-input-width"]
+
+
+class _PostImportHooks(importlib.abc.MetaPathFinder):
+    """Runs ``hook(module)`` once right after ``name`` is first executed."""
+
+    def __init__(self):
+        self.hooks: dict[str, list[Callable]] = {}
+
+    def find_spec(self, name, path=None, target=None):
+        if name not in self.hooks:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        if spec is not None and spec.loader is not None:
+            spec.loader = _HookedLoader(spec.loader, self.hooks.pop(name))
+        return spec
+
+
+class _HookedLoader(importlib.abc.Loader):
+    def __init__(self, inner, hooks):
+        self._inner, self._hooks = inner, hooks
+
+    def create_module(self, spec):
+        return self._inner.create_module(spec)
+
+    def exec_module(self, module):
+        self._inner.exec_module(module)
+        for hook in self._hooks:
+            hook(module)
+
+
+_post_import = _PostImportHooks()
+
+
+def after_import(name: str, hook: Callable) -> None:
+    module = sys.modules.get(name)
+    if module is not None:
+        hook(module)
+        return
+    if _post_import not in sys.meta_path:
+        sys.meta_path.insert(0, _post_import)
+    _post_import.hooks.setdefault(name, []).append(hook)
+
+
+def _require(condition: bool, what: str) -> None:
+    if not condition:
+        raise RuntimeError(f"sglang-eagle-ext: {what} not found in this SGLang; the plugin does "
+                           "not support this release (set SGLANG_EAGLE_EXT=0 to use stock SGLang)")
+
+
+def _patch_extend_input(eagle_info) -> None:
+    cls = getattr(eagle_info, "EagleDraftExtendInput", None)
+    _require(cls is not None and hasattr(cls, "hidden_size_for"), "EagleDraftExtendInput.hidden_size_for")
+    patch_hidden_size_for(cls)
+
+
+def _patch_graph_runner(module) -> None:
+    cls = getattr(module, "EAGLEDraftExtendCudaGraphRunner", None)
+    _require(cls is not None and hasattr(cls, "capture"), "EAGLEDraftExtendCudaGraphRunner.capture")
+    patch_draft_extend_graph_width(cls)
+
+
+def _patch_idle_worker(class_name: str, required: bool = True):
+    def patch(module) -> None:
+        worker = getattr(module, class_name, None)
+        has_method = worker is not None and hasattr(worker, "forward_draft_extend_after_decode")
+        if not required and not has_method:
+            return
+        _require(has_method, f"{class_name}.forward_draft_extend_after_decode")
+        draft_input = getattr(sys.modules.get(_SPECULATIVE + "eagle_info"), "EagleDraftInput", None)
+        _require(draft_input is not None and hasattr(draft_input, "create_idle_input"),
+                 "EagleDraftInput.create_idle_input")
+        patch_idle_draft_input_width(draft_input, [worker])
+    return patch
+
+
+def arm_patches(register: Callable[[Any], None]) -> list[str]:
+    """Schedule the model registration (``register(registry_module)``) and every patch this
+    release needs; return the patch names for the log line."""
+    after_import("sglang.srt.models.registry", register)
+    after_import("sglang.srt.configs.model_config", patch_draft_config_loading)
+    needed = width_patches_needed()
+    if "hidden-size-for" in needed:
+        after_import(_SPECULATIVE + "eagle_info", _patch_extend_input)
+    if "draft-extend-graph-width" in needed:
+        after_import(_SPECULATIVE + "eagle_draft_extend_cuda_graph_runner", _patch_graph_runner)
+        after_import(_SPECULATIVE + "eagle_worker", _patch_idle_worker("EAGLEWorker"))
+        after_import(_SPECULATIVE + "multi_layer_eagle_worker", _patch_idle_worker("MultiLayerEagleWorker", required=False))
+    return ["draft-config"] + needed

@@ -39,8 +39,27 @@ def _apply_tree_kernels() -> list[str]:
     return list(importlib.import_module(TREE_KERNELS_MODULE).apply())
 
 
+MODEL_MODULE = "sglang_eagle_ext.sglang_model"
+MODEL_CLASS = "LlamaForCausalLMEagle3"
+
+
+def _register(registry_module) -> None:
+    """Runs when SGLang imports its model registry: our class under the built-in's name. Set in
+    the registry dict explicitly: it keeps the classes it imported, whatever module attributes
+    are patched later."""
+    from .sglang_draft_config import SERVED_ARCHITECTURE
+
+    try:
+        model_class = getattr(importlib.import_module(MODEL_MODULE), MODEL_CLASS)
+    except Exception as exc:
+        raise RuntimeError(f"sglang-eagle-ext: cannot import {MODEL_MODULE} ({type(exc).__name__}: "
+                           f"{exc}); refusing to let SGLang fall back to its built-in EAGLE3 class "
+                           f"(set {SWITCH}=0 to serve with stock SGLang)") from exc
+    registry_module.ModelRegistry.models[SERVED_ARCHITECTURE] = model_class
+
+
 def activate() -> str:
-    """Register our class and apply the worker patches in this process (idempotent).
+    """Register our class and arm the worker patches in this process (idempotent).
 
     Returns the one log line that says what serves EAGLE3 drafts here.
     """
@@ -55,19 +74,15 @@ def activate() -> str:
         import sglang
 
         from . import sglang_compat
-        from .sglang_draft_config import SERVED_ARCHITECTURE
-        from .sglang_model import LlamaForCausalLMEagle3
 
-        sglang_compat.register_model_class(SERVED_ARCHITECTURE, LlamaForCausalLMEagle3)
-        patches = sglang_compat.apply_worker_patches()
+        patches = sglang_compat.arm_patches(_register)
         kernels = _apply_tree_kernels()
     except BaseException as exc:  # noqa: BLE001 - re-raised as a process-stopping error
         raise PluginActivationError(
             f"sglang-eagle-ext failed to activate ({type(exc).__name__}: {exc}); refusing to let "
             f"SGLang fall back to its built-in EAGLE3 class. Fix the error above, or set "
             f"{SWITCH}=0 to serve with stock SGLang.") from exc
-    served = f"{LlamaForCausalLMEagle3.__module__}.{LlamaForCausalLMEagle3.__qualname__}"
-    _activation = (f"sglang-eagle-ext: EAGLE3 drafts served by {served} on SGLang "
+    _activation = (f"sglang-eagle-ext: EAGLE3 drafts served by {MODEL_MODULE}.{MODEL_CLASS} on SGLang "
                    f"{sglang.__version__} (pid {os.getpid()}); patches: {', '.join(patches)}; "
                    f"tree kernels: {', '.join(kernels) if kernels else 'stock'}")
     _log(_activation)

@@ -57,10 +57,18 @@ def test_fallback_package_without_entry_points():
     assert "LOADER DraftConfigLoader" in result.stdout
 
 
+def test_activation_failure_stops_the_process():
+    # the plugin itself cannot run: SGLang's loader would log and go on; we exit instead
+    result = run("import sglang_eagle_ext.sglang_compat as c; c.arm_patches = None; "
+                 "from sglang.srt.plugins import load_plugins; load_plugins(); print('SURVIVED')")
+    assert result.returncode != 0 and "SURVIVED" not in result.stdout
+    assert "sglang-eagle-ext failed to activate (TypeError" in result.stderr
+
+
 def test_import_failure_stops_the_process_instead_of_falling_back():
     # `None` in sys.modules makes `import sglang_eagle_ext.sglang_model` raise ImportError
     result = run("import sys; sys.modules['sglang_eagle_ext.sglang_model'] = None; "
                  "from sglang.srt.plugins import load_plugins; load_plugins(); " + SERVED)
     assert result.returncode != 0
     assert "SERVED" not in result.stdout
-    assert "sglang-eagle-ext failed to activate (ModuleNotFoundError" in result.stderr
+    assert "sglang-eagle-ext: cannot import sglang_eagle_ext.sglang_model (ModuleNotFoundError" in result.stderr

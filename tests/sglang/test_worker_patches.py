@@ -106,8 +106,33 @@ def test_hidden_size_for_reads_the_draft_config():
                                                      draft_runner=draft_runner)) == 3 * T
 
 
-def test_sglang_0_5_23_needs_only_the_config_patch():
-    assert sglang_compat.apply_worker_patches() == ["draft-config"]
+def test_release_detection(monkeypatch):
+    assert sglang_compat.width_patches_needed() == []  # the installed 0.5.23
+    releases = {  # the source shapes of eagle_utils / eagle_info per release line
+        "0.5.11": ("def verify_tree_greedy_func", "class EagleDraftInput"),
+        "0.5.12-0.5.14": ("def verify_tree_greedy_func",
+                          "class EagleDraftExtendInput:\n    def hidden_size_for(cls, worker)"),
+        "0.5.15+": ("def get_draft_input_from_target_hidden_dim(model_runner)", "class EagleDraftExtendInput"),
+    }
+    expected = {"0.5.11": ["draft-extend-graph-width", "idle-draft-input-width"],
+                "0.5.12-0.5.14": ["hidden-size-for"], "0.5.15+": []}
+    for release, (utils, info) in releases.items():
+        texts = {"sglang.srt.speculative.eagle_utils": utils, "sglang.srt.speculative.eagle_info": info}
+        monkeypatch.setattr(sglang_compat, "_source", texts.__getitem__)
+        assert sglang_compat.width_patches_needed() == expected[release], release
+
+
+def test_patches_apply_when_sglang_imports_the_module(tmp_path, monkeypatch):
+    """Patches wait for SGLang's own import of a module (importing it early breaks 0.5.11)."""
+    (tmp_path / "late_module.py").write_text("VALUE = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    seen = []
+    sglang_compat.after_import("late_module", lambda module: seen.append(module.VALUE))
+    assert seen == []
+    import late_module  # noqa: F401
+    assert seen == [1]
+    sglang_compat.after_import("late_module", lambda module: seen.append(2))  # already loaded: now
+    assert seen == [1, 2]
 
 
 def test_draft_input_width_precedence():
