@@ -171,23 +171,23 @@ def filtered_probs_reference(logits_row: torch.Tensor, temperature: float, top_k
                              top_p: float) -> torch.Tensor:
     """Float64 target distribution of one row under the fused sampler's semantics.
 
-    ``z = logits / temperature``; top-k keeps every token whose ``z`` is >= the k-th largest ``z``
-    (all when ``k <= 0`` or ``k >= V``); top-p sorts the kept tokens by ``z`` descending and keeps
-    every token whose ``z`` is >= the ``z`` at the first place where the running sum of
-    ``exp(z - max z)`` reaches ``top_p`` times the kept total (all when ``top_p >= 1``);
-    the result is ``softmax`` over the survivors.
+    top-k keeps every token whose logit is >= the k-th largest logit (all when ``k <= 0`` or
+    ``k >= V``); top-p sorts the kept tokens by logit, descending, and keeps every token whose
+    logit is >= the logit at the first place where the running sum of
+    ``exp((logit - max) / temperature)`` reaches ``top_p`` times the kept total (all when
+    ``top_p >= 1``); the result is that weight over the survivors, normalised.
     """
-    z = logits_row.float() / torch.tensor(temperature, dtype=torch.float32)
-    e = torch.exp((z - z.max()).double())
-    vocab = z.numel()
+    x = logits_row.float()
+    e = torch.exp((x.double() - float(x.max())) / temperature)
+    vocab = x.numel()
     kept = torch.ones(vocab, dtype=torch.bool)
     if 0 < top_k < vocab:
-        kept &= z >= torch.topk(z, top_k).values[-1]
+        kept &= x >= torch.topk(x, top_k).values[-1]
     if top_p < 1.0:
-        order = torch.argsort(torch.where(kept, z, torch.tensor(float("-inf"))), descending=True, stable=True)
+        order = torch.argsort(torch.where(kept, x, torch.tensor(float("-inf"))), descending=True, stable=True)
         running = torch.cumsum(torch.where(kept, e, 0.0)[order], 0)
         cut = int(torch.nonzero(running >= top_p * running[-1])[0])
-        kept &= z >= z[order[cut]]
+        kept &= x >= x[order[cut]]
     w = torch.where(kept, e, 0.0)
     return w / w.sum()
 

@@ -22,8 +22,8 @@ import triton.language as tl
 
 from sglang_eagle_ext.kernels.tree_walk import pick, tree_entry, write_accept_slot
 
-SELECT_MAX = 1024  # top-k up to this, and top-p alone among this many best tokens, work in registers
-SCRATCH_SLOTS = 2048  # collected (key, index) pairs per request
+SELECT_MAX = 512  # top-k up to this, and top-p alone among this many best tokens, work in registers
+SCRATCH_SLOTS = 1024  # collected (key, index) pairs per request
 
 
 @triton.jit
@@ -160,10 +160,16 @@ def tree_speculative_sampling_target_only(predicts: torch.Tensor, accept_index: 
 
 
 @triton.jit
-def _order_key(z):
-    """uint32-ordered key of float32 ``z`` (as int64 in [0, 2^32)): larger float, larger key."""
-    bits = z.to(tl.int32, bitcast=True)
-    return tl.where(bits >= 0, bits, bits ^ 0x7FFFFFFF).to(tl.int64) + 0x80000000
+def _order_key32(x):
+    """int32 key of float32 ``x`` ordered like the floats (NaN aside): larger float, larger key."""
+    bits = x.to(tl.int32, bitcast=True)
+    return bits ^ ((bits >> 31) & 0x7FFFFFFF)
+
+
+@triton.jit
+def _order_key(x):
+    """The same order as unsigned 32-bit keys, held in int64 (radix digits are unsigned)."""
+    return _order_key32(x).to(tl.int64) + 0x80000000
 
 
 @triton.jit
@@ -173,9 +179,8 @@ def _key_value(key):
 
 
 @triton.jit
-def _scaled(row_ptr, index, mask, temperature):
-    x = tl.load(row_ptr + index, mask=mask, other=float("-inf")).to(tl.float32)
-    return tl.math.div_rn(x, temperature)
+def _logits(row_ptr, index, mask):
+    return tl.load(row_ptr + index, mask=mask, other=float("-inf")).to(tl.float32)
 
 
 @triton.jit
@@ -211,7 +216,7 @@ def _kth_largest_key_of(keys, candidate, k):
 
 
 @triton.jit
-def _kth_largest_key_in_row(row_ptr, vocab, temperature, k, BLOCK_V: tl.constexpr):
+def _kth_largest_key_in_row(row_ptr, vocab, scale, k, BLOCK_V: tl.constexpr):
     """Key of the k-th largest ``z`` of a row (1 <= k <= vocab), four passes over the row."""
     lanes = tl.arange(0, BLOCK_V)
     prefix = tl.zeros((), dtype=tl.int64)
@@ -221,24 +226,24 @@ def _kth_largest_key_in_row(row_ptr, vocab, temperature, k, BLOCK_V: tl.constexp
         for offset in range(0, vocab, BLOCK_V):
             index = offset + lanes
             valid = index < vocab
-            counts += _digit_counts(_order_key(_scaled(row_ptr, index, valid, temperature)), valid, prefix, shift)
+            counts += _digit_counts(_order_key(_logits(row_ptr, index, valid)), valid, prefix, shift)
         remaining, prefix = _choose_digit(counts, remaining, prefix, shift)
     return prefix
 
 
 @triton.jit
-def _mass_at_or_above(row_ptr, vocab, temperature, row_max, floor_key, BLOCK_V: tl.constexpr):
+def _mass_at_or_above(row_ptr, vocab, scale, row_max, floor_key, BLOCK_V: tl.constexpr):
     lanes = tl.arange(0, BLOCK_V)
     mass = tl.zeros((BLOCK_V,), dtype=tl.float32)
     for offset in range(0, vocab, BLOCK_V):
         index = offset + lanes
-        z = _scaled(row_ptr, index, index < vocab, temperature)
-        mass += tl.where(_order_key(z) >= floor_key, tl.exp(z - row_max), 0.0)
+        z = _logits(row_ptr, index, index < vocab)
+        mass += tl.where(_order_key(z) >= floor_key, tl.exp2((z - row_max) * scale), 0.0)
     return tl.sum(mass, axis=0)
 
 
 @triton.jit
-def _row_filter(row_ptr, vocab, temperature, top_k, top_p, scratch_ptr,
+def _row_filter(row_ptr, vocab, scale, top_k, top_p, scratch_ptr,
                 BLOCK_V: tl.constexpr, CANDIDATES: tl.constexpr, SELECT_MAX: tl.constexpr):
     """Filter statistics of one row: ``(row_max, floor_key, total, stored, in_scratch)``; token i
     keeps ``exp(z_i - row_max) / total`` when ``key(z_i) >= floor_key``, else 0.
@@ -254,29 +259,29 @@ def _row_filter(row_ptr, vocab, temperature, top_k, top_p, scratch_ptr,
     lane_max = tl.full((BLOCK_V,), float("-inf"), tl.float32)
     for offset in range(0, vocab, BLOCK_V):
         index = offset + lanes
-        lane_max = tl.maximum(lane_max, _scaled(row_ptr, index, index < vocab, temperature))
+        lane_max = tl.maximum(lane_max, _logits(row_ptr, index, index < vocab))
     row_max = tl.max(lane_max, axis=0)
 
     top_k_active = (top_k > 0) & (top_k < vocab)
     top_p_active = top_p < 1.0
     filtered = top_k_active | top_p_active
     counter_ptr = scratch_ptr + CANDIDATES
-    lane_floor = tl.full((), 1 << 40, tl.int64)  # above every key: collect nothing
+    floor32 = tl.full((), 0x7FFFFFFF, tl.int32)  # no finite logit reaches it: collect nothing
     if filtered:
         select = tl.where(top_k_active & (top_k <= SELECT_MAX), top_k, tl.minimum(vocab, SELECT_MAX))
-        lane_floor = _kth_largest_key_of(_order_key(lane_max), lanes < vocab, select)
+        floor32 = (_kth_largest_key_of(_order_key(lane_max), lanes < vocab, select) - 0x80000000).to(tl.int32)
         tl.store(counter_ptr, 0)
     tl.debug_barrier()
     lane_mass = tl.zeros((BLOCK_V,), dtype=tl.float32)
     for offset in range(0, vocab, BLOCK_V):
         index = offset + lanes
         valid = index < vocab
-        z = _scaled(row_ptr, index, valid, temperature)
-        key = _order_key(z)
-        lane_mass += tl.where(valid, tl.exp(z - row_max), 0.0)
-        collect = valid & (key >= lane_floor)
+        z = _logits(row_ptr, index, valid)
+        key32 = _order_key32(z)
+        lane_mass += tl.exp2((z - row_max) * scale)  # masked lanes hold -inf: they add 0
+        collect = valid & (key32 >= floor32)
         slot = tl.atomic_add(counter_ptr + tl.zeros_like(index).to(tl.int64), 1, mask=collect)
-        tl.store(scratch_ptr + slot, ((key - 0x80000000) << 32) | index, mask=collect & (slot < CANDIDATES))
+        tl.store(scratch_ptr + slot, (key32.to(tl.int64) << 32) | index, mask=collect & (slot < CANDIDATES))
     all_mass = tl.sum(lane_mass, axis=0)
     tl.debug_barrier()
     stored = tl.where(filtered, tl.atomic_add(counter_ptr, 0), 0)
@@ -289,7 +294,7 @@ def _row_filter(row_ptr, vocab, temperature, top_k, top_p, scratch_ptr,
         present = slots < stored
         packed = tl.sort(tl.load(scratch_ptr + slots, mask=present, other=-0x7FFFFFFFFFFFFFFF - 1), descending=True)
         keys = (packed >> 32) + 0x80000000
-        e = tl.where(present, tl.exp(_key_value(keys) - row_max), 0.0)
+        e = tl.where(present, tl.exp2((_key_value(keys) - row_max) * scale), 0.0)
         kept_mass = all_mass
         if top_k_active:
             floor_key = pick(keys, slots, top_k - 1)
@@ -303,26 +308,26 @@ def _row_filter(row_ptr, vocab, temperature, top_k, top_p, scratch_ptr,
                 total = tl.sum(tl.where(keys >= floor_key, e, 0.0), axis=0)
             else:
                 in_scratch = first < CANDIDATES  # False: the pivot lies below the collected tokens
-                floor_key, total = _top_p_by_bisection(row_ptr, vocab, temperature, row_max, floor_key,
+                floor_key, total = _top_p_by_bisection(row_ptr, vocab, scale, row_max, floor_key,
                                                        top_p * kept_mass, kept_mass, BLOCK_V)
     elif filtered:
         if top_k_active:
-            floor_key = _kth_largest_key_in_row(row_ptr, vocab, temperature, top_k, BLOCK_V)
-            total = _mass_at_or_above(row_ptr, vocab, temperature, row_max, floor_key, BLOCK_V)
+            floor_key = _kth_largest_key_in_row(row_ptr, vocab, scale, top_k, BLOCK_V)
+            total = _mass_at_or_above(row_ptr, vocab, scale, row_max, floor_key, BLOCK_V)
         if top_p_active:
-            floor_key, total = _top_p_by_bisection(row_ptr, vocab, temperature, row_max, floor_key,
+            floor_key, total = _top_p_by_bisection(row_ptr, vocab, scale, row_max, floor_key,
                                                    top_p * total, total, BLOCK_V)
     return row_max, floor_key, total, stored, in_scratch
 
 
 @triton.jit
-def _top_p_by_bisection(row_ptr, vocab, temperature, row_max, low, target_mass, low_mass, BLOCK_V: tl.constexpr):
+def _top_p_by_bisection(row_ptr, vocab, scale, row_max, low, target_mass, low_mass, BLOCK_V: tl.constexpr):
     """Largest key whose mass at or above reaches ``target_mass`` (keys >= ``low`` only), and
     that mass: the top-p pivot, found by bisection over the 32-bit key range."""
     high = tl.full((), 1 << 32, tl.int64)
     while high - low > 1:
         middle = (low + high) // 2
-        mass = _mass_at_or_above(row_ptr, vocab, temperature, row_max, middle, BLOCK_V)
+        mass = _mass_at_or_above(row_ptr, vocab, scale, row_max, middle, BLOCK_V)
         if mass >= target_mass:
             low = middle
             low_mass = mass
@@ -332,16 +337,16 @@ def _top_p_by_bisection(row_ptr, vocab, temperature, row_max, low, target_mass, 
 
 
 @triton.jit
-def _token_prob(row_ptr, token, temperature, row_max, floor_key, total):
-    z = tl.math.div_rn(tl.load(row_ptr + token).to(tl.float32), temperature)
-    return tl.where(_order_key(z) >= floor_key, tl.exp(z - row_max) / total, 0.0)
+def _token_prob(row_ptr, token, scale, row_max, floor_key, total):
+    z = tl.load(row_ptr + token).to(tl.float32)
+    return tl.where(_order_key(z) >= floor_key, tl.exp2((z - row_max) * scale) / total, 0.0)
 
 
 @triton.jit
-def _filtered_residual(row_ptr, temperature, row_max, floor_key, total, rejected, index, mask):
+def _filtered_residual(row_ptr, scale, row_max, floor_key, total, rejected, index, mask):
     """Filtered target probabilities of a tile, zero at the ``rejected`` tokens (-1 = none)."""
-    z = _scaled(row_ptr, index, mask, temperature)
-    p = tl.where(mask & (_order_key(z) >= floor_key), tl.exp(z - row_max) / total, 0.0)
+    z = _logits(row_ptr, index, mask)
+    p = tl.where(mask & (_order_key(z) >= floor_key), tl.exp2((z - row_max) * scale) / total, 0.0)
     tile_start = tl.min(index, axis=0)
     in_tile = (rejected >= tile_start) & (rejected < tile_start + index.shape[0])
     if tl.max(in_tile.to(tl.int32), axis=0) > 0:  # rare: compare only where a rejected token lies
@@ -351,7 +356,7 @@ def _filtered_residual(row_ptr, temperature, row_max, floor_key, total, rejected
 
 
 @triton.jit
-def _draw_from_scratch(scratch_ptr, stored, row_max, floor_key, total, rejected, coin, vocab,
+def _draw_from_scratch(scratch_ptr, stored, row_max, scale, floor_key, total, rejected, coin, vocab,
                        CANDIDATES: tl.constexpr):
     """The residual draw when every surviving token is in the scratch: sort the survivors by
     vocabulary index and take the inverse CDF in registers."""
@@ -361,7 +366,7 @@ def _draw_from_scratch(scratch_ptr, stored, row_max, floor_key, total, rejected,
     keys = (packed >> 32) + 0x80000000
     index = packed & 0xFFFFFFFF
     is_rejected = tl.max((index[:, None] == rejected[None, :]).to(tl.int32), axis=1) > 0
-    w = tl.where(present & (keys >= floor_key) & ~is_rejected, tl.exp(_key_value(keys) - row_max) / total, 0.0)
+    w = tl.where(present & (keys >= floor_key) & ~is_rejected, tl.exp2((_key_value(keys) - row_max) * scale) / total, 0.0)
     by_index = tl.sort(tl.where(present, index, vocab + slots) << 32 | w.to(tl.int32, bitcast=True).to(tl.int64))
     w = (by_index & 0xFFFFFFFF).to(tl.int32).to(tl.float32, bitcast=True)
     index = by_index >> 32
@@ -379,7 +384,7 @@ def _sampling_from_logits_kernel(predicts_ptr, accept_index_ptr, accept_num_ptr,
                                  CANDIDATES: tl.constexpr, SELECT_MAX: tl.constexpr):
     b = tl.program_id(0)
     nodes = tl.arange(0, BLOCK_N)
-    temperature = tl.load(temperatures_ptr + b).to(tl.float32)
+    scale = 1.4426950408889634 / tl.load(temperatures_ptr + b).to(tl.float32)  # log2(e) / T: exp via exp2
     top_k = tl.load(top_ks_ptr + b).to(tl.int32)
     top_p = tl.load(top_ps_ptr + b).to(tl.float32)
     scratch = scratch_ptr + b.to(tl.int64) * (CANDIDATES + 1)
@@ -389,7 +394,7 @@ def _sampling_from_logits_kernel(predicts_ptr, accept_index_ptr, accept_num_ptr,
     write_accept_slot(accept_index_ptr, b, max_accepts, 0, last_row)
     row_ptr = logits_ptr + last_row * stride_row
     row_max, floor_key, total, stored, in_scratch = _row_filter(
-        row_ptr, vocab, temperature, top_k, top_p, scratch, BLOCK_V, CANDIDATES, SELECT_MAX)
+        row_ptr, vocab, scale, top_k, top_p, scratch, BLOCK_V, CANDIDATES, SELECT_MAX)
     coin = tl.load(coins_ptr + b.to(tl.int64) * n)
     prob_acc = tl.zeros((), dtype=tl.float32)
     accepted = tl.zeros((), dtype=tl.int32)
@@ -397,7 +402,7 @@ def _sampling_from_logits_kernel(predicts_ptr, accept_index_ptr, accept_num_ptr,
     steps = tl.zeros((), dtype=tl.int32)
     while (cur != -1) & (accepted < max_accepts) & (steps < n):
         token = tree_entry(cand_ptr, b, n, cur)
-        q = _token_prob(row_ptr, token, temperature, row_max, floor_key, total)
+        q = _token_prob(row_ptr, token, scale, row_max, floor_key, total)
         prob_acc += q
         if _accept(coin, prob_acc, q, threshold_single, threshold_acc):
             prob_acc = 0.0
@@ -409,7 +414,7 @@ def _sampling_from_logits_kernel(predicts_ptr, accept_index_ptr, accept_num_ptr,
             write_accept_slot(accept_index_ptr, b, max_accepts, accepted, last_row)
             row_ptr = logits_ptr + last_row * stride_row
             row_max, floor_key, total, stored, in_scratch = _row_filter(
-                row_ptr, vocab, temperature, top_k, top_p, scratch, BLOCK_V, CANDIDATES, SELECT_MAX)
+                row_ptr, vocab, scale, top_k, top_p, scratch, BLOCK_V, CANDIDATES, SELECT_MAX)
             cur = tree_entry(next_token_ptr, b, n, cur)
         else:
             cur = tree_entry(next_sibling_ptr, b, n, cur)
@@ -422,14 +427,14 @@ def _sampling_from_logits_kernel(predicts_ptr, accept_index_ptr, accept_num_ptr,
     rejected = tl.where(accepted < max_accepts, rejected, -1)
     final_coin = tl.load(final_coins_ptr + b)
     if in_scratch:
-        token = _draw_from_scratch(scratch, stored, row_max, floor_key, total, rejected, final_coin, vocab,
+        token = _draw_from_scratch(scratch, stored, row_max, scale, floor_key, total, rejected, final_coin, vocab,
                                    CANDIDATES)
     else:
         lanes = tl.arange(0, BLOCK_V)
         residual = tl.zeros((BLOCK_V,), dtype=tl.float32)
         for offset in range(0, vocab, BLOCK_V):
             index = offset + lanes
-            residual += _filtered_residual(row_ptr, temperature, row_max, floor_key, total, rejected,
+            residual += _filtered_residual(row_ptr, scale, row_max, floor_key, total, rejected,
                                            index, index < vocab)
         threshold = final_coin * tl.sum(residual, axis=0)
         running = tl.zeros((), dtype=tl.float32)
@@ -438,7 +443,7 @@ def _sampling_from_logits_kernel(predicts_ptr, accept_index_ptr, accept_num_ptr,
         offset = tl.zeros((), dtype=tl.int64)
         while (offset < vocab) & (sampled < 0):
             index = offset + lanes
-            w = _filtered_residual(row_ptr, temperature, row_max, floor_key, total, rejected, index, index < vocab)
+            w = _filtered_residual(row_ptr, scale, row_max, floor_key, total, rejected, index, index < vocab)
             running, sampled, last_positive = _draw_tile(w, index, threshold, running, sampled, last_positive,
                                                          vocab)
             offset += BLOCK_V
@@ -466,7 +471,7 @@ def tree_sampling_from_logits(predicts: torch.Tensor, accept_index: torch.Tensor
                               uniform_samples_for_final_sampling: torch.Tensor, logits: torch.Tensor,
                               temperatures: torch.Tensor, top_ks: torch.Tensor, top_ps: torch.Tensor,
                               threshold_single: float = 1.0, threshold_acc: float = 1.0, *,
-                              block_v: int = 8192, scratch_slots: int = SCRATCH_SLOTS) -> None:
+                              block_v: int = 16384, scratch_slots: int = SCRATCH_SLOTS) -> None:
     """SGLang's verify sampling (softmax with temperature, top-k renorm, top-p renorm,
     :func:`tree_speculative_sampling_target_only`) fused, straight from the logits, in place.
 
@@ -477,16 +482,18 @@ def tree_sampling_from_logits(predicts: torch.Tensor, accept_index: torch.Tensor
 
     The target distribution of a row, exactly (ties included):
 
-    1. ``z = logits / temperature`` (float32, correctly rounded division).
-    2. top-k: keep every token whose ``z`` is >= the k-th largest ``z`` of the row, so tokens tied
-       with the k-th are all kept (more than k may survive); ``k <= 0`` or ``k >= V`` keeps all.
-    3. top-p: order the kept tokens by ``z``, descending; find the first place where the running
-       sum of ``exp(z - max z)`` reaches ``top_p`` times the kept total; keep every kept token whose
-       ``z`` is >= the ``z`` there (ties with the pivot kept). ``top_p >= 1`` keeps all.
-    4. ``p = exp(z - max z) / sum`` over the survivors.
+    1. top-k: keep every token whose logit is >= the k-th largest logit of the row, so tokens
+       tied with the k-th are all kept (more than k may survive); ``k <= 0`` or ``k >= V`` keeps
+       all. (Temperature is monotone, so ranking logits ranks ``logits / T``.)
+    2. top-p: order the kept tokens by logit, descending; find the first place where the running
+       sum of ``exp((logit - max) / T)`` reaches ``top_p`` times the kept total; keep every kept
+       token whose logit is >= the logit there (ties with the pivot kept). ``top_p >= 1`` keeps all.
+    3. ``p = exp((logit - max) / T) / sum`` over the survivors (computed as ``exp2`` with the
+       factor ``log2(e) / T``, float32).
 
-    These are SGLang's semantics (FlashInfer's renorm kernels) wherever ordering by ``z`` and by
-    probability agree, i.e. unless distinct logits round to one probability. The walk and the
+    These are SGLang's semantics (softmax of ``logits / T``, then FlashInfer's renorm kernels)
+    wherever ranking by logit and by probability agree, i.e. unless distinct logits round to one
+    probability. The walk and the
     bonus draw are those of :func:`tree_speculative_sampling_target_only`; the bonus residual at
     the last accepted row is ``p`` without the tokens of the children tried there.
     Only the rows of the accepted path are read, each twice (the second time mostly from L2):

@@ -186,9 +186,9 @@ def verify_tree_greedy_from_logits(predicts: torch.Tensor, accept_index: torch.T
 
     Two launch plans, same results:
 
-    * lazy (default from ``bs >= 8``): one program per request walks the tree and reduces a row
-      only when the walk reaches its node, so only the accepted path's rows are read (at most
-      ``min(n, S+1)`` of a request's ``n``).
+    * lazy (default when ``bs >= 8`` and ``n > 2*(S+1)``): one program per request walks the tree
+      and reduces a row only when the walk reaches its node, so only the accepted path's rows are
+      read (at most ``S+1`` of a request's ``n``).
     * split (small batches): every row is cut into vocabulary slices over about
       ``target_programs`` programs; each reduces its slice to a packed (value, index) key and
       ``atomic_max``-es it into the row's slot of the per-device
@@ -201,11 +201,13 @@ def verify_tree_greedy_from_logits(predicts: torch.Tensor, accept_index: torch.T
     rows, vocab = logits.shape
     assert rows == bs * n and logits.stride(1) == 1
     max_accepts = accept_index.shape[1] - 1
-    if lazy if lazy is not None else bs >= LAZY_MIN_BATCH:
+    if lazy is None:  # one program per request streams a row slower than the whole GPU: worth it
+        lazy = bs >= LAZY_MIN_BATCH and n > 2 * (max_accepts + 1)  # when it skips most rows
+    if lazy:
         _greedy_lazy_kernel[(bs,)](
             logits, logits.stride(0), vocab, predicts, accept_index, accept_token_num, candidates,
             retrive_index, retrive_next_token, retrive_next_sibling, n, max_accepts,
-            BLOCK_V=block_v or 8192, BLOCK_N=_block_n(n), num_warps=16)
+            BLOCK_V=block_v or 16384, BLOCK_N=_block_n(n), num_warps=16)
         return
     block_v = block_v or 2048
     slices = triton.cdiv(vocab, block_v)

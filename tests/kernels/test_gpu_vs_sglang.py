@@ -9,7 +9,7 @@ import torch
 
 CUDA = torch.cuda.is_available()
 try:
-    import sgl_kernel  # noqa: F401  (SGLang's CUDA ops)
+    import sgl_kernel  # SGLang's CUDA ops
 
     HAVE_SGL_KERNEL = CUDA
 except Exception:  # CPU builds or missing wheel: any import failure means "not available"
@@ -80,13 +80,11 @@ def _request_views(mask, positions, links, mode, seq_lens, n):
 
 @needs_sgl
 def test_build_tree_equals_sglang_on_random_trees():
-    import sgl_kernel
-
     gen = torch.Generator().manual_seed(11)
     compared = skipped = 0
     for k, steps, n in CONFIGS:
         modes = [FULL_MASK, QLEN_ONLY] + ([QLEN_ONLY_BITPACKING] if n <= 32 else [])
-        for trial in range(40):
+        for trial in range(25):
             bs = int(torch.randint(1, 65, (1,), generator=gen))
             tree = random_draft_tree(bs, k, steps, n, vocab=max(64, k), max_seq_len=600,
                                      tie_levels=20 if trial % 2 else None, generator=gen, device="cuda")
@@ -134,12 +132,10 @@ def _greedy_outputs(bs, n, steps):
 
 @needs_sgl
 def test_verify_greedy_equals_sglang_on_random_trees():
-    import sgl_kernel
-
     gen = torch.Generator().manual_seed(12)
     requests = accepted = 0
     for k, steps, n in CONFIGS:
-        for _ in range(30):
+        for _ in range(20):
             bs = int(torch.randint(1, 65, (1,), generator=gen))
             candidates, ri, nt, ns, logits = _greedy_case(gen, k, steps, n, bs)
             target = logits.argmax(-1).reshape(bs, n)
@@ -169,8 +165,6 @@ def _sampling_case(gen, k, steps, n, bs, vocab):
 @needs_sgl
 @pytest.mark.parametrize("thresholds", [(1.0, 1.0), (0.6, 0.4), (0.0, 0.0)])
 def test_sampling_op_equals_sglang_with_identical_coins(thresholds):
-    import sgl_kernel
-
     gen = torch.Generator().manual_seed(13)
     requests = differ = 0
     for k, steps, n in CONFIGS:
@@ -199,8 +193,6 @@ def test_sampling_op_equals_sglang_with_identical_coins(thresholds):
 
 @needs_sgl
 def test_fused_sampling_matches_sglang_pipeline_with_identical_coins():
-    import sgl_kernel
-
     gen = torch.Generator().manual_seed(14)
     requests = differ = 0
     for k, steps, n in CONFIGS[:6]:

@@ -72,7 +72,7 @@ def test_build_eagle_tree_wrapper_matches_sglang_wrapper_semantics(case):
     (FULL_MASK prefix included), -1 links where there is no child or sibling, the token list."""
     gen = torch.Generator().manual_seed(case["seed"])
     tree = random_draft_tree(case["bs"], case["topk"], case["steps"], case["n"], vocab=16, generator=gen)
-    bs, n, mode = case["bs"], case["n"], case["mode"]
+    n, mode = case["n"], case["mode"]
     mask, positions, ri, nt, ns, tokens = tree_build.build_eagle_tree(
         tree.bonus_tokens, tree.parent_list, tree.top_scores_index, tree.draft_tokens, tree.seq_lens,
         int(tree.seq_lens.sum()), tree.topk, tree.steps, n, tree_mask_mode=mode)

@@ -58,7 +58,7 @@ def filters(draw, bs):
     return torch.tensor(temperatures), torch.tensor(top_ks, dtype=torch.int32), torch.tensor(top_ps)
 
 
-@settings(max_examples=120, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(sampling_rounds(), st.data())
 def test_fused_sampler_matches_reference(case, data):
     bs, n, steps = case["bs"], case["n"], case["steps"]
