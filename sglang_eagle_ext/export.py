@@ -14,13 +14,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import shutil
-import tempfile
 
-import torch
+from safetensors.torch import save_file
 
 from .checkpoint import DrafterCheckpoint, read_drafter
 from .errors import DrafterError, Problem
+from .model_dir import membership_mask, staged_directory, write_json
 
 LEGACY_WEIGHTS = "draft_model.pt"
 EXPORT_RECORD = "exported_from.json"
@@ -71,24 +70,13 @@ def export_legacy(source: str, directory: str, target=None) -> str:
     spec = checkpoint.spec
     tensors = checkpoint.load_tensors()
     if spec.has_vocab_map:
-        t2d = torch.zeros(spec.vocab_size, dtype=torch.bool)
-        t2d[torch.arange(spec.draft_vocab_size) + tensors["d2t"]] = True
-        tensors["t2d"] = t2d
-    directory = os.path.abspath(directory)
-    parent = os.path.dirname(directory)
-    os.makedirs(parent, exist_ok=True)
-    staging = tempfile.mkdtemp(prefix=".export-", dir=parent)
-    os.chmod(staging, 0o755)
-    try:
-        from safetensors.torch import save_file
-
+        tensors["t2d"] = membership_mask(tensors["d2t"], spec.vocab_size)
+    with staged_directory(directory) as staging:
         save_file({k: v.contiguous() for k, v in tensors.items()},
                   os.path.join(staging, "model.safetensors"))
-        with open(os.path.join(staging, "config.json"), "w", encoding="utf-8") as handle:
-            json.dump(_exported_config(checkpoint), handle, indent=2)
-        with open(os.path.join(staging, EXPORT_RECORD), "w", encoding="utf-8") as handle:
-            json.dump({"source": source, "fingerprint": source_fingerprint(source)}, handle,
-                      indent=2)
+        write_json(os.path.join(staging, "config.json"), _exported_config(checkpoint))
+        write_json(os.path.join(staging, EXPORT_RECORD),
+                   {"source": source, "fingerprint": source_fingerprint(source)})
         exported = read_drafter(staging, target=target).spec
         differing = [f.name for f in dataclasses.fields(spec) if f.name not in _PROVENANCE
                      and getattr(spec, f.name) != getattr(exported, f.name)]
@@ -98,10 +86,4 @@ def export_legacy(source: str, directory: str, target=None) -> str:
             raise DrafterError([Problem(staging, ", ".join(differing),
                                         "the export does not read back as the same drafter",
                                         "report this as a bug with the source config.json")])
-        if os.path.isdir(directory):
-            shutil.rmtree(directory)  # a stale export of ours (the caller checked it is one)
-        os.replace(staging, directory)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
     return directory

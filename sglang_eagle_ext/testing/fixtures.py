@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from dataclasses import dataclass
 from importlib import resources
 from typing import Callable
 
 import torch
 from safetensors.torch import save_file
+
+from ..model_dir import membership_mask, staged_directory, write_json
 
 TARGET_LAYERS = 12
 
@@ -64,12 +65,10 @@ def shrink(config: dict, g: Geometry) -> dict:
     return config
 
 
-def random_vocab_map(g: Geometry, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-    """A valid ``d2t`` offset table and its ``t2d`` mask for ``g.draft_vocab`` sorted target ids."""
+def random_vocab_map(g: Geometry, generator: torch.Generator) -> torch.Tensor:
+    """A valid ``d2t`` offset table for ``g.draft_vocab`` sorted distinct target ids."""
     selected = torch.randperm(g.vocab, generator=generator)[: g.draft_vocab].sort().values
-    t2d = torch.zeros(g.vocab, dtype=torch.bool)
-    t2d[selected] = True
-    return selected - torch.arange(g.draft_vocab), t2d
+    return selected - torch.arange(g.draft_vocab)
 
 
 def canonical_tensors(g: Geometry, seed: int) -> dict[str, torch.Tensor]:
@@ -115,7 +114,8 @@ def canonical_tensors(g: Geometry, seed: int) -> dict[str, torch.Tensor]:
         out[p + "mlp.up_proj.weight"] = rand(g.inter, h)
         out[p + "mlp.down_proj.weight"] = rand(h, g.inter)
     if g.draft_vocab < g.vocab:
-        out["d2t"], out["t2d"] = random_vocab_map(g, gen)
+        out["d2t"] = random_vocab_map(g, gen)
+        out["t2d"] = membership_mask(out["d2t"], g.vocab)
     return out
 
 
@@ -135,29 +135,18 @@ def rename(tensors: dict[str, torch.Tensor], *, midlayer=False, model_prefix=Fal
     return renamed
 
 
-def _atomic_write(path: str, write: Callable[[str], None]) -> None:
-    folder = os.path.dirname(path)
-    os.makedirs(folder, exist_ok=True)
-    handle, staging = tempfile.mkstemp(dir=folder, prefix=os.path.basename(path) + ".tmp-")
-    os.close(handle)
-    try:
-        write(staging)
-        os.replace(staging, path)
-    finally:
-        if os.path.exists(staging):
-            os.unlink(staging)
-
-
 def write_checkpoint(directory: str, config: dict, tensors: dict[str, torch.Tensor],
                      weights_file: str = "model.safetensors") -> str:
-    """Write ``config.json`` and one weights file (safetensors, or a torch pickle for ``.bin``/``.pt``)."""
+    """Write ``config.json`` and one weights file (safetensors, or a torch pickle for
+    ``.bin``/``.pt``) as a fresh ``directory``."""
     tensors = {k: v.contiguous() for k, v in tensors.items()}
-    if weights_file.endswith(".safetensors"):
-        _atomic_write(os.path.join(directory, weights_file), lambda p: save_file(tensors, p))
-    else:
-        _atomic_write(os.path.join(directory, weights_file), lambda p: torch.save(tensors, p))
-    _atomic_write(os.path.join(directory, "config.json"),
-                  lambda p: open(p, "w", encoding="utf-8").write(json.dumps(config, indent=2)))
+    with staged_directory(directory) as staging:
+        weights = os.path.join(staging, weights_file)
+        if weights_file.endswith(".safetensors"):
+            save_file(tensors, weights)
+        else:
+            torch.save(tensors, weights)
+        write_json(os.path.join(staging, "config.json"), config)
     return directory
 
 
