@@ -32,11 +32,18 @@ def enabled() -> bool:
     return os.environ.get(SWITCH, "1").strip().lower() not in ("0", "false", "off", "no")
 
 
-def _apply_tree_kernels() -> list[str]:
+def _apply_tree_kernels(sglang_compat) -> list[str]:
+    """Our Triton tree kernels (``SGLANG_EAGLE_EXT_TREE_KERNELS`` selects them), bound once
+    SGLang's scheduler module is loaded: the binding imports SGLang's speculative modules, which
+    is only safe after SGLang has imported them in its own order. Plugins are loaded from the
+    engine and scheduler modules, so this normally happens at once."""
     if importlib.util.find_spec("sglang_eagle_ext.kernels") is None or \
             importlib.util.find_spec(TREE_KERNELS_MODULE) is None:
-        return []
-    return list(importlib.import_module(TREE_KERNELS_MODULE).apply())
+        return ["stock (no binding module)"]
+    bound: list[str] = []
+    sglang_compat.after_import("sglang.srt.managers.scheduler", lambda _: bound.extend(
+        importlib.import_module(TREE_KERNELS_MODULE).apply() or ["stock (switch)"]))
+    return bound or ["bound when SGLang's scheduler loads"]
 
 
 MODEL_MODULE = "sglang_eagle_ext.sglang_model"
@@ -76,7 +83,7 @@ def activate() -> str:
         from . import sglang_compat
 
         patches = sglang_compat.arm_patches(_register)
-        kernels = _apply_tree_kernels()
+        kernels = _apply_tree_kernels(sglang_compat)
     except BaseException as exc:  # noqa: BLE001 - re-raised as a process-stopping error
         raise PluginActivationError(
             f"sglang-eagle-ext failed to activate ({type(exc).__name__}: {exc}); refusing to let "
@@ -84,7 +91,7 @@ def activate() -> str:
             f"{SWITCH}=0 to serve with stock SGLang.") from exc
     _activation = (f"sglang-eagle-ext: EAGLE3 drafts served by {MODEL_MODULE}.{MODEL_CLASS} on SGLang "
                    f"{sglang.__version__} (pid {os.getpid()}); patches: {', '.join(patches)}; "
-                   f"tree kernels: {', '.join(kernels) if kernels else 'stock'}")
+                   f"tree kernels: {', '.join(kernels)}")
     _log(_activation)
     return _activation
 
