@@ -53,12 +53,50 @@ class RMSNorm(nn.Module):
         return self.weight * y.to(self.weight.dtype)
 
 
+def _rope_scaling(spec: DrafterSpec) -> tuple[str, dict]:
+    scaling = json.loads(spec.rope_scaling) if spec.rope_scaling else {}
+    return scaling.get("rope_type", scaling.get("type", "default")), scaling
+
+
+def _yarn_mscale(factor: float, mscale: float = 1.0) -> float:
+    """YaRN's attention temperature: ``0.1 * mscale * ln(factor) + 1`` (1 when not stretched)."""
+    return 1.0 if factor <= 1 else 0.1 * mscale * math.log(factor) + 1.0
+
+
+def _yarn_factor(spec: DrafterSpec, scaling: dict) -> float:
+    """The context stretch; configs that omit it mean max / original context (as HF reads them)."""
+    return scaling.get("factor") or (spec.max_position_embeddings
+                                     / scaling["original_max_position_embeddings"])
+
+
+def _yarn_inverse_frequencies(inv: torch.Tensor, spec: DrafterSpec, scaling: dict) -> torch.Tensor:
+    """YaRN ("NTK-by-parts"): dimensions that turn fewer than ``beta_slow`` times over the original
+    context are interpolated (divided by ``factor``), those that turn more than ``beta_fast`` times
+    are kept, and a linear ramp over the dimension index blends the two in between."""
+    d, base = spec.head_dim, spec.rope_theta
+    old_context = scaling["original_max_position_embeddings"]
+    factor = _yarn_factor(spec, scaling)
+
+    def dimension_turning(rotations: float) -> float:
+        # pair index i turns old_context / (2 pi base^(2i/d)) times; solved for i
+        return d * math.log(old_context / (rotations * 2 * math.pi)) / (2 * math.log(base))
+
+    low = dimension_turning(scaling.get("beta_fast") or 32)
+    high = dimension_turning(scaling.get("beta_slow") or 1)
+    if scaling.get("truncate", True):
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, d - 1)
+    if low == high:
+        high += 0.001  # a step instead of a ramp; avoids dividing by zero
+    ramp = ((torch.arange(d // 2, dtype=torch.float64) - low) / (high - low)).clamp(0, 1)
+    return inv / factor * ramp + inv * (1 - ramp)
+
+
 def inverse_frequencies(spec: DrafterSpec, dtype: torch.dtype = torch.float64) -> torch.Tensor:
-    """RoPE inverse frequencies for ``spec`` (default, ``linear`` and ``llama3`` scaling)."""
+    """RoPE inverse frequencies for ``spec`` (default, ``linear``, ``llama3`` and ``yarn``)."""
     d = spec.head_dim
     inv = 1.0 / (spec.rope_theta ** (torch.arange(0, d, 2, dtype=torch.float64) / d))
-    scaling = json.loads(spec.rope_scaling) if spec.rope_scaling else {}
-    kind = scaling.get("rope_type", scaling.get("type", "default"))
+    kind, scaling = _rope_scaling(spec)
     if kind == "linear":
         inv = inv / scaling["factor"]
     elif kind == "llama3":
@@ -73,11 +111,28 @@ def inverse_frequencies(spec: DrafterSpec, dtype: torch.dtype = torch.float64) -
         blended = (1 - smooth) * inv / factor + smooth * inv
         inv = torch.where(wavelen > low_wavelen, inv / factor,
                           torch.where(wavelen < high_wavelen, inv, blended))
+    elif kind == "yarn":
+        inv = _yarn_inverse_frequencies(inv, spec, scaling)
     elif kind != "default":
         raise NotImplementedError(
             f"{spec.path}: rope scaling {kind!r} is not implemented by the reference drafter "
-            "(default, linear and llama3 are)")
+            "(default, linear, llama3 and yarn are)")
     return inv.to(dtype)
+
+
+def rope_attention_scaling(spec: DrafterSpec) -> float:
+    """Factor on cos and sin (YaRN only; 1 otherwise): an explicit ``attention_factor``, else the
+    ratio of the ``mscale`` and ``mscale_all_dim`` temperatures when both are given (DeepSeek
+    style), else ``0.1 * ln(factor) + 1``."""
+    kind, scaling = _rope_scaling(spec)
+    if kind != "yarn":
+        return 1.0
+    if scaling.get("attention_factor") is not None:
+        return float(scaling["attention_factor"])
+    factor = _yarn_factor(spec, scaling)
+    if scaling.get("mscale") and scaling.get("mscale_all_dim"):
+        return _yarn_mscale(factor, scaling["mscale"]) / _yarn_mscale(factor, scaling["mscale_all_dim"])
+    return _yarn_mscale(factor)
 
 
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -238,6 +293,7 @@ class ReferenceDrafter(nn.Module):
             self.register_buffer("d2t", torch.zeros(spec.draft_vocab_size, dtype=torch.long))
         # Kept in float64 outside the module's tensors so that .to(dtype) never rounds it.
         self._inv_freq = inverse_frequencies(spec)
+        self._rope_scale = rope_attention_scaling(spec)
 
     # -- construction -------------------------------------------------------------------------
 
@@ -302,7 +358,8 @@ class ReferenceDrafter(nn.Module):
         inv_freq = self._inv_freq.to(positions.device)
         angles = positions.to(torch.float64)[:, None] * inv_freq[None, :]
         angles = torch.cat([angles, angles], dim=-1)
-        cos, sin = angles.cos().to(residual.dtype), angles.sin().to(residual.dtype)
+        cos = (angles.cos() * self._rope_scale).to(residual.dtype)
+        sin = (angles.sin() * self._rope_scale).to(residual.dtype)
         for layer in self.layers:
             residual = layer(residual, embeds, cos, sin, positions, cache, attend)
         if cache is not None:
