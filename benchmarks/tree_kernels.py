@@ -295,8 +295,8 @@ def main(argv=None):
     os.makedirs(args.out, exist_ok=True)
     gen = torch.Generator().manual_seed(0)
     bandwidth = copy_bandwidth()
-    meta = {"command": "python benchmarks/tree_kernels.py " + " ".join(a for a in (argv or sys.argv[1:])
-                                                                        if not a.startswith("/")),
+    shown = ["DIR" if a.startswith("/") else a for a in (argv or sys.argv[1:])]  # no machine paths
+    meta = {"command": "python benchmarks/tree_kernels.py " + " ".join(shown),
             "date": args.date, "device": torch.cuda.get_device_name(), "torch": torch.__version__,
             "triton": triton.__version__, "sgl_kernel": getattr(sgl_kernel, "__version__", "?"),
             "python": platform.python_version(), "copy_bandwidth_TBps": bandwidth / 1e12}
