@@ -32,6 +32,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--aux-layers", default=None,
                         help="override the drafter's aux hidden-state indices, e.g. 2,4,5 "
                              "(index k = input of target layer k)")
+    parser.add_argument("--compare-aux-layers", default=None,
+                        help="also measure with these aux hidden-state indices (e.g. a suspected "
+                             "wrong set such as 1,3,4) and print both sets of rows")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
@@ -78,18 +81,56 @@ def load(target_dir: str, draft_dir: str, device: str, aux_override=None):
     return tokenizer, CapturingTarget(model, indices), drafter
 
 
+def _indices(text: str | None) -> tuple[int, ...] | None:
+    return tuple(int(x) for x in text.split(",")) if text else None
+
+
+def _measure(target, drafter, prompts, rows, args, bar) -> dict:
+    """Mean acceptance length (and counts) of every drafting row over ``prompts``."""
+    import torch
+
+    from ..acceptance import mean_accept_length, speculative_generate
+
+    results = {}
+    for name, settings in rows.items():
+        generator = torch.Generator().manual_seed(args.seed)
+        runs = []
+        for prompt in prompts:
+            runs.append(speculative_generate(target, drafter, prompt, args.max_new_tokens,
+                                             settings, generator))
+            bar.update(1)
+        results[name] = {"accept_length": mean_accept_length(runs),
+                         "verify_steps": sum(len(r.accept_lengths) for r in runs),
+                         "tokens": sum(len(r.output) for r in runs),
+                         "num_steps": settings.num_steps, "topk": settings.topk,
+                         "draft_tokens": settings.tree_size + 1,
+                         "temperature": settings.temperature}
+    return results
+
+
+def _print_rows(indices, results) -> None:
+    print(f"aux hidden-state indices {list(indices)}")
+    print(f"{'drafting':<15}{'steps':>6}{'topk':>6}{'tokens':>8}{'temp':>6}{'accept length':>16}")
+    for name, row in results.items():
+        print(f"{name:<15}{row['num_steps']:>6}{row['topk']:>6}{row['draft_tokens']:>8}"
+              f"{row['temperature']:>6.1f}{row['accept_length']:>16.3f}")
+
+
 def run(args) -> int:
     from .. import cpu_shims
 
     cpu_shims.install()
-    import torch
     from tqdm import tqdm
 
-    from ..acceptance import DraftSettings, mean_accept_length, speculative_generate
+    from ..acceptance import DraftSettings
+    from ..reference.capture import CapturingTarget
 
-    aux_override = (tuple(int(x) for x in args.aux_layers.split(",")) if args.aux_layers else None)
     try:
-        tokenizer, target, drafter = load(args.target, args.draft, args.device, aux_override)
+        tokenizer, target, drafter = load(args.target, args.draft, args.device,
+                                          _indices(args.aux_layers))
+        compared = _indices(args.compare_aux_layers)
+        if compared is not None:
+            compared = CapturingTarget(target.model, compared)
         rows = {
             "chain greedy": DraftSettings(args.num_steps, 1),
             "chain sampled": DraftSettings(args.num_steps, 1, temperature=args.temperature),
@@ -104,33 +145,22 @@ def run(args) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     prompts = _prompts(args, tokenizer)
-    results = {}
-    with tqdm(total=len(rows) * len(prompts), desc="verify steps", unit="prompt",
+    targets = [target] + ([compared] if compared is not None else [])
+    with tqdm(total=len(targets) * len(rows) * len(prompts), desc="verify steps", unit="prompt",
               file=sys.stderr, disable=None) as bar:
-        for name, settings in rows.items():
-            generator = torch.Generator().manual_seed(args.seed)
-            runs = []
-            for prompt in prompts:
-                runs.append(speculative_generate(target, drafter, prompt, args.max_new_tokens,
-                                                 settings, generator))
-                bar.update(1)
-            results[name] = {"accept_length": mean_accept_length(runs),
-                             "verify_steps": sum(len(r.accept_lengths) for r in runs),
-                             "tokens": sum(len(r.output) for r in runs),
-                             "num_steps": settings.num_steps, "topk": settings.topk,
-                             "draft_tokens": settings.tree_size + 1,
-                             "temperature": settings.temperature}
+        measured = [(t.indices, _measure(t, drafter, prompts, rows, args, bar)) for t in targets]
+    results = measured[0][1]
     report = {"target": args.target, "draft": args.draft, "aux_indices": list(target.indices),
               "prompts": len(prompts), "rows": results}
+    if compared is not None:
+        report["compared"] = {"aux_indices": list(compared.indices), "rows": measured[1][1]}
     if args.json:
         print(json.dumps(report, indent=2))
         return 0
-    print(f"target {args.target}\ndraft  {args.draft}\naux hidden-state indices "
-          f"{list(target.indices)}, {len(prompts)} prompts x {args.max_new_tokens} tokens")
-    print(f"{'drafting':<15}{'steps':>6}{'topk':>6}{'tokens':>8}{'temp':>6}{'accept length':>16}")
-    for name, row in results.items():
-        print(f"{name:<15}{row['num_steps']:>6}{row['topk']:>6}{row['draft_tokens']:>8}"
-              f"{row['temperature']:>6.1f}{row['accept_length']:>16.3f}")
+    print(f"target {args.target}\ndraft  {args.draft}\n"
+          f"{len(prompts)} prompts x {args.max_new_tokens} tokens")
+    for indices, rows_measured in measured:
+        _print_rows(indices, rows_measured)
     if max(row["accept_length"] for row in results.values()) < NOTHING_ACCEPTED_BELOW:
         print("warning: the drafter accepts almost nothing on this target: check that its aux "
               "layers and vocabulary map are the ones it was trained with "

@@ -44,14 +44,18 @@ class DistillSettings:
     aux_indices: tuple[int, ...] | None = None  # hidden-state indices; None: (2, N//2, N-3)
     intermediate_size: int = 256
     draft_vocab_size: int = 256
-    num_sequences: int = 768
+    num_sequences: int = 256
     prompt_tokens: int = 8
     new_tokens: int = 56
     ttt_steps: int = 2
-    train_steps: int = 600
-    batch_size: int = 32
+    train_steps: int = 300
+    batch_size: int = 16
     learning_rate: float = 1e-2
     seed: int = 0
+
+
+# Seconds instead of minutes, for tests: a weaker drafter that still accepts well above 1.
+QUICK = DistillSettings(num_sequences=64, new_tokens=40, train_steps=80)
 
 
 def _spec(target_dir: str, settings: DistillSettings, indices: tuple[int, ...]) -> DrafterSpec:

@@ -1,9 +1,13 @@
-"""Build (or reuse) a tiny random decoder target with a locally trained byte-level BPE tokenizer.
+"""Build (or reuse) a tiny decoder target with a locally trained byte-level BPE tokenizer.
 
 The result is an ordinary Hugging Face model directory (``save_pretrained``) that HF
 transformers and stock SGLang both load. Nothing is downloaded: the tokenizer is trained on
-:mod:`.corpus` text and the weights come from a seeded initialisation, so the same settings give
-the same files on every machine.
+:mod:`.corpus` text, and the seeded random weights are then trained for a few hundred steps on a
+second-order Markov process over the corpus's most frequent tokens (:mod:`.markov`). A random
+target continues text chaotically, so a drafter cannot learn it and every acceptance number is
+noise; the trained one continues it as a function of the last two tokens, which a drafter learns
+from the target's aux hidden states, and which it misses when it reads the wrong ones. The same
+settings give the same files (on the same torch build and thread count).
 """
 
 from __future__ import annotations
@@ -29,15 +33,19 @@ class TinyTargetSettings:
     num_key_value_heads: int = 2
     intermediate_size: int = 192
     vocab_size: int = 512  # tokenizer size = model vocabulary
-    # Wider than HF's 0.02: with 0.02 the layers barely touch the residual stream and greedy output
-    # falls into loops of 2-5 tokens that any drafter predicts. With 0.15 the continuation is a
-    # chaotic function of the context that a small drafter cannot learn from a few thousand
-    # tokens. 0.08 sits between: context matters, a 2-layer drafter still learns it.
     initializer_range: float = 0.08
-    # The lm_head is drawn separately and wider, so next-token distributions are peaked (mean
-    # entropy about 1.6 nats instead of about 6 = log 512): sampled acceptance then means something.
+    # The lm_head starts wider than the rest, so next-token distributions are peaked from the
+    # first training step on (and stay so on tokens the process never emits).
     lm_head_std: float = 0.6
     max_position_embeddings: int = 1024
+    # Training on the pair process (see the module docstring).
+    alphabet_size: int = 16  # K most frequent corpus tokens; K * K pairs to learn
+    train_steps: int = 240
+    train_batch: int = 8
+    # Longer than prompt + continuation in distillation and eval: the pair rule is learnt per
+    # position range, and greedy accuracy drops beyond the trained length.
+    train_length: int = 96
+    learning_rate: float = 8e-3
     seed: int = 0
 
     def __post_init__(self):
@@ -64,6 +72,38 @@ def _train_tokenizer(vocab_size: int, seed: int):
                                    pad_token=pad, model_max_length=1 << 20)
 
 
+def _alphabet(tokenizer, size: int, seed: int):
+    """The ``size`` most frequent tokens of corpus text (ties broken by id)."""
+    import torch
+
+    from .corpus import sentences
+
+    counts = torch.zeros(len(tokenizer), dtype=torch.long)
+    for text in sentences(2000, seed):
+        counts += torch.bincount(torch.tensor(tokenizer(text).input_ids), minlength=len(counts))
+    order = sorted(range(len(counts)), key=lambda i: (-int(counts[i]), i))
+    return torch.tensor(sorted(order[:size]))
+
+
+def _train(model, process, settings: TinyTargetSettings) -> None:
+    """Next-token training on sequences of ``process`` (AdamW, one-cycle schedule)."""
+    import torch
+
+    generator = torch.Generator().manual_seed(settings.seed)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=settings.learning_rate, weight_decay=0.0)
+    schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, settings.learning_rate,
+                                                   total_steps=settings.train_steps, pct_start=0.1)
+    model.train()
+    for _ in range(settings.train_steps):
+        batch = process.sample(settings.train_batch, settings.train_length, generator)
+        loss = model(input_ids=batch, labels=batch).loss
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        schedule.step()
+    model.eval()
+
+
 def _model_config(settings: TinyTargetSettings, vocab_size: int, tokenizer):
     from transformers import LlamaConfig, Qwen3Config
 
@@ -87,6 +127,8 @@ def _build_into(directory: str, settings: TinyTargetSettings) -> None:
     import torch
     from transformers import AutoModelForCausalLM
 
+    from .markov import PairProcess
+
     tokenizer = _train_tokenizer(settings.vocab_size, settings.seed)
     config = _model_config(settings, len(tokenizer), tokenizer)
     torch.manual_seed(settings.seed)
@@ -94,6 +136,9 @@ def _build_into(directory: str, settings: TinyTargetSettings) -> None:
     with torch.no_grad():
         head = model.get_output_embeddings().weight
         head.normal_(0.0, settings.lm_head_std)
+    process = PairProcess.random(_alphabet(tokenizer, settings.alphabet_size, settings.seed),
+                                 torch.Generator().manual_seed(settings.seed))
+    _train(model, process, settings)
     model.generation_config.do_sample = False
     model.save_pretrained(directory)
     tokenizer.save_pretrained(directory)
