@@ -78,21 +78,21 @@ def build_tree_reference(parent_list, selected_index, verified_seq_len, tree_mas
 def _walk(bs, n, max_accepts, retrive_index, retrive_next_token, retrive_next_sibling, try_child):
     """The shared accept loop: ``try_child(b, row, child) -> bool`` decides one child.
 
-    Returns per request the accepted flat rows (root first) and the local index of the last one.
+    Returns per request the accepted flat rows, root first. Each node is visited at most once in
+    a well-formed tree, so n steps cut corrupt (cyclic) links, as in the kernels.
     """
     paths = []
     for b in range(bs):
         path = [int(retrive_index[b, 0])]
-        cur, last_local, steps = int(retrive_next_token[b, 0]), 0, 0
+        cur, steps = int(retrive_next_token[b, 0]), 0
         while cur != -1 and len(path) <= max_accepts and steps < n:
             steps += 1
             if try_child(b, path[-1], cur):
                 path.append(int(retrive_index[b, cur]))
-                last_local = cur
                 cur = int(retrive_next_token[b, cur])
             else:
                 cur = int(retrive_next_sibling[b, cur])
-        paths.append((path, last_local))
+        paths.append(path)
     return paths
 
 
@@ -106,7 +106,7 @@ def verify_tree_greedy_reference(predicts, accept_index, accept_token_num, candi
     def try_child(b, row, child):
         return int(candidates[b, child]) == int(flat_target[row])
 
-    for b, (path, _) in enumerate(_walk(bs, n, accept_index.shape[1] - 1, retrive_index,
+    for b, path in enumerate(_walk(bs, n, accept_index.shape[1] - 1, retrive_index,
                                         retrive_next_token, retrive_next_sibling, try_child)):
         for j, row in enumerate(path):
             accept_index[b, j] = row
@@ -155,7 +155,7 @@ def tree_sampling_reference(predicts, accept_index, accept_token_num, candidates
 
     for b in range(bs):
         state[b] = (torch.zeros((), dtype=torch.float32), uniform_samples[b, 0])
-    for b, (path, _) in enumerate(_walk(bs, n, max_accepts, retrive_index, retrive_next_token,
+    for b, path in enumerate(_walk(bs, n, max_accepts, retrive_index, retrive_next_token,
                                         retrive_next_sibling, try_child)):
         for j, row in enumerate(path[:-1]):
             accept_index[b, j] = row
