@@ -1,8 +1,8 @@
 """Demonstrate EAGLE-3 in stock SGLang end to end, on any machine (CPU or GPU).
 
-Builds (or reuses) a tiny random target with its own tokenizer and a 2-layer drafter distilled
-from it, under a cache directory (nothing is downloaded), starts SGLang with this package's
-plugin, generates greedily, and prints the output, the acceptance length and whether the output
+Builds (or reuses) a tiny target (trained for seconds on a second-order token process) with its
+own tokenizer and a 2-layer drafter distilled from it, under a cache directory (nothing is
+downloaded), starts SGLang with this package's plugin, generates greedily, and prints the output, the acceptance length and whether the output
 equals plain greedy decoding of the target (speculative decoding must be lossless). A GPU is used
 when there is one; on CPU, SGLang runs its Triton kernels in Triton's interpreter.
 """
@@ -91,7 +91,8 @@ def run(args) -> int:
     device = args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
     workdir = os.path.abspath(args.workdir or os.path.join(cache_dir(), "demo"))
     say(f"device: {device}; models under {workdir}")
-    say("building (or reusing) the tiny target: 8-layer Llama, 512-token BPE tokenizer ...")
+    say("building (or reusing) the tiny target: 8-layer Llama, 512-token BPE tokenizer, "
+        "trained on a second-order token process (first run only) ...")
     target = build_tiny_target(os.path.join(workdir, "target"))
     say(f"target ready: {target}")
     say("distilling (or reusing) a 2-layer EAGLE-3 drafter from the target's own greedy text "

@@ -2,9 +2,10 @@
 
 The target runs in HF transformers, the drafter in the plain-PyTorch reference implementation
 (CPU or CUDA). For chain and tree drafting, greedy and sampled, it reports the mean number of
-tokens per verify step (accepted drafts + 1, SGLang's spec_accept_length). A drafter with wrong
-aux layers or a wrong vocabulary map loads fine and then accepts almost nothing (about 1.0): this
-is where that shows.
+tokens per verify step (accepted drafts + 1, SGLang's spec_accept_length). A drafter with a wrong
+vocabulary map (or, on real targets, wrong aux layers) loads fine and then accepts almost nothing
+(about 1.0): this is where that shows; ``--compare-aux-layers`` puts a suspect tap set's rows next
+to the drafter's own.
 """
 
 from __future__ import annotations
