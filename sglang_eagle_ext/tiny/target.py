@@ -6,7 +6,8 @@ transformers and stock SGLang both load. Nothing is downloaded: the tokenizer is
 second-order Markov process over the corpus's most frequent tokens (:mod:`.markov`). A random
 target continues text chaotically, so a drafter cannot learn it and every acceptance number is
 noise; the trained one continues it as a function of the last two tokens, which a drafter learns
-from the target's aux hidden states, and which it misses when it reads the wrong ones. The same
+from the target's aux hidden states. (Every layer of so small a model still carries those two
+tokens, so reading other layers' states costs a drafter little here.) The same
 settings give the same files (on the same torch build and thread count).
 """
 
