@@ -15,5 +15,11 @@ def sglang_dist():
     from sglang.test.layer_ut_utils import init_single_process_dist
 
     init_single_process_dist(master_port=29000 + os.getpid() % 1000)
-    torch.set_grad_enabled(False)
     yield
+
+
+@pytest.fixture
+def no_grad():
+    """SGLang's layers write KV caches in place, which autograd forbids on leaf tensors."""
+    with torch.no_grad():
+        yield

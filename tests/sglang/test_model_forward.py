@@ -39,7 +39,7 @@ def build_draft(directory: str, target):
 
 
 @pytest.mark.parametrize("name", sorted(fixtures.FIXTURES))
-def test_forward_matches_reference(name, tmp_path, sglang_dist):
+def test_forward_matches_reference(name, tmp_path, sglang_dist, no_grad):
     from draft_forward import DraftRunner
     from sglang.srt.model_executor.forward_batch_info import ForwardMode
 
@@ -88,7 +88,7 @@ def test_forward_matches_reference(name, tmp_path, sglang_dist):
         assert model.get_hot_token_id() is None
 
 
-def test_own_embedding_is_kept_and_missing_one_is_shared(tmp_path, sglang_dist):
+def test_own_embedding_is_kept_and_missing_one_is_shared(tmp_path, sglang_dist, no_grad):
     """speculators checkpoints carry embed_tokens: the target's must not replace it."""
     own = build_draft(fixtures.build("F6-speculators", str(tmp_path / "own")), target_for("F6"))
     before = own.model.embed_tokens.weight.clone()
@@ -101,7 +101,7 @@ def test_own_embedding_is_kept_and_missing_one_is_shared(tmp_path, sglang_dist):
     assert shared.model.embed_tokens.weight is embed
 
 
-def test_unknown_tensor_is_an_error(tmp_path, sglang_dist, monkeypatch):
+def test_unknown_tensor_is_an_error(tmp_path, sglang_dist, no_grad, monkeypatch):
     from sglang_eagle_ext.checkpoint import DrafterCheckpoint
 
     model = build_draft(fixtures.build("F1-specforge", str(tmp_path / "d")), target_for("F1"))
@@ -117,7 +117,7 @@ def test_unknown_tensor_is_an_error(tmp_path, sglang_dist, monkeypatch):
         model.load_weights(iter(()))
 
 
-def test_missing_tensor_is_an_error(tmp_path, sglang_dist, monkeypatch):
+def test_missing_tensor_is_an_error(tmp_path, sglang_dist, no_grad, monkeypatch):
     from sglang_eagle_ext.checkpoint import DrafterCheckpoint
 
     model = build_draft(fixtures.build("F7-speculators-2-layers", str(tmp_path / "d")), target_for("F7"))
