@@ -288,8 +288,8 @@ def test_missing_target_embedding_is_reported():
 
 
 def test_unknown_rope_scaling_is_reported():
-    spec = make_spec(rope_scaling=json.dumps({"rope_type": "yarn", "factor": 4.0}))
-    with pytest.raises(NotImplementedError, match="yarn"):
+    spec = make_spec(rope_scaling=json.dumps({"rope_type": "longrope", "factor": 4.0}))
+    with pytest.raises(NotImplementedError, match="longrope"):
         ReferenceDrafter(spec)
 
 
