@@ -23,13 +23,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import shutil
-import tempfile
 from dataclasses import dataclass
 
 import torch
 
 from ..checkpoint import read_drafter
+from ..model_dir import membership_mask, staged_directory, write_json
 from ..reference.capture import CapturingTarget
 from ..reference.drafter import DraftCache, ReferenceDrafter, causal_mask
 from ..spec import AuxLayers, Dialect, DrafterSpec, IdConvention, LaterLayerNorm, default_aux_indices
@@ -198,23 +197,14 @@ def write_drafter(directory: str, drafter: ReferenceDrafter, target_dir: str, su
 
     with open(os.path.join(target_dir, "config.json"), encoding="utf-8") as handle:
         target_config = json.load(handle)
-    directory = os.path.abspath(directory)
-    parent = os.path.dirname(directory)
-    os.makedirs(parent, exist_ok=True)
-    staging = tempfile.mkdtemp(prefix=".tiny-drafter-", dir=parent)
-    os.chmod(staging, 0o755)
-    try:
+    with staged_directory(directory) as staging:
         state = {k: v.contiguous() for k, v in drafter.canonical_state_dict().items()}
         if drafter.spec.has_vocab_map:
-            t2d = torch.zeros(drafter.spec.vocab_size, dtype=torch.bool)
-            t2d[drafter.to_target_ids(torch.arange(drafter.spec.draft_vocab_size))] = True
-            state["t2d"] = t2d
+            state["t2d"] = membership_mask(state["d2t"], drafter.spec.vocab_size)
         save_file(state, os.path.join(staging, "model.safetensors"))
-        with open(os.path.join(staging, "config.json"), "w", encoding="utf-8") as handle:
-            json.dump(_config_json(drafter.spec, target_config), handle, indent=2)
-        record = {"settings": dataclasses.asdict(settings), **summary}
-        with open(os.path.join(staging, BUILD_RECORD), "w", encoding="utf-8") as handle:
-            json.dump(record, handle, indent=2, sort_keys=True)
+        write_json(os.path.join(staging, "config.json"), _config_json(drafter.spec, target_config))
+        write_json(os.path.join(staging, BUILD_RECORD),
+                   {"settings": dataclasses.asdict(settings), **summary})
         written = read_drafter(staging, target=target_dir).spec
         for name in ("num_layers", "aux_layers", "draft_vocab_size", "has_vocab_map",
                      "later_layer_norm", "embed_tokens_from_target"):
@@ -224,12 +214,6 @@ def write_drafter(directory: str, drafter: ReferenceDrafter, target_dir: str, su
                 read = read.hidden_state_indices(read_target(target_dir).num_layers)
             if mine != read:
                 raise AssertionError(f"written drafter reads back with {name}={read!r}, not {mine!r}")
-        if os.path.exists(directory):
-            shutil.rmtree(directory)
-        os.replace(staging, directory)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
     return directory
 
 

@@ -16,9 +16,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import shutil
-import tempfile
 from dataclasses import dataclass
+
+from ..model_dir import staged_directory
 
 BUILD_RECORD = "tiny_target.json"  # settings the directory was built with; used for reuse
 SPECIAL_TOKENS = ("<|bos|>", "<|eos|>", "<|pad|>")
@@ -174,16 +174,8 @@ def build_tiny_target(directory: str | os.PathLike,
         raise FileExistsError(
             f"{directory}: exists with {found} ({BUILD_RECORD}); remove it or choose another "
             "directory for the tiny target")
-    parent = os.path.dirname(directory)
-    os.makedirs(parent, exist_ok=True)
-    staging = tempfile.mkdtemp(prefix=".tiny-target-", dir=parent)
-    os.chmod(staging, 0o755)  # mkdtemp makes it private; a model directory is not
-    try:
+    with staged_directory(directory) as staging:
         _build_into(staging, settings)
-        os.replace(staging, directory)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
     return directory
 
 
