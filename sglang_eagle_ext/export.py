@@ -20,6 +20,7 @@ from safetensors.torch import save_file
 from .checkpoint import DrafterCheckpoint, read_drafter
 from .errors import DrafterError, Problem
 from .model_dir import membership_mask, staged_directory, write_json
+from .spec_config import canonical_config
 
 LEGACY_WEIGHTS = "draft_model.pt"
 EXPORT_RECORD = "exported_from.json"
@@ -49,17 +50,12 @@ def export_is_current(source: str, directory: str) -> bool:
 
 
 def _exported_config(checkpoint: DrafterCheckpoint) -> dict:
-    spec = checkpoint.spec
-    with open(os.path.join(spec.path, "config.json"), encoding="utf-8") as handle:
-        config = json.load(handle)
-    config["architectures"] = ["LlamaForCausalLMEagle3"]
-    config["num_hidden_layers"] = spec.num_layers
-    config["draft_vocab_size"] = spec.draft_vocab_size
-    indices = spec.aux_layers.hidden_state_indices()
-    if indices is not None:  # ids as SGLang reads them; absent ids stay absent (default taps)
-        config.pop("eagle_aux_hidden_state_layer_ids", None)
-        config.setdefault("eagle_config", {})["eagle_aux_hidden_state_layer_ids"] = [
-            i - 1 for i in indices]
+    """The canonical config of the drafter, keeping the dtype the trainer recorded."""
+    with open(os.path.join(checkpoint.spec.path, "config.json"), encoding="utf-8") as handle:
+        source = json.load(handle)
+    config = canonical_config(checkpoint.spec)
+    if isinstance(source.get("torch_dtype"), str):
+        config["torch_dtype"] = source["torch_dtype"]
     return config
 
 

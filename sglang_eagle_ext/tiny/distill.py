@@ -29,6 +29,7 @@ import torch
 
 from ..checkpoint import read_drafter
 from ..model_dir import membership_mask, staged_directory, write_json
+from ..spec_config import canonical_config
 from ..reference.capture import CapturingTarget
 from ..reference.drafter import DraftCache, ReferenceDrafter, causal_mask
 from ..spec import AuxLayers, Dialect, DrafterSpec, IdConvention, LaterLayerNorm, default_aux_indices
@@ -81,24 +82,6 @@ def _spec(target_dir: str, settings: DistillSettings, indices: tuple[int, ...]) 
         draft_vocab_size=min(settings.draft_vocab_size, info.vocab_size),
         has_vocab_map=settings.draft_vocab_size < info.vocab_size, tie_word_embeddings=False,
         embed_tokens_from_target=True, lm_head_from_target=False)
-
-
-def _config_json(spec: DrafterSpec, target_config: dict) -> dict:
-    """Flat SGLang-style drafter config: what SpecForge writes, with our layer count."""
-    return {
-        "architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama",
-        "hidden_size": spec.hidden_size, "intermediate_size": spec.intermediate_size,
-        "num_hidden_layers": spec.num_layers, "num_attention_heads": spec.num_attention_heads,
-        "num_key_value_heads": spec.num_key_value_heads, "head_dim": spec.head_dim,
-        "hidden_act": spec.hidden_act, "rms_norm_eps": spec.rms_norm_eps,
-        "rope_theta": spec.rope_theta, "max_position_embeddings": spec.max_position_embeddings,
-        "vocab_size": spec.vocab_size, "draft_vocab_size": spec.draft_vocab_size,
-        "target_hidden_size": spec.target_hidden_size, "tie_word_embeddings": False,
-        "bos_token_id": target_config.get("bos_token_id"),
-        "eos_token_id": target_config.get("eos_token_id"), "torch_dtype": "float32",
-        "eagle_config": {"eagle_aux_hidden_state_layer_ids":
-                         list(spec.aux_layers.sglang_layer_ids())},
-    }
 
 
 def _sequences(model, tokenizer, settings: DistillSettings) -> torch.Tensor:
@@ -202,7 +185,10 @@ def write_drafter(directory: str, drafter: ReferenceDrafter, target_dir: str, su
         if drafter.spec.has_vocab_map:
             state["t2d"] = membership_mask(state["d2t"], drafter.spec.vocab_size)
         save_file(state, os.path.join(staging, "model.safetensors"))
-        write_json(os.path.join(staging, "config.json"), _config_json(drafter.spec, target_config))
+        config = canonical_config(drafter.spec)
+        config.update(torch_dtype="float32", bos_token_id=target_config.get("bos_token_id"),
+                      eos_token_id=target_config.get("eos_token_id"))
+        write_json(os.path.join(staging, "config.json"), config)
         write_json(os.path.join(staging, BUILD_RECORD),
                    {"settings": dataclasses.asdict(settings), **summary})
         written = read_drafter(staging, target=target_dir).spec
