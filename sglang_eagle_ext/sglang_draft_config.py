@@ -19,6 +19,7 @@ from typing import Any
 
 from .errors import DrafterError, Problem
 from .spec import DrafterSpec
+from .spec_config import canonical_config
 from .target import TargetInfo
 
 # The architecture our model class is registered under; every normalised config names it.
@@ -103,8 +104,8 @@ def _declared_dtype(spec: DrafterSpec) -> str | None:
 def sglang_config_dict(spec: DrafterSpec, target: TargetInfo | None = None) -> dict[str, Any]:
     """The flat config (``LlamaConfig`` keyword arguments) SGLang is given for this drafter.
 
-    Only what SGLang itself reads is written; our model class rebuilds every modelling detail
-    (norm placement, Qwen3 layers, fc norms) from the checkpoint via :data:`DRAFTER_PATH_KEY`.
+    The drafter's canonical config with the taps resolved for ``target``; our model class
+    rebuilds every modelling detail from the checkpoint via :data:`DRAFTER_PATH_KEY`.
     """
     if spec.embed_tokens_from_target and spec.target_hidden_size != spec.hidden_size:
         raise DrafterError([Problem(
@@ -114,31 +115,17 @@ def sglang_config_dict(spec: DrafterSpec, target: TargetInfo | None = None) -> d
             "embed_tokens) for this cross-width drafter",
             expected=f"[{spec.vocab_size}, {spec.hidden_size}]", found="absent")])
     ids = capture_layer_ids(spec, target)
-    config: dict[str, Any] = {
-        "architectures": [SERVED_ARCHITECTURE],
-        "model_type": "llama",
-        "hidden_size": spec.hidden_size,
-        "intermediate_size": spec.intermediate_size,
-        "num_attention_heads": spec.num_attention_heads,
-        "num_key_value_heads": spec.num_key_value_heads,
-        "head_dim": spec.head_dim,
-        "hidden_act": spec.hidden_act,
-        "rms_norm_eps": spec.rms_norm_eps,
-        "rope_theta": spec.rope_theta,
-        "rope_scaling": None if spec.rope_scaling is None else json.loads(spec.rope_scaling),
-        "max_position_embeddings": spec.max_position_embeddings,
-        "num_hidden_layers": spec.num_layers,
-        "vocab_size": spec.vocab_size,
-        "draft_vocab_size": spec.draft_vocab_size,
-        "tie_word_embeddings": spec.tie_word_embeddings,
-        "target_hidden_size": spec.target_hidden_size,
-        "num_aux_hidden_states": spec.num_aux_hidden_states,
-        "eagle_config": {
-            "use_aux_hidden_state": spec.use_aux_hidden_state,
-            "eagle_aux_hidden_state_layer_ids": None if ids is None else list(ids),
-        },
-        DRAFTER_PATH_KEY: spec.path,
-    }
+    config = canonical_config(spec)
+    # SGLang's target reads its taps only from eagle_config, in its own convention, resolved
+    # for this target; our class is registered under one architecture name.
+    config.pop("eagle_aux_hidden_state_layer_ids", None)
+    config.update(
+        architectures=[SERVED_ARCHITECTURE],
+        num_aux_hidden_states=spec.num_aux_hidden_states,
+        eagle_config={"use_aux_hidden_state": spec.use_aux_hidden_state,
+                      "eagle_aux_hidden_state_layer_ids": None if ids is None else list(ids)},
+    )
+    config[DRAFTER_PATH_KEY] = spec.path
     dtype = _declared_dtype(spec)
     if dtype is not None:
         config["torch_dtype"] = dtype
