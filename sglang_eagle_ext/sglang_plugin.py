@@ -32,18 +32,36 @@ def enabled() -> bool:
     return os.environ.get(SWITCH, "1").strip().lower() not in ("0", "false", "off", "no")
 
 
-def _apply_tree_kernels(sglang_compat) -> list[str]:
+def _describe_bound(points: list[str]) -> str:
+    """``module.attr -> ...`` entries of the binding module, as one short phrase."""
+    if not points:
+        return "SGLang's (SGLANG_EAGLE_EXT_TREE_KERNELS=sglang)"
+    sites = [p.split(" -> ")[0].replace("sglang.srt.speculative.", "") for p in points]
+    return f"Triton, bound at {len(sites)} call sites ({', '.join(sites)})"
+
+
+def _apply_tree_kernels(sglang_compat) -> str:
     """Our Triton tree kernels (``SGLANG_EAGLE_EXT_TREE_KERNELS`` selects them), bound once
     SGLang's scheduler module is loaded: the binding imports SGLang's speculative modules, which
     is only safe after SGLang has imported them in its own order. Plugins are loaded from the
-    engine and scheduler modules, so this normally happens at once."""
+    engine and scheduler modules, so this normally happens at once; a binding made later logs
+    its own line."""
     if importlib.util.find_spec("sglang_eagle_ext.kernels") is None or \
             importlib.util.find_spec(TREE_KERNELS_MODULE) is None:
-        return ["stock (no binding module)"]
+        return "SGLang's (no binding module)"
     bound: list[str] = []
-    sglang_compat.after_import("sglang.srt.managers.scheduler", lambda _: bound.extend(
-        importlib.import_module(TREE_KERNELS_MODULE).apply() or ["stock (switch)"]))
-    return bound or ["bound when SGLang's scheduler loads"]
+    deferred = False
+
+    def bind(_scheduler_module) -> None:
+        bound.append(_describe_bound(importlib.import_module(TREE_KERNELS_MODULE).apply()))
+        if deferred:
+            _log(f"sglang-eagle-ext: tree kernels (pid {os.getpid()}): {bound[0]}")
+
+    sglang_compat.after_import("sglang.srt.managers.scheduler", bind)
+    if bound:
+        return bound[0]
+    deferred = True
+    return "bound when SGLang's scheduler loads (logged then)"
 
 
 MODEL_MODULE = "sglang_eagle_ext.sglang_model"
@@ -91,7 +109,7 @@ def activate() -> str:
             f"{SWITCH}=0 to serve with stock SGLang.") from exc
     _activation = (f"sglang-eagle-ext: EAGLE3 drafts served by {MODEL_MODULE}.{MODEL_CLASS} on SGLang "
                    f"{sglang.__version__} (pid {os.getpid()}); patches: {', '.join(patches)}; "
-                   f"tree kernels: {', '.join(kernels)}")
+                   f"tree kernels: {kernels}")
     _log(_activation)
     return _activation
 

@@ -3,7 +3,7 @@
 Run from the repository root on a GPU machine where SGLang is installed and this package is
 importable with its entry point registered (``benchmarks/gpu/run_e2e.sh`` does both)::
 
-    python benchmarks/gpu/e2e_sglang.py --out DIR [--throughput]
+    python benchmarks/gpu/e2e_sglang.py --out DIR [--throughput] [--only TASKS]
 
 * A tiny random bf16 Llama target (8 layers, H=256, head_dim 64) is built in ``DIR/models``. Its
   lm_head is drawn with std 2.0, so next-token logits are tens of units apart and bf16 rounding
@@ -11,10 +11,17 @@ importable with its entry point registered (``benchmarks/gpu/run_e2e.sh`` does b
   probabilities, and any divergence is classified by the baseline's top-1/top-2 margin at the
   first differing position (a "near-tie" is a margin of at most ``NEAR_TIE``).
 * Each row builds a random drafter (layers, aux states, fc_norm, dialect) and starts an EAGLE3
-  engine with CUDA graphs; greedy outputs are compared with the baseline's token by token.
-* ``--throughput``: our class against SGLang's built-in class (``SGLANG_EAGLE_EXT=0``) on the
-  same 1-layer 3-aux SpecForge drafter, batch 1 and batch 32, output tokens per second; both
-  engines run side by side and are measured in alternating order (5 rounds, median ratio).
+  engine with CUDA graphs and the row's tree kernels (``SGLANG_EAGLE_EXT_TREE_KERNELS``: ours,
+  ``triton``, or SGLang's own, ``sglang``); greedy outputs are compared with the baseline's
+  token by token. Two rows serve the same drafter with either kernels: their outputs must be
+  identical (same output digest).
+* The baseline and the rows are independent engines and start side by side (engine start is
+  mostly host work: CUDA-graph capture, Triton compilation).
+* ``--throughput`` (task ``speed``): the same 1-layer 3-aux SpecForge drafter served by three
+  engines side by side: our class and SGLang's built-in class (``SGLANG_EAGLE_EXT=0``), both
+  with SGLang's tree kernels, so that only the model class differs; and our class with our
+  Triton tree kernels. Output tokens per second at batch 1 and batch 32, the arms measured in
+  rotating order for ``SPEED_ROUNDS`` rounds; per-round ratios and their median.
 """
 
 from __future__ import annotations
@@ -24,7 +31,9 @@ import dataclasses
 import hashlib
 import json
 import os
+import re
 import statistics
+import subprocess
 import sys
 import time
 
@@ -40,6 +49,8 @@ PROMPTS = [
     "in the morning the", "she opened the door and", "numbers one two three",
     "the cat sat on", "rain fell over the hills",
 ]
+TREE_KERNELS_SWITCH = "SGLANG_EAGLE_EXT_TREE_KERNELS"
+TASK_TIMEOUT_S = 400
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,13 +62,28 @@ class Row:
     topk: int
     steps: int
     draft_tokens: int
+    seed: int
+    kernels: str = "triton"  # value of SGLANG_EAGLE_EXT_TREE_KERNELS for this engine
 
 
 ROWS = [
-    Row(layers=1, num_aux=3, fc_norm=False, dialect="specforge", topk=1, steps=3, draft_tokens=4),
-    Row(layers=2, num_aux=4, fc_norm=True, dialect="speculators", topk=4, steps=3, draft_tokens=8),
-    Row(layers=3, num_aux=2, fc_norm=True, dialect="specforge", topk=2, steps=2, draft_tokens=4),
+    Row(layers=1, num_aux=3, fc_norm=False, dialect="specforge", topk=1, steps=3, draft_tokens=4, seed=0),
+    Row(layers=2, num_aux=4, fc_norm=True, dialect="speculators", topk=4, steps=3, draft_tokens=8, seed=1),
+    Row(layers=3, num_aux=2, fc_norm=True, dialect="specforge", topk=2, steps=2, draft_tokens=4, seed=2),
+    # row 1's drafter with SGLang's tree kernels: outputs must equal row 1's exactly
+    Row(layers=2, num_aux=4, fc_norm=True, dialect="speculators", topk=4, steps=3, draft_tokens=8, seed=1,
+        kernels="sglang"),
 ]
+
+# --throughput: the drafter of row 0, served by three engines
+SPEED_ROW = ROWS[0]
+SPEED_ARMS = {
+    "ours": {TREE_KERNELS_SWITCH: "sglang"},
+    "builtin": {"SGLANG_EAGLE_EXT": "0", TREE_KERNELS_SWITCH: "sglang"},
+    "ours_triton": {TREE_KERNELS_SWITCH: "triton"},
+}
+SPEED_SHAPES = ((1, 256), (32, 128))  # (batch, new tokens per request)
+SPEED_ROUNDS = 7
 
 
 def engine_kwargs(**wanted):
@@ -88,10 +114,13 @@ def start_engine(target: str, drafter: str | None = None, row: Row | None = None
         spec = dict(speculative_algorithm="EAGLE3", speculative_draft_model_path=drafter,
                     speculative_num_steps=row.steps, speculative_eagle_topk=row.topk,
                     speculative_num_draft_tokens=row.draft_tokens)
+    # Several engines share the GPU. SGLang sizes the KV pool as the memory free after loading
+    # minus (1 - mem_fraction_static) of the memory free at start; a high fraction keeps that
+    # positive while other engines allocate, and max_total_tokens keeps each pool small.
     return sglang.Engine(**engine_kwargs(
         model_path=target, dtype="bfloat16", attention_backend="triton", sampling_backend="pytorch",
-        mem_fraction_static=0.25, max_running_requests=64, context_length=1024,
-        graph_bs=list(graph_bs), log_level="error", **spec))
+        mem_fraction_static=0.7, max_total_tokens=65536, max_running_requests=64,
+        context_length=1024, graph_bs=list(graph_bs), log_level="error", **spec))
 
 
 def greedy(engine, prompts, max_new_tokens=MAX_NEW_TOKENS, top2=False):
@@ -100,21 +129,21 @@ def greedy(engine, prompts, max_new_tokens=MAX_NEW_TOKENS, top2=False):
     return engine.generate(prompt=prompts, sampling_params=params, **extra)
 
 
-def compare(outputs, baseline) -> dict:
+def compare(output_ids, baseline) -> dict:
     exact, near_tie_only, real = 0, 0, []
-    for index, (out, base) in enumerate(zip(outputs, baseline)):
-        ids, ref = out["output_ids"], base["output_ids"]
+    for index, (ids, base) in enumerate(zip(output_ids, baseline)):
+        ref = base["output_ids"]
         if ids == ref:
             exact += 1
             continue
         position = next(i for i, (a, b) in enumerate(zip(ids, ref)) if a != b)
-        top = base["meta_info"]["output_top_logprobs"][position]
+        top = base["output_top_logprobs"][position]
         margin = top[0][0] - top[1][0]
         if margin <= NEAR_TIE:
             near_tie_only += 1
         else:
             real.append({"prompt": index, "position": position, "margin": round(margin, 3)})
-    return {"exact": exact, "near_tie": near_tie_only, "mismatch": real, "prompts": len(outputs)}
+    return {"exact": exact, "near_tie": near_tie_only, "mismatch": real, "prompts": len(output_ids)}
 
 
 def acceptance(outputs) -> dict:
@@ -124,61 +153,81 @@ def acceptance(outputs) -> dict:
             "accept_length": round(tokens / verify, 3) if verify else None}
 
 
-def _engine_server(connection, target: str, drafter: str, builtin: bool) -> None:
+def digest(output_ids) -> str:
+    return hashlib.sha1(json.dumps(output_ids).encode()).hexdigest()[:12]
+
+
+# ---------------------------------------------------------------------------------------------
+# --throughput: three engines side by side
+# ---------------------------------------------------------------------------------------------
+
+def _speed_prompts(batch: int) -> list[str]:
+    return [PROMPTS[i % len(PROMPTS)] + f" {i}" for i in range(batch)]
+
+
+def _engine_server(connection, target: str, drafter: str, environment: dict) -> None:
     """Child process hosting one EAGLE3 engine; answers (batch, new_tokens) with (tokens, seconds)."""
-    if builtin:
-        os.environ["SGLANG_EAGLE_EXT"] = "0"  # every process of this engine: SGLang's built-in class
-    engine = start_engine(target, drafter, ROWS[0], graph_bs=(1, 2, 4, 8, 16, 32))
-    greedy(engine, PROMPTS, max_new_tokens=16)  # warm-up
+    os.environ.update(environment)  # inherited by every process of this engine
+    engine = start_engine(target, drafter, SPEED_ROW, graph_bs=(1, 2, 4, 8, 16, 32))
+    for batch, _ in SPEED_SHAPES:  # warm-up at the measured batch sizes (Triton compiles once)
+        greedy(engine, _speed_prompts(batch), max_new_tokens=16)
     connection.send("ready")
     while (request := connection.recv()) is not None:
         batch, new_tokens = request
-        prompts = [PROMPTS[i % len(PROMPTS)] + f" {i}" for i in range(batch)]
         start = time.perf_counter()
-        outputs = greedy(engine, prompts, max_new_tokens=new_tokens)
-        connection.send((sum(o["meta_info"]["completion_tokens"] for o in outputs),
-                         time.perf_counter() - start))
+        outputs = greedy(engine, _speed_prompts(batch), max_new_tokens=new_tokens)
+        seconds = time.perf_counter() - start
+        connection.send((sum(o["meta_info"]["completion_tokens"] for o in outputs), seconds,
+                         digest([o["output_ids"] for o in outputs])))
     engine.shutdown()
 
 
-def compare_speed(target: str, drafter: str, rounds: int = 5) -> dict:
-    """Ours and the built-in class served side by side on the same GPU and drafter, measured in
-    alternating order, so that clock and host noise hit both alike; the ratio of each round's
-    pair is taken and the median reported."""
+def compare_speed(target: str, drafter: str) -> dict:
+    """The arms measured in rotating order (round r starts with arm r mod 3), so that clock and
+    host noise hit all alike; per-round ratios against the built-in class, and their median."""
     import multiprocessing
 
     context = multiprocessing.get_context("spawn")
     engines = {}
-    for name, builtin in (("ours", False), ("builtin", True)):
+    for name, environment in SPEED_ARMS.items():
         parent, child = context.Pipe()
-        process = context.Process(target=_engine_server, args=(child, target, drafter, builtin))
+        process = context.Process(target=_engine_server, args=(child, target, drafter, environment))
         process.start()
         engines[name] = (parent, process)
     for parent, _ in engines.values():
         assert parent.recv() == "ready"
-    record = {}
-    for batch, new_tokens in ((1, 256), (32, 128)):
-        rates = {"ours": [], "builtin": []}
-        for round_ in range(rounds):
-            order = ("ours", "builtin") if round_ % 2 == 0 else ("builtin", "ours")
-            for name in order:
+    names = list(SPEED_ARMS)
+    record = {"rounds": SPEED_ROUNDS, "arms": SPEED_ARMS}
+    for batch, new_tokens in SPEED_SHAPES:
+        rates = {name: [] for name in names}
+        digests = {name: set() for name in names}
+        for round_ in range(SPEED_ROUNDS):
+            for name in names[round_ % len(names):] + names[:round_ % len(names)]:
                 engines[name][0].send((batch, new_tokens))
-                tokens, seconds = engines[name][0].recv()
+                tokens, seconds, output_digest = engines[name][0].recv()
                 rates[name].append(tokens / seconds)
-        ratios = [o / b for o, b in zip(rates["ours"], rates["builtin"])]
-        record[f"batch{batch}"] = {
-            "ours_tok_s": round(statistics.median(rates["ours"]), 1),
-            "builtin_tok_s": round(statistics.median(rates["builtin"]), 1),
-            "ratio_median": round(statistics.median(ratios), 4),
-            "ratios": [round(r, 4) for r in ratios]}
+                digests[name].add(output_digest)
+        shape = {"new_tokens": new_tokens,
+                 "tok_s": {name: [round(r, 1) for r in rates[name]] for name in names},
+                 "tok_s_median": {name: round(statistics.median(rates[name]), 1) for name in names},
+                 "output_digests": {name: sorted(digests[name]) for name in names}}
+        for name in names:
+            if name != "builtin":
+                ratios = [o / b for o, b in zip(rates[name], rates["builtin"])]
+                shape[f"{name}_vs_builtin"] = {"ratio_median": round(statistics.median(ratios), 4),
+                                               "ratios": [round(r, 4) for r in ratios]}
+        record[f"batch{batch}"] = shape
     for parent, process in engines.values():
         parent.send(None)
         process.join(timeout=60)
     return record
 
 
-def run_task(task: str, out: str, throughput: bool) -> dict:
-    """One engine's work (SGLang kills the whole process when an engine fails to start)."""
+# ---------------------------------------------------------------------------------------------
+# Tasks: one engine each, in its own process (SGLang kills the process when an engine fails)
+# ---------------------------------------------------------------------------------------------
+
+def run_task(task: str, out: str) -> dict:
     from matched_drafter import build_matched_drafter
 
     target = os.path.join(out, "models", "target")
@@ -186,49 +235,78 @@ def run_task(task: str, out: str, throughput: bool) -> dict:
         engine = start_engine(target)
         outputs = greedy(engine, PROMPTS, top2=True)
         engine.shutdown()
-        return {"outputs": [{"output_ids": o["output_ids"], "meta_info": {
-            "output_top_logprobs": [[list(t[:2]) for t in pos] for pos in o["meta_info"]["output_top_logprobs"]]}}
-            for o in outputs]}
-    if task == "speed":
-        row = ROWS[0]
-        drafter = build_matched_drafter(os.path.join(out, "models", "speed_drafter"), target,
-                                        layers=row.layers, num_aux=row.num_aux, fc_norm=row.fc_norm,
-                                        dialect=row.dialect, seed=0)
-        return compare_speed(target, drafter)
-    number = int(task[len("row"):])
-    row = ROWS[number]
-    with open(os.path.join(out, "baseline.json")) as handle:
-        baseline = json.load(handle)["outputs"]
-    drafter = build_matched_drafter(os.path.join(out, "models", f"drafter{number}"), target,
+        return {"outputs": [{"output_ids": o["output_ids"], "output_top_logprobs": [
+            [list(t[:2]) for t in pos] for pos in o["meta_info"]["output_top_logprobs"]]} for o in outputs]}
+    row = SPEED_ROW if task == "speed" else ROWS[int(task[len("row"):])]
+    drafter = build_matched_drafter(os.path.join(out, "models", f"{task}_drafter"), target,
                                     layers=row.layers, num_aux=row.num_aux, fc_norm=row.fc_norm,
-                                    dialect=row.dialect, seed=number)
+                                    dialect=row.dialect, seed=row.seed)
+    if task == "speed":
+        return compare_speed(target, drafter)
     started = time.perf_counter()
     engine = start_engine(target, drafter, row)
     record = {"row": dataclasses.asdict(row), "start_s": round(time.perf_counter() - started, 1)}
     outputs = greedy(engine, PROMPTS)
-    record.update(compare(outputs, baseline))
-    # equal digests across rows: the output does not depend on the drafter
-    record["output_digest"] = hashlib.sha1(json.dumps([o["output_ids"] for o in outputs]).encode()).hexdigest()[:12]
+    record["output_ids"] = [o["output_ids"] for o in outputs]
     record.update(acceptance(outputs))
     engine.shutdown()
     return record
 
 
+_PLUGIN_LINE = re.compile(r"sglang-eagle-ext: .*")
+
+
+def plugin_lines(log_path: str) -> list[str]:
+    """The plugin's activation lines of one task's processes, pids dropped, each once."""
+    seen: dict[str, None] = {}
+    with open(log_path, errors="replace") as handle:
+        for line in handle:
+            match = _PLUGIN_LINE.search(line)
+            if match and any(k in line for k in ("drafts served", "disabled by", "tree kernels (pid")):
+                seen[re.sub(r" \(pid \d+\)", "", match.group(0))] = None
+    return list(seen)
+
+
+def launch(task: str, out: str, environment: dict) -> subprocess.Popen:
+    log = open(os.path.join(out, "logs", f"{task}.log"), "w")
+    return subprocess.Popen([sys.executable, __file__, "--out", out, "--task", task],
+                            env={**os.environ, **environment}, stdout=log, stderr=subprocess.STDOUT)
+
+
+def finish(task: str, out: str, process: subprocess.Popen, deadline: float) -> dict:
+    try:
+        code = process.wait(timeout=max(1.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        process.kill()
+        code = "timeout"
+    path = os.path.join(out, f"{task}.json")
+    record = json.load(open(path)) if code == 0 and os.path.exists(path) else {"error": f"exit {code}"}
+    record["plugin_log"] = plugin_lines(os.path.join(out, "logs", f"{task}.log"))
+    return record
+
+
+def save(results: dict, out: str) -> None:
+    path = os.path.join(out, "results.json")
+    with open(path + ".tmp", "w") as handle:
+        json.dump(results, handle, indent=2)
+    os.replace(path + ".tmp", path)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", required=True)
-    parser.add_argument("--throughput", action="store_true")
+    parser.add_argument("--throughput", action="store_true", help="add the speed task")
     parser.add_argument("--only", help="comma-separated tasks (baseline,row0,...,speed)")
     parser.add_argument("--task", help="internal: run one engine's task in this process")
     args = parser.parse_args()
-    os.makedirs(args.out, exist_ok=True)
+    os.makedirs(os.path.join(args.out, "logs"), exist_ok=True)
     if args.task:
-        record = run_task(args.task, args.out, args.throughput)
-        with open(os.path.join(args.out, f"{args.task}.json"), "w") as handle:
+        record = run_task(args.task, args.out)
+        path = os.path.join(args.out, f"{args.task}.json")
+        with open(path + ".tmp", "w") as handle:
             json.dump(record, handle)
+        os.replace(path + ".tmp", path)
         return 0
-
-    import subprocess
 
     import sglang
     import torch
@@ -239,29 +317,36 @@ def main() -> int:
         num_layers=8, hidden_size=256, num_attention_heads=4, num_key_value_heads=2,
         intermediate_size=512, lm_head_std=2.0))
     results = {"sglang": sglang.__version__, "device": torch.cuda.get_device_name(0),
-               "date": time.strftime("%Y-%m-%d"), "near_tie_nats": NEAR_TIE,
+               "torch": torch.__version__, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+               "commit": os.environ.get("E2E_COMMIT", "unknown"), "near_tie_nats": NEAR_TIE,
                "max_new_tokens": MAX_NEW_TOKENS, "rows": []}
     tasks = ["baseline"] + [f"row{i}" for i in range(len(ROWS))] + (["speed"] if args.throughput else [])
     if args.only:
         tasks = args.only.split(",")
-    for task in tasks:
-        command = [sys.executable, __file__, "--out", args.out, "--task", task]
-        if args.throughput:
-            command.append("--throughput")
-        code = subprocess.run(command, timeout=300).returncode
-        path = os.path.join(args.out, f"{task}.json")
-        record = json.load(open(path)) if code == 0 and os.path.exists(path) else {"error": f"exit {code}"}
+    engines = [t for t in tasks if t != "speed"]
+    deadline = time.monotonic() + TASK_TIMEOUT_S
+    running = {t: launch(t, args.out, {} if t == "baseline" else
+                         {TREE_KERNELS_SWITCH: ROWS[int(t[3:])].kernels}) for t in engines}
+    records = {t: finish(t, args.out, p, deadline) for t, p in running.items()}
+    baseline = records.get("baseline", {}).get("outputs")
+    for task in engines:
+        record = records[task]
         if task.startswith("row"):
             record.setdefault("row", dataclasses.asdict(ROWS[int(task[3:])]))
+            if "output_ids" in record:
+                outputs = record.pop("output_ids")
+                record["output_digest"] = digest(outputs)
+                if baseline is not None:
+                    record.update(compare(outputs, baseline))
             results["rows"].append(record)
-        elif task == "speed":
-            results["speed"] = record
-        elif "error" in record:
-            print("BASELINE FAILED", flush=True)
-            break
         print("TASK", task, json.dumps({k: v for k, v in record.items() if k != "outputs"}), flush=True)
-    with open(os.path.join(args.out, "results.json"), "w") as handle:
-        json.dump(results, handle, indent=2)
+    save(results, args.out)
+    if "speed" in tasks:
+        record = finish("speed", args.out, launch("speed", args.out, {}),
+                        time.monotonic() + TASK_TIMEOUT_S)
+        results["speed"] = record
+        print("TASK speed", json.dumps(record), flush=True)
+        save(results, args.out)
     return 0
 
 

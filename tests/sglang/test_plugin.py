@@ -35,9 +35,15 @@ def test_sglang_plugin_loader_activates_our_class():
     result = run("from sglang.srt.plugins import load_plugins; load_plugins(); " + SERVED)
     assert result.returncode == 0, result.stderr
     assert served_by(result) == "sglang_eagle_ext.sglang_model"
-    (line,) = [l for l in result.stderr.splitlines() if l.startswith("sglang-eagle-ext:")]
+    lines = [l for l in result.stderr.splitlines() if l.startswith("sglang-eagle-ext:")]
+    (line,) = [l for l in lines if "drafts served" in l]
     assert "served by sglang_eagle_ext.sglang_model.LlamaForCausalLMEagle3" in line
     assert "patches: draft-config" in line
+    # the registry import loads SGLang's scheduler after activation: the binding logs then,
+    # and on a machine without CUDA the switch defaults to SGLang's kernels
+    assert "tree kernels: bound when SGLang's scheduler loads" in line
+    assert any(l.startswith("sglang-eagle-ext: tree kernels (pid") and
+               "SGLang's (SGLANG_EAGLE_EXT_TREE_KERNELS=sglang)" in l for l in lines), lines
 
 
 def test_switch_turns_the_plugin_off():
