@@ -14,6 +14,7 @@ import torch
 import triton
 import triton.language as tl
 
+from sglang_eagle_ext.kernels.launch import Launcher
 from sglang_eagle_ext.kernels.tree_mask_modes import (
     FULL_MASK,
     QLEN_ONLY,
@@ -35,6 +36,7 @@ def _build_tree_kernel(
 ):
     b = tl.program_id(0)
     row = tl.program_id(1)  # programs (b, t) pre-fill row t's prefix columns; (b, 0) builds the tree
+    mask_ptr = mask_ptr.to(tl.pointer_type(tl.uint8))  # bool, uint8 or bit-packed words: bytes here
     seq_len = tl.load(seq_len_ptr + b)
 
     # Start of request b's FULL_MASK block: n*n*b + n*sum(seq_len[:b]), summed here, not on the host.
@@ -115,6 +117,9 @@ def _build_tree_kernel(
             tl.store(draft_out_ptr + links, tl.where(nodes == 0, bonus, drafts), mask=in_tree)
 
 
+_build_tree = Launcher(_build_tree_kernel)
+
+
 def _launch(parent_list, selected_index, verified_seq_len, tree_mask, positions, retrive_index,
             retrive_next_token, retrive_next_sibling, topk, draft_token_num, tree_mask_mode,
             fill_prefix, bonus_tokens=None, draft_tokens=None, draft_tokens_out=None):
@@ -126,8 +131,9 @@ def _launch(parent_list, selected_index, verified_seq_len, tree_mask, positions,
     block_n = max(8, triton.next_power_of_2(n))
     write_drafts = draft_tokens_out is not None
     dummy = positions  # stands for pointers the compile-time switches leave unused
-    _build_tree_kernel[(bs, n if fill_prefix else 1)](
-        parent_list, selected_index, verified_seq_len, tree_mask.view(torch.uint8), positions,
+    _build_tree(
+        (bs, n if fill_prefix else 1),
+        parent_list, selected_index, verified_seq_len, tree_mask, positions,
         retrive_index, retrive_next_token, retrive_next_sibling,
         bonus_tokens if write_drafts else dummy, draft_tokens if write_drafts else dummy,
         draft_tokens_out if write_drafts else dummy,
@@ -189,7 +195,7 @@ def build_eagle_tree(bonus_tokens: torch.Tensor, parent_list: torch.Tensor,
     ``draft_tokens``: ``[bs, n-1]``; ``seq_lens``: ``[bs]`` int64; ``seq_lens_sum`` its sum).
     Returns ``(tree_mask, positions, retrieve_index, retrieve_next_token, retrieve_next_sibling,
     draft_tokens)`` with SGLang's shapes, dtypes and layouts: ``retrieve_*`` are three ``[bs, n]``
-    views of one int64 buffer and ``draft_tokens`` is the flat ``[bs*n]``
+    slabs of one int64 buffer (as SGLang's) and ``draft_tokens`` is the flat ``[bs*n]``
     ``[bonus, drafts...]`` per request.
 
     Differences in how, not what: SGLang fills the whole mask with True, pre-fills the links with
@@ -210,14 +216,15 @@ def build_eagle_tree(bonus_tokens: torch.Tensor, parent_list: torch.Tensor,
     else:
         dtype = {1: torch.uint8, 2: torch.uint16, 4: torch.uint32}[bitpacked_bytes_per_row(n)]
         tree_mask = torch.empty((n * bs,), dtype=dtype, device=device)
-    # One int64 allocation for the links, positions and tokens: allocations cost host time.
+    # One int64 allocation for the links, positions and tokens, cut by one unbind: every
+    # allocation and view costs microseconds of host time, more than the kernel's GPU time.
     token_dtype = torch.result_type(bonus_tokens, draft_tokens)
     slabs = 5 if token_dtype == torch.long else 4
-    buffer = torch.empty((slabs, bs, n), dtype=torch.long, device=device)
-    retrieve = buffer[:3]
-    positions = position_buf if position_buf is not None else buffer[3].view(-1)
-    tokens_out = buffer[4].view(-1) if slabs == 5 else torch.empty((bs * n,), dtype=token_dtype, device=device)
-    _launch(parent_list, top_scores_index, seq_lens, tree_mask, positions, retrieve[0], retrieve[1],
-            retrieve[2], topk, n, mode, fill_prefix=(mode == FULL_MASK and fill_prefix_mask),
+    retrieve_index, next_token, next_sibling, positions_slab, *tokens_slab = torch.empty(
+        (slabs, bs, n), dtype=torch.long, device=device).unbind(0)
+    positions = position_buf if position_buf is not None else positions_slab.view(-1)
+    tokens_out = tokens_slab[0].view(-1) if tokens_slab else torch.empty((bs * n,), dtype=token_dtype, device=device)
+    _launch(parent_list, top_scores_index, seq_lens, tree_mask, positions, retrieve_index, next_token,
+            next_sibling, topk, n, mode, fill_prefix=(mode == FULL_MASK and fill_prefix_mask),
             bonus_tokens=bonus_tokens, draft_tokens=draft_tokens, draft_tokens_out=tokens_out)
-    return tree_mask, positions, retrieve[0], retrieve[1], retrieve[2], tokens_out
+    return tree_mask, positions, retrieve_index, next_token, next_sibling, tokens_out

@@ -16,6 +16,7 @@ import triton
 import triton.language as tl
 
 from sglang_eagle_ext.kernels import workspace
+from sglang_eagle_ext.kernels.launch import Launcher
 from sglang_eagle_ext.kernels.tree_walk import pick, tree_entry, write_accept_slot
 
 
@@ -137,6 +138,10 @@ def _greedy_lazy_kernel(logits_ptr, stride_row, vocab, predicts_ptr, accept_inde
                  logits_ptr, stride_row, vocab, LAZY=True, BLOCK_V=BLOCK_V)
 
 
+_verify_from_targets = Launcher(_verify_greedy_kernel)
+_verify_split = Launcher(_greedy_from_logits_kernel)
+_verify_lazy = Launcher(_greedy_lazy_kernel)
+
 LAZY_MIN_BATCH = 8  # from this batch size on, the lazy plan has enough requests to fill the GPU
 
 
@@ -168,9 +173,9 @@ def verify_tree_greedy(predicts: torch.Tensor, accept_index: torch.Tensor, accep
     target token at every accepted node, including the last (the bonus token).
     """
     bs, n = candidates.shape
-    _verify_greedy_kernel[(bs,)](predicts, accept_index, accept_token_num, candidates, retrive_index,
-                                 retrive_next_token, retrive_next_sibling, target_predict, n,
-                                 accept_index.shape[1] - 1, BLOCK_N=_block_n(n), num_warps=1)
+    _verify_from_targets((bs,), predicts, accept_index, accept_token_num, candidates, retrive_index,
+                         retrive_next_token, retrive_next_sibling, target_predict, n,
+                         accept_index.shape[1] - 1, BLOCK_N=_block_n(n), num_warps=1)
 
 
 def verify_tree_greedy_from_logits(predicts: torch.Tensor, accept_index: torch.Tensor,
@@ -178,7 +183,7 @@ def verify_tree_greedy_from_logits(predicts: torch.Tensor, accept_index: torch.T
                                    retrive_index: torch.Tensor, retrive_next_token: torch.Tensor,
                                    retrive_next_sibling: torch.Tensor, logits: torch.Tensor, *,
                                    lazy: Optional[bool] = None, block_v: Optional[int] = None,
-                                   target_programs: int = 1024) -> None:
+                                   target_programs: int = 1024, num_warps: Optional[int] = None) -> None:
     """:func:`verify_tree_greedy` on ``target_predict = logits.argmax(-1)``, fused in one launch.
 
     ``logits``: ``[bs*n, V]`` float32, bfloat16 or float16 with unit stride along V. The argmax is
@@ -195,7 +200,8 @@ def verify_tree_greedy_from_logits(predicts: torch.Tensor, accept_index: torch.T
       :mod:`~sglang_eagle_ext.kernels.workspace`; the request's last program to arrive (an arrival
       ticket) reads and resets its slots and walks the tree.
 
-    ``block_v`` is the vocabulary tile; the grid depends on the batch, the compiled kernels do not.
+    ``block_v`` (vocabulary tile), ``target_programs`` and ``num_warps`` tune the plans; the grid
+    depends on the batch, the compiled kernels do not.
     """
     bs, n = candidates.shape
     rows, vocab = logits.shape
@@ -204,18 +210,18 @@ def verify_tree_greedy_from_logits(predicts: torch.Tensor, accept_index: torch.T
     if lazy is None:  # one program per request streams a row slower than the whole GPU: worth it
         lazy = bs >= LAZY_MIN_BATCH and n > 2 * (max_accepts + 1)  # when it skips most rows
     if lazy:
-        _greedy_lazy_kernel[(bs,)](
-            logits, logits.stride(0), vocab, predicts, accept_index, accept_token_num, candidates,
+        _verify_lazy(
+            (bs,), logits, logits.stride(0), vocab, predicts, accept_index, accept_token_num, candidates,
             retrive_index, retrive_next_token, retrive_next_sibling, n, max_accepts,
-            BLOCK_V=block_v or 16384, BLOCK_N=_block_n(n), num_warps=16)
+            BLOCK_V=block_v or 16384, BLOCK_N=_block_n(n), num_warps=num_warps or 16)
         return
     block_v = block_v or 2048
     slices = triton.cdiv(vocab, block_v)
     splits = max(1, min(slices, triton.cdiv(target_programs, rows)))
     chunk = triton.cdiv(slices, splits) * block_v
     splits = triton.cdiv(vocab, chunk)
-    _greedy_from_logits_kernel[(rows, splits)](
-        logits, logits.stride(0), vocab, chunk, workspace.argmax_keys(logits.device, rows),
+    _verify_split(
+        (rows, splits), logits, logits.stride(0), vocab, chunk, workspace.argmax_keys(logits.device, rows),
         workspace.tickets(logits.device, bs), predicts, accept_index, accept_token_num, candidates,
         retrive_index, retrive_next_token, retrive_next_sibling, n, max_accepts,
-        n * splits, BLOCK_V=block_v, BLOCK_N=_block_n(n), num_warps=8)
+        n * splits, BLOCK_V=block_v, BLOCK_N=_block_n(n), num_warps=num_warps or 8)
