@@ -39,6 +39,7 @@ import platform
 import statistics
 import sys
 import tempfile
+import time
 
 import torch
 
@@ -71,6 +72,21 @@ def median_us(fn, loops: int = 5, loop_ms: float = 20.0) -> float:
         stop.record()
         torch.cuda.synchronize()
         per_call.append(start.elapsed_time(stop) / iters * 1000.0)
+    return statistics.median(per_call)
+
+
+def host_us(fn, eager_us: float, loops: int = 5, loop_ms: float = 2.0) -> float:
+    """Median host time per call (the Python and launch work, without waiting for the GPU) over
+    ``loops`` short loops; short enough that the launch queue never fills and blocks."""
+    calls = int(min(50, max(3, loop_ms * 1000.0 / eager_us)))
+    per_call = []
+    for _ in range(loops):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        per_call.append((time.perf_counter() - start) / calls * 1e6)
+    torch.cuda.synchronize()
     return statistics.median(per_call)
 
 
@@ -180,6 +196,7 @@ def bench_shape(sgl_kernel, bs, topk, steps, n, gen):
     for name, fn in timed.items():
         row[f"{name}_us"] = median_us(fn)
         row[f"{name}_graph_us"] = graph_median_us(fn)
+        row[f"{name}_host_us"] = host_us(fn, row[f"{name}_us"])
     ours_pipeline()
     row["mean_accepted"] = float(accept_num.float().mean())
     return row
@@ -193,63 +210,96 @@ def atomic_write(path: str, data: bytes) -> None:
 
 
 def targets(row, floor_us):
+    """Which of the issue's targets this row misses, from the eager times (as SGLang calls the ops)."""
     ratio = lambda a, b: row[a] / row[b]  # noqa: E731
     notes = []
     if ratio("build_sglang_us", "build_ours_us") < 2:
         notes.append("build<2x")
     g = ratio("greedy_sglang_us", "greedy_ours_us")
-    if (row["rows"] >= 256 and g < 1.5) or g < 1:
-        notes.append("greedy")
+    if row["rows"] >= 256 and g < 1.5:
+        # Both paths must read the logits once: where SGLang's runs within 1.5x of that floor,
+        # 1.5x faster than it is below the floor.
+        floor_bound = row["greedy_sglang_graph_us"] < 1.5 * floor_us
+        notes.append("greedy<1.5x" + (" (SGL within 1.5x of floor)" if floor_bound else ""))
+    elif row["bs"] == 1 and g < 1:
+        notes.append("greedy bs1")
     s = ratio("pipeline_sglang_us", "pipeline_ours_us")
     if row["rows"] >= 256 and (s < 10 or row["pipeline_ours_us"] > 2 * floor_us):
         notes.append("sampling")
-    if min(ratio(f"{k}_sglang_us", f"{k}_ours_us") for k in ("build", "greedy", "sampling_op", "pipeline")) < 1:
-        notes.append("slower")
+    slower = [k for k in ("build", "greedy", "sampling_op", "pipeline") if ratio(f"{k}_sglang_us", f"{k}_ours_us") < 1]
+    if slower:
+        notes.append("slower: " + "/".join(slower))
     return ", ".join(notes) or "met"
 
 
+def _ratio_cells(r, key, suffix, digits):
+    a, b = r[f"{key}_sglang{suffix}"], r[f"{key}_ours{suffix}"]
+    return f"{a:.1f} | {b:.1f} | {a / b:.{digits}f}"
+
+
 def markdown(meta, rows):
+    head = "| topk | steps | n | bs |"
     lines = [
-        "# Tree kernels vs SGLang (sgl_kernel) on the anchor shapes",
+        "# Tree kernels vs SGLang's CUDA ops (sgl_kernel) on the anchor shapes",
         "",
-        f"* command: `{meta['command']}`",
-        f"* date: {meta['date']}; device: {meta['device']}; torch {meta['torch']}, triton {meta['triton']}, "
-        f"sglang-kernel {meta['sgl_kernel']}",
-        f"* copy bandwidth (read + write): {meta['copy_bandwidth_TBps']:.2f} TB/s; floor = logits bytes / that rate",
-        "* times: medians of 5 CUDA-event-timed loops, µs; `x` = SGLang time / ours",
-        f"* sampling: T = {TEMPERATURE}, top-k = {TOP_K}, top-p = {TOP_P}; build: FULL_MASK, seq_len {SEQ_LEN}; "
-        "SGLang's build wrapper is re-created around its op (what 0.5.11's wrapper does)",
+        f"* **Command** `{meta['command']}`, code at commit {meta['commit']}",
+        f"* **Date** {meta['date']}. **Device** {meta['device']}; torch {meta['torch']}, Triton {meta['triton']}, "
+        f"Python {meta['python']}, sglang-kernel {meta['sgl_kernel']}",
+        f"* **Floor** logits bytes (fp32 `[bs*n, V]`, V = {VOCAB}) over the measured copy rate "
+        f"({meta['copy_bandwidth_TBps']:.2f} TB/s, bytes read + written): reading the logits once",
+        "* **Times** medians of 5 CUDA-event-timed loops (each ~20 ms) after warm-up, µs; `x` = SGLang / ours. "
+        "Eager: back-to-back calls as SGLang makes them (small shapes measure host cost); graph: replays of a "
+        "CUDA graph holding one call (GPU time; SGLang's calls captured the same way); host: Python + launch "
+        "time per call without waiting for the GPU.",
+        f"* **Shapes** seq_len {SEQ_LEN}; trees from a replay of SGLang's draft loop; logits favour each node's "
+        "first child, so walks accept nearly all steps (`acc`). build: FULL_MASK; SGLang's build wrapper is "
+        "re-created around its op as 0.5.11's wrapper does it (cat, `full(True)` mask, `full(-1)` links, `empty` "
+        f"positions, op). Sampling: T = {TEMPERATURE}, top-k {TOP_K}, top-p {TOP_P}.",
+        "* **targets** (eager): `build<2x`; `greedy<1.5x` at bs*n >= 256 (noted where SGLang's own path runs "
+        "within 1.5x of the floor); `greedy bs1` slower at bs 1; `sampling`: < 10x or > 2x floor at "
+        "bs*n >= 256; `slower`: which columns are below 1x.",
         "",
-        "| topk | steps | n | bs | build SGL | build ours | x | greedy SGL | greedy ours | x | "
-        "samp op SGL | samp op ours | x | pipeline SGL | pipeline ours | x | floor | ours/floor | acc | targets |",
+        "## Eager (as SGLang calls them)",
+        "",
+        head + " build SGL | build ours | x | greedy SGL | greedy ours | x | samp op SGL | samp op ours | x | "
+        "pipeline SGL | pipeline ours | x | floor | ours/floor | acc | targets |",
         "|" + "---:|" * 19 + "---|",
     ]
     for r in rows:
         floor = r["floor_us"]
         lines.append(
-            f"| {r['topk']} | {r['steps']} | {r['n']} | {r['bs']} "
-            f"| {r['build_sglang_us']:.1f} | {r['build_ours_us']:.1f} | {r['build_sglang_us'] / r['build_ours_us']:.1f} "
-            f"| {r['greedy_sglang_us']:.1f} | {r['greedy_ours_us']:.1f} | {r['greedy_sglang_us'] / r['greedy_ours_us']:.2f} "
-            f"| {r['sampling_op_sglang_us']:.1f} | {r['sampling_op_ours_us']:.1f} "
-            f"| {r['sampling_op_sglang_us'] / r['sampling_op_ours_us']:.2f} "
-            f"| {r['pipeline_sglang_us']:.1f} | {r['pipeline_ours_us']:.1f} "
-            f"| {r['pipeline_sglang_us'] / r['pipeline_ours_us']:.1f} | {floor:.1f} "
-            f"| {r['pipeline_ours_us'] / floor:.2f} | {r['mean_accepted']:.1f} | {r['targets']} |")
+            f"| {r['topk']} | {r['steps']} | {r['n']} | {r['bs']} | " + _ratio_cells(r, "build", "_us", 2)
+            + " | " + _ratio_cells(r, "greedy", "_us", 2) + " | " + _ratio_cells(r, "sampling_op", "_us", 2)
+            + " | " + _ratio_cells(r, "pipeline", "_us", 1)
+            + f" | {floor:.1f} | {r['pipeline_ours_us'] / floor:.2f} | {r['mean_accepted']:.1f} | {r['targets']} |")
     lines += [
         "",
-        "GPU time alone (CUDA-graph replays of one call; SGLang's ops captured the same way), µs:",
+        "## GPU time alone (CUDA-graph replays of one call)",
         "",
-        "| topk | steps | n | bs | build SGL | build ours | x | greedy SGL | greedy ours | x | "
-        "samp op SGL | samp op ours | x | pipeline SGL | pipeline ours | x | ours/floor |",
-        "|" + "---:|" * 17,
+        head + " build SGL | build ours | x | greedy SGL | greedy ours | x | greedy SGL/floor | greedy ours/floor | "
+        "samp op SGL | samp op ours | x | pipeline SGL | pipeline ours | x | pipeline ours/floor |",
+        "|" + "---:|" * 19,
     ]
     for r in rows:
-        cells = []
-        for key in ("build", "greedy", "sampling_op", "pipeline"):
-            a, b = r[f"{key}_sglang_graph_us"], r[f"{key}_ours_graph_us"]
-            cells.append(f"{a:.1f} | {b:.1f} | {a / b:.2f}")
-        lines.append(f"| {r['topk']} | {r['steps']} | {r['n']} | {r['bs']} | " + " | ".join(cells)
-                     + f" | {r['pipeline_ours_graph_us'] / r['floor_us']:.2f} |")
+        floor = r["floor_us"]
+        lines.append(
+            f"| {r['topk']} | {r['steps']} | {r['n']} | {r['bs']} | " + _ratio_cells(r, "build", "_graph_us", 2)
+            + " | " + _ratio_cells(r, "greedy", "_graph_us", 2)
+            + f" | {r['greedy_sglang_graph_us'] / floor:.2f} | {r['greedy_ours_graph_us'] / floor:.2f}"
+            + " | " + _ratio_cells(r, "sampling_op", "_graph_us", 2) + " | " + _ratio_cells(r, "pipeline", "_graph_us", 2)
+            + f" | {r['pipeline_ours_graph_us'] / floor:.2f} |")
+    lines += [
+        "",
+        "## Host time per call (no GPU wait), µs",
+        "",
+        head + " build SGL | build ours | greedy SGL | greedy ours | samp op SGL | samp op ours | "
+        "pipeline SGL | pipeline ours |",
+        "|" + "---:|" * 12,
+    ]
+    for r in rows:
+        cells = [f"{r[f'{k}_{side}_host_us']:.1f}" for k in ("build", "greedy", "sampling_op", "pipeline")
+                 for side in ("sglang", "ours")]
+        lines.append(f"| {r['topk']} | {r['steps']} | {r['n']} | {r['bs']} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -288,6 +338,7 @@ def main(argv=None):
     parser.add_argument("--out", required=True, help="folder for tree_kernels.{json,md,png}")
     parser.add_argument("--quick", action="store_true", help="bs 1 and 64 only")
     parser.add_argument("--date", default=datetime.date.today().isoformat())
+    parser.add_argument("--commit", default="?", help="commit of the code measured (for the record)")
     args = parser.parse_args(argv)
     import sgl_kernel
     import triton
@@ -297,7 +348,7 @@ def main(argv=None):
     bandwidth = copy_bandwidth()
     shown = ["DIR" if a.startswith("/") else a for a in (argv or sys.argv[1:])]  # no machine paths
     meta = {"command": "python benchmarks/tree_kernels.py " + " ".join(shown),
-            "date": args.date, "device": torch.cuda.get_device_name(), "torch": torch.__version__,
+            "date": args.date, "commit": args.commit, "device": torch.cuda.get_device_name(), "torch": torch.__version__,
             "triton": triton.__version__, "sgl_kernel": getattr(sgl_kernel, "__version__", "?"),
             "python": platform.python_version(), "copy_bandwidth_TBps": bandwidth / 1e12}
     rows = []

@@ -23,39 +23,53 @@ from sglang_eagle_ext.kernels.tree_walk import pick, tree_entry, write_accept_sl
 @triton.jit
 def _greedy_walk(b, n, max_accepts, predicts_ptr, accept_index_ptr, accept_num_ptr, cand_ptr,
                  retrive_index_ptr, next_token_ptr, next_sibling_ptr, targets, nodes,
-                 logits_ptr, stride_row, vocab, LAZY: tl.constexpr, BLOCK_V: tl.constexpr):
+                 logits_ptr, stride_row, vocab, chunk, keys_ptr, tickets_ptr, part, parts, max_polls,
+                 LAZY: tl.constexpr, BLOCK_V: tl.constexpr):
     """Walk request ``b``: at each node take the first child (in sibling order) whose token equals
     the target's token at that node; stop at a leaf, when none matches, or after ``max_accepts``.
 
     The target token at a node is ``targets[node]``, or with ``LAZY`` the argmax of the node's
-    logits row, computed when the walk reaches the node: rows off the accepted path are never read.
+    logits row, computed when the walk reaches the node (rows off the accepted path are never
+    read) by the ``parts`` programs of the request together (:func:`_path_row_argmax`). They all
+    walk the same path; the last one, ``part == parts - 1``, writes the outputs (in the
+    interpreter, which runs programs one after another, it is the one that finds every part
+    arrived: the tests check the shared reduction through it).
     """
+    levels = max_accepts + 1
+    writer = part == parts - 1
     last_row = tree_entry(retrive_index_ptr, b, n, 0)
     if LAZY:
-        target = _row_argmax(logits_ptr + last_row * stride_row, vocab, BLOCK_V)
+        target = _path_row_argmax(logits_ptr + last_row * stride_row, vocab, chunk, part, parts,
+                                  keys_ptr + b * levels, tickets_ptr + b * (levels + 1), max_polls, BLOCK_V)
     else:
         target = pick(targets, nodes, 0)
-    write_accept_slot(accept_index_ptr, b, max_accepts, 0, last_row)
+    if writer:
+        write_accept_slot(accept_index_ptr, b, max_accepts, 0, last_row)
     accepted = tl.zeros((), dtype=tl.int32)
     cur = tree_entry(next_token_ptr, b, n, 0)
     steps = tl.zeros((), dtype=tl.int32)
     # Each node is visited at most once in a well-formed tree: n steps cut corrupt (cyclic) links.
     while (cur != -1) & (accepted < max_accepts) & (steps < n):
         if tree_entry(cand_ptr, b, n, cur) == target:
-            tl.store(predicts_ptr + last_row, target.to(tl.int32))
+            if writer:
+                tl.store(predicts_ptr + last_row, target.to(tl.int32))
             accepted += 1
             last_row = tree_entry(retrive_index_ptr, b, n, cur)
-            write_accept_slot(accept_index_ptr, b, max_accepts, accepted, last_row)
+            if writer:
+                write_accept_slot(accept_index_ptr, b, max_accepts, accepted, last_row)
             if LAZY:
-                target = _row_argmax(logits_ptr + last_row * stride_row, vocab, BLOCK_V)
+                target = _path_row_argmax(logits_ptr + last_row * stride_row, vocab, chunk, part, parts,
+                                          keys_ptr + b * levels + accepted,
+                                          tickets_ptr + b * (levels + 1) + accepted, max_polls, BLOCK_V)
             else:
                 target = pick(targets, nodes, cur)
             cur = tree_entry(next_token_ptr, b, n, cur)
         else:
             cur = tree_entry(next_sibling_ptr, b, n, cur)
         steps += 1
-    tl.store(accept_num_ptr + b, accepted)
-    tl.store(predicts_ptr + last_row, target.to(tl.int32))
+    if writer:
+        tl.store(accept_num_ptr + b, accepted)
+        tl.store(predicts_ptr + last_row, target.to(tl.int32))
 
 
 @triton.jit
@@ -67,7 +81,7 @@ def _verify_greedy_kernel(predicts_ptr, accept_index_ptr, accept_num_ptr, cand_p
     targets = tl.load(target_ptr + b.to(tl.int64) * n + nodes, mask=nodes < n, other=-1)
     _greedy_walk(b, n, max_accepts, predicts_ptr, accept_index_ptr, accept_num_ptr, cand_ptr,
                  retrive_index_ptr, next_token_ptr, next_sibling_ptr, targets, nodes,
-                 target_ptr, 0, 0, LAZY=False, BLOCK_V=16)
+                 target_ptr, 0, 0, 0, target_ptr, target_ptr, 0, 1, 0, LAZY=False, BLOCK_V=16)
 
 
 @triton.jit
@@ -79,6 +93,11 @@ def _argmax_key(value, index):
     ordered = tl.where(bits >= 0, bits, bits ^ 0x7FFFFFFF)
     ordered = tl.where(value != value, 0x7FFFFFFF, ordered)
     return (ordered.to(tl.int64) << 32) | (0x7FFFFFFF - index).to(tl.int64)
+
+
+@triton.jit
+def _key_token(key):
+    return (0x7FFFFFFF - (key & 0xFFFFFFFF)).to(tl.int64)
 
 
 @triton.jit
@@ -100,10 +119,10 @@ def _greedy_from_logits_kernel(logits_ptr, stride_row, vocab, chunk, keys_ptr, t
         nodes = tl.arange(0, BLOCK_N)
         keys = tl.atomic_xchg(keys_ptr + b * n + nodes, -0x7FFFFFFFFFFFFFFF - 1, mask=nodes < n)
         tl.atomic_xchg(tickets_ptr + b, 0)
-        targets = 0x7FFFFFFF - (keys & 0xFFFFFFFF)
         _greedy_walk(b, n, max_accepts, predicts_ptr, accept_index_ptr, accept_num_ptr, cand_ptr,
-                     retrive_index_ptr, next_token_ptr, next_sibling_ptr, targets, nodes,
-                     logits_ptr, stride_row, vocab, LAZY=False, BLOCK_V=BLOCK_V)
+                     retrive_index_ptr, next_token_ptr, next_sibling_ptr, _key_token(keys), nodes,
+                     logits_ptr, stride_row, vocab, chunk, keys_ptr, tickets_ptr, 0, 1, 0,
+                     LAZY=False, BLOCK_V=BLOCK_V)
 
 
 @triton.jit
@@ -123,26 +142,70 @@ def _lane_argmax(row_ptr, start, end, BLOCK_V: tl.constexpr):
 
 
 @triton.jit
-def _row_argmax(row_ptr, vocab, BLOCK_V: tl.constexpr):
-    best, best_index = _lane_argmax(row_ptr, 0, vocab, BLOCK_V)
-    return (0x7FFFFFFF - (tl.max(_argmax_key(best, best_index), axis=0) & 0xFFFFFFFF)).to(tl.int64)
+def _path_row_argmax(row_ptr, vocab, chunk, part, parts, key_ptr, ticket_ptr, max_polls,
+                     BLOCK_V: tl.constexpr):
+    """argmax of one logits row, shared by ``parts`` programs: program ``part`` reduces the slice
+    ``[part*chunk, (part+1)*chunk)`` into the row's key slot and arrival ticket, then waits (at
+    most ``max_polls`` polls) until every part has arrived and reads the row's key. A program
+    that waits longer, because the others are not resident on the GPU, reduces the whole row
+    itself: same answer, and no program can wait for ever."""
+    start = part * chunk
+    best, best_index = _lane_argmax(row_ptr, start, tl.minimum(start + chunk, vocab), BLOCK_V)
+    key = tl.max(_argmax_key(best, best_index), axis=0)
+    if parts > 1:
+        tl.atomic_max(key_ptr, key)
+        tl.debug_barrier()
+        arrived = tl.atomic_add(ticket_ptr, 1) + 1
+        polls = tl.zeros((), dtype=tl.int32)
+        while (arrived < parts) & (polls < max_polls):
+            arrived = tl.atomic_add(ticket_ptr, 0)
+            polls += 1
+        if arrived >= parts:
+            key = tl.atomic_max(key_ptr, key)  # the old value: every part's maximum
+        else:
+            best, best_index = _lane_argmax(row_ptr, 0, vocab, BLOCK_V)
+            key = tl.max(_argmax_key(best, best_index), axis=0)
+    return _key_token(key)
 
 
 @triton.jit
-def _greedy_lazy_kernel(logits_ptr, stride_row, vocab, predicts_ptr, accept_index_ptr, accept_num_ptr,
-                        cand_ptr, retrive_index_ptr, next_token_ptr, next_sibling_ptr, n, max_accepts,
-                        BLOCK_V: tl.constexpr, BLOCK_N: tl.constexpr):
+def _greedy_lazy_kernel(logits_ptr, stride_row, vocab, chunk, keys_ptr, tickets_ptr, predicts_ptr,
+                        accept_index_ptr, accept_num_ptr, cand_ptr, retrive_index_ptr, next_token_ptr,
+                        next_sibling_ptr, n, max_accepts, max_polls,
+                        BLOCK_V: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_LEVELS: tl.constexpr):
+    b = tl.program_id(0)
+    part = tl.program_id(1)
+    parts = tl.num_programs(1)
     nodes = tl.arange(0, BLOCK_N)
-    _greedy_walk(tl.program_id(0), n, max_accepts, predicts_ptr, accept_index_ptr, accept_num_ptr, cand_ptr,
+    _greedy_walk(b, n, max_accepts, predicts_ptr, accept_index_ptr, accept_num_ptr, cand_ptr,
                  retrive_index_ptr, next_token_ptr, next_sibling_ptr, nodes, nodes,
-                 logits_ptr, stride_row, vocab, LAZY=True, BLOCK_V=BLOCK_V)
+                 logits_ptr, stride_row, vocab, chunk, keys_ptr, tickets_ptr, part, parts, max_polls,
+                 LAZY=True, BLOCK_V=BLOCK_V)
+    if parts > 1:
+        # The request's last program out puts its key slots and tickets back (workspace contract).
+        levels = max_accepts + 1
+        tl.debug_barrier()
+        if tl.atomic_add(tickets_ptr + b * (levels + 1) + levels, 1) == parts - 1:
+            slots = tl.arange(0, BLOCK_LEVELS)
+            tl.atomic_xchg(keys_ptr + b * levels + slots, -0x7FFFFFFFFFFFFFFF - 1, mask=slots < levels)
+            tl.atomic_xchg(tickets_ptr + b * (levels + 1) + slots, 0, mask=slots < levels + 1)
 
 
 _verify_from_targets = Launcher(_verify_greedy_kernel)
 _verify_split = Launcher(_greedy_from_logits_kernel)
 _verify_lazy = Launcher(_greedy_lazy_kernel)
 
-LAZY_MIN_BATCH = 8  # from this batch size on, the lazy plan has enough requests to fill the GPU
+LAZY_ROWS_RATIO = 2  # the lazy plan when a request holds more than this many rows per path row
+_sm_counts: dict = {}
+
+
+def _multiprocessors(device: torch.device) -> int:
+    """SMs of a CUDA device (cached: the query costs host time); a small stand-in elsewhere."""
+    count = _sm_counts.get(device)
+    if count is None:
+        count = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 8
+        _sm_counts[device] = count
+    return count
 
 
 def _block_n(n: int) -> int:
@@ -183,7 +246,8 @@ def verify_tree_greedy_from_logits(predicts: torch.Tensor, accept_index: torch.T
                                    retrive_index: torch.Tensor, retrive_next_token: torch.Tensor,
                                    retrive_next_sibling: torch.Tensor, logits: torch.Tensor, *,
                                    lazy: Optional[bool] = None, block_v: Optional[int] = None,
-                                   target_programs: int = 1024, num_warps: Optional[int] = None) -> None:
+                                   target_programs: Optional[int] = None, num_warps: Optional[int] = None,
+                                   max_polls: Optional[int] = None) -> None:
     """:func:`verify_tree_greedy` on ``target_predict = logits.argmax(-1)``, fused in one launch.
 
     ``logits``: ``[bs*n, V]`` float32, bfloat16 or float16 with unit stride along V. The argmax is
@@ -191,14 +255,17 @@ def verify_tree_greedy_from_logits(predicts: torch.Tensor, accept_index: torch.T
 
     Two launch plans, same results:
 
-    * lazy (default when ``bs >= 8`` and ``n > 2*(S+1)``): one program per request walks the tree
-      and reduces a row only when the walk reaches its node, so only the accepted path's rows are
-      read (at most ``S+1`` of a request's ``n``).
-    * split (small batches): every row is cut into vocabulary slices over about
-      ``target_programs`` programs; each reduces its slice to a packed (value, index) key and
-      ``atomic_max``-es it into the row's slot of the per-device
-      :mod:`~sglang_eagle_ext.kernels.workspace`; the request's last program to arrive (an arrival
-      ticket) reads and resets its slots and walks the tree.
+    * lazy (default when ``n > 2*(S+1)``): the programs of a request walk the tree together and
+      reduce a row only when the walk reaches its node, so only the accepted path's rows are read
+      (at most ``S+1`` of a request's ``n``). Each path row is split over ``parts`` programs
+      (about ``target_programs / bs``, default: one program per SM in all) that meet at a
+      per-row key slot and arrival ticket of the per-device
+      :mod:`~sglang_eagle_ext.kernels.workspace`; a program that waits more than ``max_polls``
+      polls reduces the row alone, so the plan cannot hang when not all programs are resident.
+    * split: every row is cut into vocabulary slices over about ``target_programs`` programs
+      (default 1024); each reduces its slice to a packed (value, index) key and ``atomic_max``-es
+      it into the row's workspace slot; the request's last program to arrive (an arrival ticket)
+      reads and resets its slots and walks the tree.
 
     ``block_v`` (vocabulary tile), ``target_programs`` and ``num_warps`` tune the plans; the grid
     depends on the batch, the compiled kernels do not.
@@ -207,21 +274,31 @@ def verify_tree_greedy_from_logits(predicts: torch.Tensor, accept_index: torch.T
     rows, vocab = logits.shape
     assert rows == bs * n and logits.stride(1) == 1
     max_accepts = accept_index.shape[1] - 1
-    if lazy is None:  # one program per request streams a row slower than the whole GPU: worth it
-        lazy = bs >= LAZY_MIN_BATCH and n > 2 * (max_accepts + 1)  # when it skips most rows
+    device = logits.device
+    if lazy is None:
+        lazy = n > LAZY_ROWS_RATIO * (max_accepts + 1)
     if lazy:
+        levels = max_accepts + 1
+        block_v = block_v or 4096
+        slices = triton.cdiv(vocab, block_v)
+        parts = max(1, min(slices, (target_programs or _multiprocessors(device)) // bs))
+        chunk = triton.cdiv(slices, parts) * block_v
+        parts = triton.cdiv(vocab, chunk)
         _verify_lazy(
-            (bs,), logits, logits.stride(0), vocab, predicts, accept_index, accept_token_num, candidates,
+            (bs, parts), logits, logits.stride(0), vocab, chunk, workspace.argmax_keys(device, bs * levels),
+            workspace.tickets(device, bs * (levels + 1)), predicts, accept_index, accept_token_num, candidates,
             retrive_index, retrive_next_token, retrive_next_sibling, n, max_accepts,
-            BLOCK_V=block_v or 16384, BLOCK_N=_block_n(n), num_warps=num_warps or 16)
+            max_polls or (1 << 16 if device.type == "cuda" else 2),
+            BLOCK_V=block_v, BLOCK_N=_block_n(n), BLOCK_LEVELS=triton.next_power_of_2(levels + 1),
+            num_warps=num_warps or 8)
         return
     block_v = block_v or 2048
     slices = triton.cdiv(vocab, block_v)
-    splits = max(1, min(slices, triton.cdiv(target_programs, rows)))
+    splits = max(1, min(slices, triton.cdiv(target_programs or 1024, rows)))
     chunk = triton.cdiv(slices, splits) * block_v
     splits = triton.cdiv(vocab, chunk)
     _verify_split(
-        (rows, splits), logits, logits.stride(0), vocab, chunk, workspace.argmax_keys(logits.device, rows),
-        workspace.tickets(logits.device, bs), predicts, accept_index, accept_token_num, candidates,
+        (rows, splits), logits, logits.stride(0), vocab, chunk, workspace.argmax_keys(device, rows),
+        workspace.tickets(device, bs), predicts, accept_index, accept_token_num, candidates,
         retrive_index, retrive_next_token, retrive_next_sibling, n, max_accepts,
         n * splits, BLOCK_V=block_v, BLOCK_N=_block_n(n), num_warps=num_warps or 8)

@@ -5,7 +5,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tree_fixtures import assert_same, built_tree, favour_children, poisoned_outputs
 
-from sglang_eagle_ext.kernels import reference, verify_greedy
+from sglang_eagle_ext.kernels import reference, verify_greedy, workspace
 
 VOCAB = 40
 
@@ -44,9 +44,14 @@ def test_greedy_ops_match_reference(case):
     assert_same(drop_in, expected)
     for lazy in (False, True):
         fused = poisoned_outputs(bs, n, steps)
+        # 7 programs: several per row (split) or per path row (lazy: some wait, give up and
+        # reduce the row alone, some find every part arrived), as bs and n vary.
         verify_greedy.verify_tree_greedy_from_logits(*fused, candidates, ri, nt, ns, logits, lazy=lazy,
                                                      block_v=16, target_programs=7)
         assert_same(fused, expected)
+        # Workspace contract: the kernels leave key slots empty and tickets zero.
+        keys, tickets = workspace.argmax_keys(logits.device, 1), workspace.tickets(logits.device, 1)
+        assert bool((keys == workspace.EMPTY_KEY).all()) and bool((tickets == 0).all())
 
 
 def test_fused_argmax_is_torch_argmax_with_nan_and_signed_zeros():
