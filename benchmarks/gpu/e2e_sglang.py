@@ -82,8 +82,8 @@ SPEED_ARMS = {
     "builtin": {"SGLANG_EAGLE_EXT": "0", TREE_KERNELS_SWITCH: "sglang"},
     "ours_triton": {TREE_KERNELS_SWITCH: "triton"},
 }
-SPEED_SHAPES = ((1, 256), (32, 128))  # (batch, new tokens per request)
-SPEED_ROUNDS = 7
+SPEED_SHAPES = ((1, 512), (32, 256))  # (batch, new tokens per request)
+SPEED_ROUNDS = 11
 
 
 def engine_kwargs(**wanted):
@@ -106,7 +106,7 @@ def engine_kwargs(**wanted):
 
 
 def start_engine(target: str, drafter: str | None = None, row: Row | None = None,
-                 graph_bs=(1, 2, 4, 8)):
+                 graph_bs=(1, 2, 4, 8), **extra):
     import sglang
 
     spec = {}
@@ -120,7 +120,7 @@ def start_engine(target: str, drafter: str | None = None, row: Row | None = None
     return sglang.Engine(**engine_kwargs(
         model_path=target, dtype="bfloat16", attention_backend="triton", sampling_backend="pytorch",
         mem_fraction_static=0.7, max_total_tokens=65536, max_running_requests=64,
-        context_length=1024, graph_bs=list(graph_bs), log_level="error", **spec))
+        context_length=1024, graph_bs=list(graph_bs), log_level="error", **spec, **extra))
 
 
 def greedy(engine, prompts, max_new_tokens=MAX_NEW_TOKENS, top2=False):
@@ -168,7 +168,9 @@ def _speed_prompts(batch: int) -> list[str]:
 def _engine_server(connection, target: str, drafter: str, environment: dict) -> None:
     """Child process hosting one EAGLE3 engine; answers (batch, new_tokens) with (tokens, seconds)."""
     os.environ.update(environment)  # inherited by every process of this engine
-    engine = start_engine(target, drafter, SPEED_ROW, graph_bs=(1, 2, 4, 8, 16, 32))
+    # no prefix cache: every round prefills the same prompts in full, as the first one did
+    engine = start_engine(target, drafter, SPEED_ROW, graph_bs=(1, 2, 4, 8, 16, 32),
+                          disable_radix_cache=True)
     for batch, _ in SPEED_SHAPES:  # warm-up at the measured batch sizes (Triton compiles once)
         greedy(engine, _speed_prompts(batch), max_new_tokens=16)
     connection.send("ready")

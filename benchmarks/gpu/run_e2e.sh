@@ -18,8 +18,8 @@ STAGE="$SITE/sglang_eagle_ext_src"
 rm -rf "$STAGE" && mkdir -p "$STAGE" && cp -r sglang_eagle_ext "$STAGE/" \
   && rm -rf "$STAGE/sglang_eagle_ext/kernels" && cp -r kernels "$STAGE/sglang_eagle_ext/kernels"
 export PYTHONPATH="$STAGE:$PYTHONPATH" PYTHONUNBUFFERED=1 E2E_COMMIT="${E2E_COMMIT:-unknown}"
-python3 -c "from importlib.metadata import entry_points as e; print([x.value for x in e(group='sglang.srt.plugins')])"
-python3 -c "import sglang_eagle_ext.kernels.sglang_binding as b; print('tree-kernel binding:', b.__name__)"
+python3 -P -c "from importlib.metadata import entry_points as e; print([x.value for x in e(group='sglang.srt.plugins')])"
+python3 -P -c "import sglang_eagle_ext.kernels.sglang_binding as b; print('tree-kernel binding:', b.__name__)"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUTDIR/device.txt"
 timeout "${E2E_TIMEOUT:-560}" python3 benchmarks/gpu/e2e_sglang.py --out "$OUTDIR" "$@" 2>&1 \
   | tee "$OUTDIR/run.log" | grep -E "TASK|Error|Traceback" | cut -c1-1500 || true
