@@ -10,6 +10,11 @@ the code shape it fixes and applies only where that shape exists:
 * ``idle-draft-input-width``: <= 0.5.11 builds idle draft-extend inputs ``3 * H`` wide.
 * ``hidden-size-for``: 0.5.12 - 0.5.14 size draft-extend inputs from the *target* config.
 0.5.15+ read the width from the draft config, which the normalised config states.
+* ``target-capture-ids``: releases whose ``ModelRunner`` reads the target's capture ids in
+  ``__init__`` and applies them in ``init_aux_hidden_state_capture`` (0.5.11): the ids are
+  resolved again from the normalised config right before they are applied. Needed with the
+  ``SGLANG_EXTERNAL_MODEL_PACKAGE`` fallback, which activates us when SGLang imports its model
+  registry, i.e. after the target's runner has read the raw drafter config.
 """
 
 from __future__ import annotations
@@ -299,6 +304,42 @@ def patch_hidden_size_for(draft_extend_input_cls) -> bool:
 
 
 # ---------------------------------------------------------------------------------------------
+# Patch: target capture ids resolved when they are applied (0.5.11)
+# ---------------------------------------------------------------------------------------------
+
+def normalised_capture_ids(runner) -> tuple[bool, list[int] | None]:
+    """``(True, ids)`` with the capture ids the normalised config gives this target runner's
+    drafter (None: SGLang's default taps), or ``(False, None)`` when the drafter is not a local
+    EAGLE-3 checkpoint directory (a hub id is left to SGLang)."""
+    from .checkpoint import read_drafter
+    from .sglang_draft_config import capture_layer_ids
+    from .target import read_target
+
+    path = getattr(runner.server_args, "speculative_draft_model_path", None)
+    if path is None or DraftConfigLoader._drafter_config(path) is None:
+        return False, None
+    target = read_target(runner.model_config.hf_config)
+    ids = capture_layer_ids(read_drafter(path, target=target).spec, target)
+    return True, None if ids is None else list(ids)
+
+
+def patch_target_capture_ids(runner_cls) -> bool:
+    """Before the target applies its capture ids, set them from the normalised drafter config
+    (whatever config the runner read in ``__init__``)."""
+
+    def make(original):
+        def init_aux_hidden_state_capture(self, *args, **kwargs):
+            if getattr(self, "eagle_use_aux_hidden_state", False) and not self.is_draft_worker:
+                known, ids = normalised_capture_ids(self)
+                if known:
+                    self.eagle_aux_hidden_state_layer_ids = ids
+            return original(self, *args, **kwargs)
+        return init_aux_hidden_state_capture
+
+    return _wrap_method(runner_cls, "init_aux_hidden_state_capture", make)
+
+
+# ---------------------------------------------------------------------------------------------
 # Apply everything that this SGLang needs, when the patched modules load
 # ---------------------------------------------------------------------------------------------
 # Plugins run at the start of every SGLang process, before SGLang has imported its model runner;
@@ -373,6 +414,16 @@ def after_import(name: str, hook: Callable) -> None:
     _post_import.hooks.setdefault(name, []).append(hook)
 
 
+_MODEL_RUNNER = "sglang.srt.model_executor.model_runner"
+
+
+def capture_ids_patch_needed() -> bool:
+    """The runner reads the capture ids in ``__init__`` and applies them in a method of its own."""
+    source = _source(_MODEL_RUNNER)
+    return ("def init_aux_hidden_state_capture" in source
+            and "self.eagle_aux_hidden_state_layer_ids = eagle_config[" in source)
+
+
 def _require(condition: bool, what: str) -> None:
     if not condition:
         raise RuntimeError(f"sglang-eagle-ext: {what} not found in this SGLang; the plugin does "
@@ -383,6 +434,13 @@ def _patch_extend_input(eagle_info) -> None:
     cls = getattr(eagle_info, "EagleDraftExtendInput", None)
     _require(cls is not None and hasattr(cls, "hidden_size_for"), "EagleDraftExtendInput.hidden_size_for")
     patch_hidden_size_for(cls)
+
+
+def _patch_model_runner(module) -> None:
+    cls = getattr(module, "ModelRunner", None)
+    _require(cls is not None and hasattr(cls, "init_aux_hidden_state_capture"),
+             "ModelRunner.init_aux_hidden_state_capture")
+    patch_target_capture_ids(cls)
 
 
 def _patch_graph_runner(module) -> None:
@@ -411,6 +469,9 @@ def arm_patches(register: Callable[[Any], None]) -> list[str]:
     after_import("sglang.srt.models.registry", register)
     after_import("sglang.srt.configs.model_config", patch_draft_config_loading)
     needed = width_patches_needed()
+    if capture_ids_patch_needed():
+        needed = ["target-capture-ids"] + needed
+        after_import(_MODEL_RUNNER, _patch_model_runner)
     if "hidden-size-for" in needed:
         after_import(_SPECULATIVE + "eagle_info", _patch_extend_input)
     if "draft-extend-graph-width" in needed:

@@ -100,8 +100,11 @@ def engine_kwargs(**wanted):
     for name in ("cuda_graph_max_bs", "cuda_graph_max_bs_decode"):
         if name in fields:
             wanted[name] = max(graph_bs)
-    if "disable_piecewise_cuda_graph" in fields:
-        wanted["disable_piecewise_cuda_graph"] = True
+    # prefill graphs off (0.5.11: piecewise; 0.5.16: the prefill phase): decode graphs are what
+    # the rows test, and prefill capture would add ~20 s to every engine start
+    for name in ("disable_piecewise_cuda_graph", "disable_prefill_cuda_graph"):
+        if name in fields:
+            wanted[name] = True
     return {k: v for k, v in wanted.items() if k in fields}
 
 

@@ -1,4 +1,5 @@
-"""Worker patches for the SGLang releases that size the draft input ``3 * H``.
+"""Worker patches for the SGLang releases that size the draft input ``3 * H``, and the target
+capture ids re-resolved when they are applied (0.5.11, for a late activation).
 
 The patched classes do not exist in the CI's SGLang (0.5.23), so each patch is applied to a
 stand-in with the same shape as the release's code (attribute names and call pattern of
@@ -7,11 +8,15 @@ detection must apply no width patch, and SGLang's own width function must read A
 normalised config.
 """
 
+import json
+import os
 from types import SimpleNamespace
 
 import torch
+from transformers import LlamaConfig
 
 from sglang_eagle_ext import sglang_compat
+from sglang_eagle_ext.testing import fixtures
 
 A, T, H = 4, 96, 64  # four aux states of a 96-wide target; the draft is 64 wide
 
@@ -141,3 +146,56 @@ def test_draft_input_width_precedence():
     del config.num_aux_hidden_states  # falls back to the nested ids (4), as SGLang 0.5.15+ does
     assert sglang_compat.draft_input_width(config) == 4 * T
     assert sglang_compat.draft_input_width(draft_hf_config(use_aux=False)) is None
+
+
+class TargetRunner:
+    """0.5.11's ModelRunner: reads the drafter's capture ids in ``__init__`` through whatever
+    config loader is in force then (here: the raw config, as before a late activation) and
+    applies them in ``init_aux_hidden_state_capture``."""
+
+    def __init__(self, drafter_path, target_config, is_draft_worker=False):
+        self.server_args = SimpleNamespace(speculative_draft_model_path=drafter_path)
+        self.model_config = SimpleNamespace(hf_config=target_config)
+        self.is_draft_worker = is_draft_worker
+        self.eagle_use_aux_hidden_state = True
+        raw = {}
+        if os.path.isdir(drafter_path):
+            with open(os.path.join(drafter_path, "config.json")) as handle:
+                raw = json.load(handle)
+        self.eagle_aux_hidden_state_layer_ids = (raw.get("eagle_config") or {}).get(
+            "eagle_aux_hidden_state_layer_ids")
+        self.applied = "not yet"
+
+    def init_aux_hidden_state_capture(self):
+        self.applied = self.eagle_aux_hidden_state_layer_ids
+
+
+def test_target_capture_ids_come_from_the_normalised_config(tmp_path):
+    # 4 aux states at top-level hidden-state indices 2, 5, 9, 11 (speculators): the raw config
+    # has no eagle_config, so a runner that read it before activation would capture the default
+    # 3 taps; the patch applies the drafter's own ids in SGLang's convention
+    drafter = fixtures.build("F8-speculators-4-aux", str(tmp_path / "d"))
+    target = LlamaConfig(**fixtures.target_config())
+    stock = TargetRunner(drafter, target)
+    stock.init_aux_hidden_state_capture()
+    assert stock.applied is None
+    assert sglang_compat.patch_target_capture_ids(TargetRunner)
+    assert not sglang_compat.patch_target_capture_ids(TargetRunner)  # once only
+    runner = TargetRunner(drafter, target)
+    runner.init_aux_hidden_state_capture()
+    assert runner.applied == [1, 4, 8, 10]
+    # the draft worker's runner and a hub id are left to SGLang
+    draft = TargetRunner(drafter, target, is_draft_worker=True)
+    draft.init_aux_hidden_state_capture()
+    assert draft.applied is None
+    hub = TargetRunner("org/some-eagle3-drafter", target)
+    hub.init_aux_hidden_state_capture()
+    assert hub.applied is None
+
+
+def test_capture_ids_patch_detection(monkeypatch):
+    assert not sglang_compat.capture_ids_patch_needed()  # the installed 0.5.23
+    release_0_5_11 = ("    def init_aux_hidden_state_capture(self):\n"
+                      "                self.eagle_aux_hidden_state_layer_ids = eagle_config[\n")
+    monkeypatch.setattr(sglang_compat, "_source", {sglang_compat._MODEL_RUNNER: release_0_5_11}.__getitem__)
+    assert sglang_compat.capture_ids_patch_needed()
