@@ -51,10 +51,14 @@ def _fast_path_available() -> bool:
     return knobs is not None and _triton_version() >= (3, 3)
 
 
+def _tensor_key(tensor: torch.Tensor, address: int):
+    return tensor.dtype, address % 16 == 0, tensor.is_cuda
+
+
 def arg_key(arg: Any):
     """What Triton's specialisation of one runtime argument depends on (or finer)."""
     if isinstance(arg, torch.Tensor):
-        return arg.dtype, arg.data_ptr() % 16 == 0
+        return _tensor_key(arg, arg.data_ptr())
     kind = type(arg)
     if kind is int:
         width = 0 if _INT32_MIN <= arg <= _INT32_MAX else (1 if arg < _UINT64_FROM else 2)
@@ -91,11 +95,24 @@ class Launcher:
             self.kernel[grid](*args, **kwargs)
             return
         device = driver.active.get_current_device()
+        # One pass builds the key and the launch arguments; tensors go to the launcher as their
+        # device addresses, which spares it a data_ptr() call and a driver query per pointer
+        # (a tensor off the GPU keys differently and takes Triton's path, which rejects it).
+        key = [device, tuple(kwargs.items())]
+        launch_args = []
         try:
-            key = (device, tuple(kwargs.items()), tuple(map(arg_key, args)))
+            for arg in args:
+                if isinstance(arg, torch.Tensor):
+                    address = arg.data_ptr()
+                    key.append(_tensor_key(arg, address))
+                    launch_args.append(address)
+                else:
+                    key.append(arg_key(arg))
+                    launch_args.append(arg)
         except _Unsupported:
             self.kernel[grid](*args, **kwargs)
             return
+        key = tuple(key)
         entry = self._compiled.get(key)
         if entry is None or _hooks_installed():
             compiled = self.kernel[grid](*args, **kwargs)  # compiles on a miss, launches either way
@@ -106,7 +123,7 @@ class Launcher:
         grid_1 = grid[1] if len(grid) > 1 else 1
         grid_2 = grid[2] if len(grid) > 2 else 1
         run(grid[0], grid_1, grid_2, driver.active.get_current_stream(device), function, metadata,
-            None, None, None, *args, *constexprs)
+            None, None, None, *launch_args, *constexprs)
 
     def _keep(self, key, compiled, runtime_args: int, kwargs) -> None:
         """Keep what later launches of this specialisation need, when it has the expected shape."""

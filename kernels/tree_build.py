@@ -218,7 +218,9 @@ def build_eagle_tree(bonus_tokens: torch.Tensor, parent_list: torch.Tensor,
         tree_mask = torch.empty((n * bs,), dtype=dtype, device=device)
     # One int64 allocation for the links, positions and tokens, cut by one unbind: every
     # allocation and view costs microseconds of host time, more than the kernel's GPU time.
-    token_dtype = torch.result_type(bonus_tokens, draft_tokens)
+    token_dtype = draft_tokens.dtype
+    if bonus_tokens.dtype != token_dtype:
+        token_dtype = torch.result_type(bonus_tokens, draft_tokens)
     slabs = 5 if token_dtype == torch.long else 4
     retrieve_index, next_token, next_sibling, positions_slab, *tokens_slab = torch.empty(
         (slabs, bs, n), dtype=torch.long, device=device).unbind(0)

@@ -195,7 +195,10 @@ _verify_from_targets = Launcher(_verify_greedy_kernel)
 _verify_split = Launcher(_greedy_from_logits_kernel)
 _verify_lazy = Launcher(_greedy_lazy_kernel)
 
-LAZY_ROWS_RATIO = 2  # the lazy plan when a request holds more than this many rows per path row
+# The lazy plan pays a hand-off between programs at each level (about 3 us on an H200, measured
+# with benchmarks/tree_kernels.py); it is chosen where the rows it skips would take longer to read:
+# more than this many bytes per level.
+LAZY_SKIPPED_BYTES_PER_LEVEL = 12_000_000
 _sm_counts: dict = {}
 
 
@@ -255,33 +258,36 @@ def verify_tree_greedy_from_logits(predicts: torch.Tensor, accept_index: torch.T
 
     Two launch plans, same results:
 
-    * lazy (default when ``n > 2*(S+1)``): the programs of a request walk the tree together and
+    * lazy (default when the rows off any path, ``bs*(n-S-1)`` of them, hold more than
+      ``LAZY_SKIPPED_BYTES_PER_LEVEL`` bytes per level): the programs of a request walk the tree together and
       reduce a row only when the walk reaches its node, so only the accepted path's rows are read
       (at most ``S+1`` of a request's ``n``). Each path row is split over ``parts`` programs
-      (about ``target_programs / bs``, default: one program per SM in all) that meet at a
+      (about ``target_programs / bs``, default: two programs per SM in all) that meet at a
       per-row key slot and arrival ticket of the per-device
       :mod:`~sglang_eagle_ext.kernels.workspace`; a program that waits more than ``max_polls``
       polls reduces the row alone, so the plan cannot hang when not all programs are resident.
     * split: every row is cut into vocabulary slices over about ``target_programs`` programs
-      (default 1024); each reduces its slice to a packed (value, index) key and ``atomic_max``-es
+      (default: four per SM); each reduces its slice to a packed (value, index) key and ``atomic_max``-es
       it into the row's workspace slot; the request's last program to arrive (an arrival ticket)
       reads and resets its slots and walks the tree.
 
-    ``block_v`` (vocabulary tile), ``target_programs`` and ``num_warps`` tune the plans; the grid
-    depends on the batch, the compiled kernels do not.
+    ``block_v`` (vocabulary tile), ``target_programs`` and ``num_warps`` tune the plans (defaults:
+    the best of a sweep over the benchmark's shapes on an H200); the grid depends on the batch,
+    the compiled kernels do not.
     """
     bs, n = candidates.shape
     rows, vocab = logits.shape
     assert rows == bs * n and logits.stride(1) == 1
     max_accepts = accept_index.shape[1] - 1
     device = logits.device
+    levels = max_accepts + 1
     if lazy is None:
-        lazy = n > LAZY_ROWS_RATIO * (max_accepts + 1)
+        skipped_bytes = bs * (n - levels) * vocab * logits.element_size()
+        lazy = skipped_bytes > levels * LAZY_SKIPPED_BYTES_PER_LEVEL
     if lazy:
-        levels = max_accepts + 1
-        block_v = block_v or 4096
+        block_v = block_v or 2048
         slices = triton.cdiv(vocab, block_v)
-        parts = max(1, min(slices, (target_programs or _multiprocessors(device)) // bs))
+        parts = max(1, min(slices, (target_programs or 2 * _multiprocessors(device)) // bs))
         chunk = triton.cdiv(slices, parts) * block_v
         parts = triton.cdiv(vocab, chunk)
         _verify_lazy(
@@ -290,11 +296,11 @@ def verify_tree_greedy_from_logits(predicts: torch.Tensor, accept_index: torch.T
             retrive_index, retrive_next_token, retrive_next_sibling, n, max_accepts,
             max_polls or (1 << 16 if device.type == "cuda" else 2),
             BLOCK_V=block_v, BLOCK_N=_block_n(n), BLOCK_LEVELS=triton.next_power_of_2(levels + 1),
-            num_warps=num_warps or 8)
+            num_warps=num_warps or 16)
         return
-    block_v = block_v or 2048
+    block_v = block_v or 1024
     slices = triton.cdiv(vocab, block_v)
-    splits = max(1, min(slices, triton.cdiv(target_programs or 1024, rows)))
+    splits = max(1, min(slices, triton.cdiv(target_programs or 4 * _multiprocessors(device), rows)))
     chunk = triton.cdiv(slices, splits) * block_v
     splits = triton.cdiv(vocab, chunk)
     _verify_split(

@@ -117,7 +117,8 @@ def _greedy_case(gen, k, steps, n, bs, vocab=32):
         int(tree.seq_lens.sum()), k, steps, n)
     candidates = tokens.reshape(bs, n)
     # Targets that often agree with a child, so that paths get long.
-    logits = torch.randn(bs * n, vocab, generator=gen).cuda()
+    device_gen = torch.Generator(device="cuda").manual_seed(int(torch.randint(2**31, (1,), generator=gen)))
+    logits = torch.randn(bs * n, vocab, device="cuda", generator=device_gen)  # full rows: made on the GPU
     first_child_token = torch.where(nt >= 0, torch.gather(candidates, 1, nt.clamp(min=0)), 0).reshape(-1)
     boost = (torch.rand(bs * n, generator=gen).cuda() < 0.8).float() * 6
     logits[torch.arange(bs * n, device="cuda"), first_child_token] += boost
@@ -130,28 +131,45 @@ def _greedy_outputs(bs, n, steps):
             torch.full((bs,), -3, dtype=torch.int32, device="cuda"))
 
 
+# Our fused greedy plans, as the caller picks them: the default choice; split and lazy forced;
+# lazy with many programs per path row; lazy where every program but the last gives up waiting
+# at once and reduces the whole row alone (the no-hang fallback).
+GREEDY_PLANS = {
+    "default": {},
+    "split": dict(lazy=False),
+    "lazy": dict(lazy=True),
+    "lazy, 8 programs/SM": dict(lazy=True, target_programs=8 * 132),
+    "lazy, no waiting": dict(lazy=True, max_polls=1),
+}
+
+
 @needs_sgl
 def test_verify_greedy_equals_sglang_on_random_trees():
     gen = torch.Generator().manual_seed(12)
     requests = accepted = 0
     for k, steps, n in CONFIGS:
-        for _ in range(20):
+        for trial in range(20):
             bs = int(torch.randint(1, 65, (1,), generator=gen))
-            candidates, ri, nt, ns, logits = _greedy_case(gen, k, steps, n, bs)
+            vocab = 32 if trial % 2 else 128256  # tiny rows, and full rows as the benchmark's
+            candidates, ri, nt, ns, logits = _greedy_case(gen, k, steps, n, bs, vocab)
+            if trial % 4 == 1:
+                logits = logits.bfloat16()
             target = logits.argmax(-1).reshape(bs, n)
             theirs = _greedy_outputs(bs, n, steps)
             sgl_kernel.verify_tree_greedy(*theirs, candidates, ri, nt, ns, target)
             ours = _greedy_outputs(bs, n, steps)
             verify_greedy.verify_tree_greedy(*ours, candidates, ri, nt, ns, target)
-            split, lazy = _greedy_outputs(bs, n, steps), _greedy_outputs(bs, n, steps)
-            verify_greedy.verify_tree_greedy_from_logits(*split, candidates, ri, nt, ns, logits, lazy=False)
-            verify_greedy.verify_tree_greedy_from_logits(*lazy, candidates, ri, nt, ns, logits, lazy=True)
-            for x, y, z, w in zip(theirs, ours, split, lazy):
-                assert torch.equal(x, y) and torch.equal(x, z) and torch.equal(x, w)
+            for x, y in zip(theirs, ours):
+                assert torch.equal(x, y), "drop-in"
+            for plan, options in GREEDY_PLANS.items():
+                fused = _greedy_outputs(bs, n, steps)
+                verify_greedy.verify_tree_greedy_from_logits(*fused, candidates, ri, nt, ns, logits, **options)
+                for x, y in zip(theirs, fused):
+                    assert torch.equal(x, y), plan
             requests += bs
             accepted += int(theirs[2].sum())
-    print(f"verify_greedy: {requests} requests equal to sgl_kernel (drop-in, fused split and lazy argmax), "
-          f"{accepted} draft tokens accepted")
+    print(f"verify_greedy: {requests} requests equal to argmax + sgl_kernel.verify_tree_greedy (drop-in and "
+          f"{len(GREEDY_PLANS)} fused plans each: {', '.join(GREEDY_PLANS)}), {accepted} draft tokens accepted")
     assert requests >= 2000
 
 
@@ -296,23 +314,39 @@ def test_emitted_tokens_follow_the_target_distribution(fused):
 
 
 @needs_cuda
-def test_ops_capture_in_a_cuda_graph():
+@pytest.mark.parametrize("k, steps, n, bs, vocab", [(4, 3, 8, 16, 5000), (8, 5, 32, 8, 128256), (1, 3, 4, 64, 128256)])
+def test_ops_capture_in_a_cuda_graph(k, steps, n, bs, vocab):
+    """Every op of ours, captured in one CUDA graph and replayed, gives what eager calls give."""
     gen = torch.Generator().manual_seed(17)
-    k, steps, n, bs, vocab = 4, 3, 8, 16, 5000
     candidates, ri, nt, ns, logits, coins, final_coins = _sampling_case(gen, k, steps, n, bs, vocab)
+    tree = random_draft_tree(bs, k, steps, n, vocab=64, generator=gen, device="cuda")
+    build_args = (tree.bonus_tokens, tree.parent_list, tree.top_scores_index, tree.draft_tokens, tree.seq_lens,
+                  int(tree.seq_lens.sum()), k, steps, n)
     sampling_args = (candidates, ri, nt, ns, coins, final_coins, logits, torch.ones(bs, device="cuda"),
                      torch.full((bs,), 50, device="cuda"), torch.full((bs,), 0.9, device="cuda"))
-    eager_g, eager_s = _greedy_outputs(bs, n, steps), _greedy_outputs(bs, n, steps)
-    verify_greedy.verify_tree_greedy_from_logits(*eager_g, candidates, ri, nt, ns, logits)
-    tree_sampling.tree_sampling_from_logits(*eager_s, *sampling_args)
-    graph_g, graph_s = _greedy_outputs(bs, n, steps), _greedy_outputs(bs, n, steps)
+    target = logits.argmax(-1).reshape(bs, n)
+
+    def ops():
+        outputs = list(tree_build.build_eagle_tree(*build_args))
+        for plan in ({}, dict(lazy=False), dict(lazy=True)):
+            greedy = _greedy_outputs(bs, n, steps)
+            verify_greedy.verify_tree_greedy_from_logits(*greedy, candidates, ri, nt, ns, logits, **plan)
+            outputs += greedy
+        drop_in = _greedy_outputs(bs, n, steps)
+        verify_greedy.verify_tree_greedy(*drop_in, candidates, ri, nt, ns, target)
+        sampled = _greedy_outputs(bs, n, steps)
+        tree_sampling.tree_sampling_from_logits(*sampled, *sampling_args)
+        return outputs + list(drop_in + sampled)
+
+    eager = ops()
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        verify_greedy.verify_tree_greedy_from_logits(*graph_g, candidates, ri, nt, ns, logits)
-        tree_sampling.tree_sampling_from_logits(*graph_s, *sampling_args)
+        captured = ops()
     for _ in range(3):
         graph.replay()
     torch.cuda.synchronize()
-    for x, y in zip(eager_g + eager_s, graph_g + graph_s):
+    assert len(eager) == len(captured)
+    for x, y in zip(eager, captured):
         assert torch.equal(x, y)
+    print(f"CUDA graph k/S/n={k}/{steps}/{n} bs={bs} V={vocab}: {len(eager)} outputs of 7 ops equal to eager")

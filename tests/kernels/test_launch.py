@@ -91,7 +91,8 @@ def test_cached_launch_passes_runtime_args_then_constexprs_in_parameter_order(mo
     run((3, 2), x, y, 5, B=64, A=7, num_warps=4)  # first call of the specialisation: Triton's path
     assert len(kernel.slow_calls) == 1 and kernel.compiled.calls == []
     run((3,), x, y, 6, B=64, A=7, num_warps=4)  # same key (6 is like 5): the kept kernel
-    assert kernel.compiled.calls == [(3, 1, 1, 1234, "function", "metadata", None, None, None, x, y, 6, 7, 64)]
+    assert kernel.compiled.calls == [(3, 1, 1, 1234, "function", "metadata", None, None, None,
+                                      x.data_ptr(), y.data_ptr(), 6, 7, 64)]
     run((3,), x, y, 16, B=64, A=7, num_warps=4)  # 16 is specialised differently: Triton again
     run((3,), x[1:], y, 6, B=64, A=7, num_warps=4)  # misaligned pointer: Triton again
     run((3,), x, y, 6, B=32, A=7, num_warps=4)  # another constexpr: Triton again
