@@ -10,11 +10,12 @@ the code shape it fixes and applies only where that shape exists:
 * ``idle-draft-input-width``: <= 0.5.11 builds idle draft-extend inputs ``3 * H`` wide.
 * ``hidden-size-for``: 0.5.12 - 0.5.14 size draft-extend inputs from the *target* config.
 0.5.15+ read the width from the draft config, which the normalised config states.
-* ``target-capture-ids``: releases whose ``ModelRunner`` reads the target's capture ids in
-  ``__init__`` and applies them in ``init_aux_hidden_state_capture`` (0.5.11): the ids are
-  resolved again from the normalised config right before they are applied. Needed with the
-  ``SGLANG_EXTERNAL_MODEL_PACKAGE`` fallback, which activates us when SGLang imports its model
-  registry, i.e. after the target's runner has read the raw drafter config.
+* ``target-capture-ids``: the target's ``ModelRunner`` reads its capture ids from the drafter
+  config in ``__init__`` and applies them later (``init_aux_hidden_state_capture`` in 0.5.11,
+  ``init_attention_backends`` in 0.5.16+); they are resolved again from the normalised config
+  right before they are applied. Needed with the ``SGLANG_EXTERNAL_MODEL_PACKAGE`` fallback,
+  which activates us when SGLang imports its model registry, i.e. after the target's runner has
+  read the raw drafter config; with the entry point it re-states the same ids.
 """
 
 from __future__ import annotations
@@ -304,39 +305,44 @@ def patch_hidden_size_for(draft_extend_input_cls) -> bool:
 
 
 # ---------------------------------------------------------------------------------------------
-# Patch: target capture ids resolved when they are applied (0.5.11)
+# Patch: target capture ids resolved when they are applied (all versions)
 # ---------------------------------------------------------------------------------------------
 
 def normalised_capture_ids(runner) -> tuple[bool, list[int] | None]:
-    """``(True, ids)`` with the capture ids the normalised config gives this target runner's
-    drafter (None: SGLang's default taps), or ``(False, None)`` when the drafter is not a local
-    EAGLE-3 checkpoint directory (a hub id is left to SGLang)."""
-    from .checkpoint import read_drafter
-    from .sglang_draft_config import capture_layer_ids
-    from .target import read_target
-
+    """``(True, ids)``: the capture ids of the normalised config of this target runner's drafter
+    (None: SGLang's default taps); ``(False, None)`` when the drafter is not a local EAGLE-3
+    checkpoint directory (a hub id is left to SGLang)."""
     path = getattr(runner.server_args, "speculative_draft_model_path", None)
     if path is None or DraftConfigLoader._drafter_config(path) is None:
         return False, None
-    target = read_target(runner.model_config.hf_config)
-    ids = capture_layer_ids(read_drafter(path, target=target).spec, target)
-    return True, None if ids is None else list(ids)
+    loader = DraftConfigLoader(original=None)
+    loader._remember_target(runner.model_config.hf_config)
+    return True, loader._normalised(path, None).eagle_config["eagle_aux_hidden_state_layer_ids"]
 
 
-def patch_target_capture_ids(runner_cls) -> bool:
-    """Before the target applies its capture ids, set them from the normalised drafter config
-    (whatever config the runner read in ``__init__``)."""
+# ModelRunner method that applies the target's capture ids -> where it reads them from
+CAPTURE_APPLIERS = {
+    "init_aux_hidden_state_capture": "",  # 0.5.11: self.eagle_aux_hidden_state_layer_ids
+    "init_attention_backends": "spec_aux_config",  # 0.5.16+: self.spec_aux_config.<same>
+}
+
+
+def patch_target_capture_ids(runner_cls, method: str) -> bool:
+    """Right before the target runner applies its capture ids, set them from the normalised
+    drafter config, whatever config the runner read in ``__init__``."""
+    holder_name = CAPTURE_APPLIERS[method]
 
     def make(original):
-        def init_aux_hidden_state_capture(self, *args, **kwargs):
-            if getattr(self, "eagle_use_aux_hidden_state", False) and not self.is_draft_worker:
+        def apply_capture_ids(self, *args, **kwargs):
+            holder = getattr(self, holder_name) if holder_name else self
+            if getattr(holder, "eagle_use_aux_hidden_state", False) and not self.is_draft_worker:
                 known, ids = normalised_capture_ids(self)
                 if known:
-                    self.eagle_aux_hidden_state_layer_ids = ids
+                    holder.eagle_aux_hidden_state_layer_ids = ids
             return original(self, *args, **kwargs)
-        return init_aux_hidden_state_capture
+        return apply_capture_ids
 
-    return _wrap_method(runner_cls, "init_aux_hidden_state_capture", make)
+    return _wrap_method(runner_cls, method, make)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -417,11 +423,19 @@ def after_import(name: str, hook: Callable) -> None:
 _MODEL_RUNNER = "sglang.srt.model_executor.model_runner"
 
 
-def capture_ids_patch_needed() -> bool:
-    """The runner reads the capture ids in ``__init__`` and applies them in a method of its own."""
+_CAPTURE_SHAPES = {  # the applying method, and the source text showing where it reads the ids
+    "init_aux_hidden_state_capture": "self.eagle_aux_hidden_state_layer_ids",
+    "init_attention_backends": "eagle_aux_hidden_state_layer_ids=self.spec_aux_config.eagle_aux_hidden_state_layer_ids",
+}
+
+
+def capture_ids_applier() -> str | None:
+    """The ModelRunner method that applies the target's capture ids in this release, if known."""
     source = _source(_MODEL_RUNNER)
-    return ("def init_aux_hidden_state_capture" in source
-            and "self.eagle_aux_hidden_state_layer_ids = eagle_config[" in source)
+    for method, reads in _CAPTURE_SHAPES.items():
+        if f"def {method}(" in source and reads in source:
+            return method
+    return None
 
 
 def _require(condition: bool, what: str) -> None:
@@ -436,11 +450,12 @@ def _patch_extend_input(eagle_info) -> None:
     patch_hidden_size_for(cls)
 
 
-def _patch_model_runner(module) -> None:
-    cls = getattr(module, "ModelRunner", None)
-    _require(cls is not None and hasattr(cls, "init_aux_hidden_state_capture"),
-             "ModelRunner.init_aux_hidden_state_capture")
-    patch_target_capture_ids(cls)
+def _patch_model_runner(method: str):
+    def patch(module) -> None:
+        cls = getattr(module, "ModelRunner", None)
+        _require(cls is not None and hasattr(cls, method), f"ModelRunner.{method}")
+        patch_target_capture_ids(cls, method)
+    return patch
 
 
 def _patch_graph_runner(module) -> None:
@@ -469,9 +484,10 @@ def arm_patches(register: Callable[[Any], None]) -> list[str]:
     after_import("sglang.srt.models.registry", register)
     after_import("sglang.srt.configs.model_config", patch_draft_config_loading)
     needed = width_patches_needed()
-    if capture_ids_patch_needed():
+    applier = capture_ids_applier()
+    if applier is not None:
         needed = ["target-capture-ids"] + needed
-        after_import(_MODEL_RUNNER, _patch_model_runner)
+        after_import(_MODEL_RUNNER, _patch_model_runner(applier))
     if "hidden-size-for" in needed:
         after_import(_SPECULATIVE + "eagle_info", _patch_extend_input)
     if "draft-extend-graph-width" in needed:

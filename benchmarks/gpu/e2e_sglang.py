@@ -13,8 +13,9 @@ importable with its entry point registered (``benchmarks/gpu/run_e2e.sh`` does b
 * Each row builds a random drafter (layers, aux states, fc_norm, dialect) and starts an EAGLE3
   engine with CUDA graphs and the row's tree kernels (``SGLANG_EAGLE_EXT_TREE_KERNELS``: ours,
   ``triton``, or SGLang's own, ``sglang``); greedy outputs are compared with the baseline's
-  token by token. Two rows serve the same drafter with either kernels: their outputs must be
-  identical (same output digest).
+  token by token. Rows 1, 3 and 4 serve the same drafter, with our kernels, with SGLang's, and
+  activated by the ``SGLANG_EXTERNAL_MODEL_PACKAGE`` fallback instead of the entry point: their
+  outputs must be identical (same output digest).
 * The baseline and the rows are independent engines and start side by side (engine start is
   mostly host work: CUDA-graph capture, Triton compilation).
 * ``--throughput`` (task ``speed``): the same 1-layer 3-aux SpecForge drafter served by three
@@ -64,6 +65,7 @@ class Row:
     draft_tokens: int
     seed: int
     kernels: str = "triton"  # value of SGLANG_EAGLE_EXT_TREE_KERNELS for this engine
+    activation: str = "entry-point"  # or "fallback": SGLANG_EXTERNAL_MODEL_PACKAGE, entry point skipped
 
 
 ROWS = [
@@ -73,7 +75,16 @@ ROWS = [
     # row 1's drafter with SGLang's tree kernels: outputs must equal row 1's exactly
     Row(layers=2, num_aux=4, fc_norm=True, dialect="speculators", topk=4, steps=3, draft_tokens=8, seed=1,
         kernels="sglang"),
+    # row 1 activated by the fallback package (its top-level ids are only captured if the
+    # activation, which comes with SGLang's model registry, still normalises the target's taps)
+    Row(layers=2, num_aux=4, fc_norm=True, dialect="speculators", topk=4, steps=3, draft_tokens=8, seed=1,
+        activation="fallback"),
 ]
+ACTIVATION_ENV = {
+    "entry-point": {},
+    # SGLANG_PLUGINS is SGLang's whitelist of plugin names: one that names no plugin skips ours
+    "fallback": {"SGLANG_PLUGINS": "none", "SGLANG_EXTERNAL_MODEL_PACKAGE": "sglang_eagle_ext.sglang_models"},
+}
 
 # --throughput: the drafter of row 0, served by three engines
 SPEED_ROW = ROWS[0]
@@ -272,6 +283,10 @@ def plugin_lines(log_path: str) -> list[str]:
     return list(seen)
 
 
+def row_environment(row: Row) -> dict:
+    return {TREE_KERNELS_SWITCH: row.kernels, **ACTIVATION_ENV[row.activation]}
+
+
 def launch(task: str, out: str, environment: dict) -> subprocess.Popen:
     log = open(os.path.join(out, "logs", f"{task}.log"), "w")
     return subprocess.Popen([sys.executable, __file__, "--out", out, "--task", task],
@@ -330,8 +345,8 @@ def main() -> int:
         tasks = args.only.split(",")
     engines = [t for t in tasks if t != "speed"]
     deadline = time.monotonic() + TASK_TIMEOUT_S
-    running = {t: launch(t, args.out, {} if t == "baseline" else
-                         {TREE_KERNELS_SWITCH: ROWS[int(t[3:])].kernels}) for t in engines}
+    running = {t: launch(t, args.out, {} if t == "baseline" else row_environment(ROWS[int(t[3:])]))
+               for t in engines}
     records = {t: finish(t, args.out, p, deadline) for t, p in running.items()}
     baseline = records.get("baseline", {}).get("outputs")
     for task in engines:

@@ -10,7 +10,7 @@ def row_lines(results: dict):
         row = record["row"]
         head = (f"| {results['sglang']} | {row['layers']} | {row['num_aux']} | "
                 f"{'on' if row['fc_norm'] else 'off'} | {row['dialect']} | {row['topk']} | "
-                f"{row['steps']}/{row['draft_tokens']} | {row['kernels']} |")
+                f"{row['steps']}/{row['draft_tokens']} | {row['kernels']} | {row.get('activation', 'entry-point')} |")
         if "error" in record or "exact" not in record:
             yield head + f" no ({record.get('error', 'no baseline')}) | | | | |"
             continue
@@ -53,10 +53,10 @@ def main() -> None:
     for path in sys.argv[1:]:
         with open(path) as handle:
             loaded.append(json.load(handle))
-    print("| SGLang | layers | aux | fc_norm | dialect | topk | steps/draft tokens | tree kernels | "
+    print("| SGLang | layers | aux | fc_norm | dialect | topk | steps/draft tokens | tree kernels | activation | "
           "starts | greedy vs non-speculative (8 prompts x 48 tokens) | verify steps / tokens | "
           "accept length | output digest |")
-    print("|" + "---|" * 13)
+    print("|" + "---|" * 14)
     for results in loaded:
         for line in row_lines(results):
             print(line)

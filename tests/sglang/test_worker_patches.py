@@ -12,6 +12,7 @@ import json
 import os
 from types import SimpleNamespace
 
+import pytest
 import torch
 from transformers import LlamaConfig
 
@@ -170,32 +171,47 @@ class TargetRunner:
         self.applied = self.eagle_aux_hidden_state_layer_ids
 
 
-def test_target_capture_ids_come_from_the_normalised_config(tmp_path):
+class TargetRunnerWithAuxConfig(TargetRunner):
+    """0.5.16+: the ids live in ``spec_aux_config`` and ``init_attention_backends`` applies them."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.spec_aux_config = SimpleNamespace(
+            eagle_use_aux_hidden_state=True, eagle_aux_hidden_state_layer_ids=self.eagle_aux_hidden_state_layer_ids)
+        del self.eagle_use_aux_hidden_state, self.eagle_aux_hidden_state_layer_ids
+
+    def init_attention_backends(self):
+        self.applied = self.spec_aux_config.eagle_aux_hidden_state_layer_ids
+
+
+@pytest.mark.parametrize("runner_cls, method", [(TargetRunner, "init_aux_hidden_state_capture"),
+                                                (TargetRunnerWithAuxConfig, "init_attention_backends")])
+def test_target_capture_ids_come_from_the_normalised_config(tmp_path, runner_cls, method):
     # 4 aux states at top-level hidden-state indices 2, 5, 9, 11 (speculators): the raw config
     # has no eagle_config, so a runner that read it before activation would capture the default
     # 3 taps; the patch applies the drafter's own ids in SGLang's convention
     drafter = fixtures.build("F8-speculators-4-aux", str(tmp_path / "d"))
     target = LlamaConfig(**fixtures.target_config())
-    stock = TargetRunner(drafter, target)
-    stock.init_aux_hidden_state_capture()
-    assert stock.applied is None
-    assert sglang_compat.patch_target_capture_ids(TargetRunner)
-    assert not sglang_compat.patch_target_capture_ids(TargetRunner)  # once only
-    runner = TargetRunner(drafter, target)
-    runner.init_aux_hidden_state_capture()
-    assert runner.applied == [1, 4, 8, 10]
+
+    def applied(*args, **kwargs):
+        runner = runner_cls(*args, **kwargs)
+        getattr(runner, method)()
+        return runner.applied
+
+    assert applied(drafter, target) is None
+    assert sglang_compat.patch_target_capture_ids(runner_cls, method)
+    assert not sglang_compat.patch_target_capture_ids(runner_cls, method)  # once only
+    assert applied(drafter, target) == [1, 4, 8, 10]
     # the draft worker's runner and a hub id are left to SGLang
-    draft = TargetRunner(drafter, target, is_draft_worker=True)
-    draft.init_aux_hidden_state_capture()
-    assert draft.applied is None
-    hub = TargetRunner("org/some-eagle3-drafter", target)
-    hub.init_aux_hidden_state_capture()
-    assert hub.applied is None
+    assert applied(drafter, target, is_draft_worker=True) is None
+    assert applied("org/some-eagle3-drafter", target) is None
 
 
 def test_capture_ids_patch_detection(monkeypatch):
-    assert not sglang_compat.capture_ids_patch_needed()  # the installed 0.5.23
+    assert sglang_compat.capture_ids_applier() == "init_attention_backends"  # the installed 0.5.23
     release_0_5_11 = ("    def init_aux_hidden_state_capture(self):\n"
-                      "                self.eagle_aux_hidden_state_layer_ids = eagle_config[\n")
-    monkeypatch.setattr(sglang_compat, "_source", {sglang_compat._MODEL_RUNNER: release_0_5_11}.__getitem__)
-    assert sglang_compat.capture_ids_patch_needed()
+                      "            self.model.set_eagle3_layers_to_capture(\n"
+                      "                self.eagle_aux_hidden_state_layer_ids\n")
+    for text, expected in ((release_0_5_11, "init_aux_hidden_state_capture"), ("", None)):
+        monkeypatch.setattr(sglang_compat, "_source", {sglang_compat._MODEL_RUNNER: text}.__getitem__)
+        assert sglang_compat.capture_ids_applier() == expected
