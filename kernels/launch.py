@@ -1,20 +1,29 @@
 """Launch Triton kernels with little host time: the compiled kernel is looked up once, then called.
 
 ``kernel[grid](...)`` re-derives the specialisation of every argument, builds Triton's cache key
-and checks its globals on each call: tens of microseconds of host time for a kernel with twenty
-arguments, more than the GPU time of a tree-sized kernel. :class:`Launcher` lets Triton compile
-and launch the first call of a specialisation as usual, keeps the ``CompiledKernel`` it returns,
-and launches later calls of that specialisation through the compiled kernel's own launcher with
-the current stream (what ``kernel[grid]`` ends with).
+and checks its globals on each call: about 20 us of host time for a kernel with twenty arguments
+(Triton 3.6, H200 host), more than the GPU time of a tree-sized kernel. :class:`Launcher` lets
+Triton compile and launch the first call of a specialisation as usual, keeps the
+``CompiledKernel`` it returns, and launches later calls of that specialisation through the
+compiled kernel's own launcher on the current stream (what ``kernel[grid]`` ends with), passing
+tensors as device addresses.
 
 The key of a call is finer than Triton's specialisation, so a kept kernel is only reused where
-Triton itself would pick the same binary: per tensor its dtype and 16-byte alignment, per integer
-whether it is 1, divisible by 16 and which of int32 / int64 / uint64 holds it, per float or bool
-its type, plus the device and the compile-time keywords. Anything else (another argument type,
-launch hooks installed by a profiler, the interpreter, a Triton whose internals differ) takes
-``kernel[grid]``, so results never depend on the path.
+Triton itself would pick the same binary: per tensor its dtype, 16-byte alignment and whether it
+is on the GPU; per integer whether it is 1, divisible by 16 and which of int32 / int64 / uint64
+holds it; per float or bool its type; plus the device and the compile-time keywords. Anything
+else (another argument type, launch hooks installed by a profiler, the interpreter, a Triton
+older than 3.3 whose launcher takes other arguments) goes through ``kernel[grid]``, so results
+never depend on the path.
 
 Launches stay asynchronous and capturable in CUDA graphs; nothing recompiles per batch size.
+
+Use::
+
+    _my_kernel_launcher = Launcher(_my_kernel)
+    _my_kernel_launcher(grid, *runtime_args, BLOCK=128, num_warps=4)   # like _my_kernel[grid](...)
+    fixed = _my_kernel_launcher.specialise(BLOCK=128, num_warps=4)     # keep for repeated calls:
+    fixed(grid, *runtime_args)                                          # skips the keyword handling
 """
 
 from __future__ import annotations
@@ -51,14 +60,7 @@ def _fast_path_available() -> bool:
     return knobs is not None and _triton_version() >= (3, 3)
 
 
-def _tensor_key(tensor: torch.Tensor, address: int):
-    return tensor.dtype, address % 16 == 0, tensor.is_cuda
-
-
-def arg_key(arg: Any):
-    """What Triton's specialisation of one runtime argument depends on (or finer)."""
-    if isinstance(arg, torch.Tensor):
-        return _tensor_key(arg, arg.data_ptr())
+def _scalar_key(arg: Any):
     kind = type(arg)
     if kind is int:
         width = 0 if _INT32_MIN <= arg <= _INT32_MAX else (1 if arg < _UINT64_FROM else 2)
@@ -68,11 +70,71 @@ def arg_key(arg: Any):
     raise _Unsupported(kind)
 
 
+def key_and_arguments(args) -> Tuple[tuple, list]:
+    """The specialisation key of a call's runtime arguments (what Triton's specialisation depends
+    on, or finer) and the arguments as the compiled launcher takes them (tensors as addresses,
+    which spares the launcher a ``data_ptr()`` call and a driver query per pointer)."""
+    key, launch_args = [], []
+    for arg in args:
+        if isinstance(arg, torch.Tensor):
+            address = arg.data_ptr()
+            key.append((arg.dtype, address % 16 == 0, arg.is_cuda))
+            launch_args.append(address)
+        else:
+            key.append(_scalar_key(arg))
+            launch_args.append(arg)
+    return tuple(key), launch_args
+
+
 def _hooks_installed() -> bool:
     for hook in (knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook):
         if hook is not None and getattr(hook, "calls", True):
             return True
     return False
+
+
+class Specialised:
+    """A kernel with its compile-time keywords fixed: ``(grid, *runtime_args)`` launches it."""
+
+    def __init__(self, kernel, kwargs: Dict[str, Any], fast: bool):
+        self.kernel, self.kwargs, self.fast = kernel, kwargs, fast
+        names = list(getattr(kernel, "arg_names", ()))
+        self._runtime_count = len(names) - sum(name in kwargs for name in names)
+        # Parameters after the runtime ones, in order: what the compiled launcher takes after them.
+        constexpr_names = names[self._runtime_count:]
+        if not names or any(name not in kwargs for name in constexpr_names):
+            self.fast = False  # keywords that are not the trailing parameters: Triton's path only
+        self._constexprs = tuple(kwargs.get(name) for name in constexpr_names)
+        # (device, argument key) -> (launcher, function handle, packed metadata)
+        self._compiled: Dict[tuple, tuple] = {}
+
+    def __call__(self, grid: Tuple[int, ...], *args) -> None:
+        if not self.fast:
+            self.kernel[grid](*args, **self.kwargs)
+            return
+        device = driver.active.get_current_device()
+        try:
+            arg_key, launch_args = key_and_arguments(args)
+        except _Unsupported:
+            self.kernel[grid](*args, **self.kwargs)
+            return
+        entry = self._compiled.get((device, arg_key))
+        if entry is None or _hooks_installed():
+            compiled = self.kernel[grid](*args, **self.kwargs)  # compiles on a miss, launches either way
+            if entry is None and len(args) == self._runtime_count:
+                self._keep((device, arg_key), compiled)
+            return
+        run, function, metadata = entry
+        grid_1 = grid[1] if len(grid) > 1 else 1
+        grid_2 = grid[2] if len(grid) > 2 else 1
+        run(grid[0], grid_1, grid_2, driver.active.get_current_stream(device), function, metadata,
+            None, None, None, *launch_args, *self._constexprs)
+
+    def _keep(self, key, compiled) -> None:
+        if hasattr(compiled, "result"):  # Triton versions that compile asynchronously
+            compiled = compiled.result()
+        if all(hasattr(compiled, attr) for attr in ("run", "function", "packed_metadata")):
+            self._compiled[key] = (compiled.run, compiled.function, compiled.packed_metadata)
 
 
 class Launcher:
@@ -87,53 +149,15 @@ class Launcher:
 
     def __init__(self, kernel):
         self.kernel = kernel
-        # (device, keywords, argument keys) -> (run, function, packed metadata, constexpr values)
-        self._compiled: Dict[tuple, tuple] = {}
+        self._specialised: Dict[tuple, Specialised] = {}
+
+    def specialise(self, **kwargs) -> Specialised:
+        """The kernel with these compile-time keywords and options, for repeated launches."""
+        key = tuple(kwargs.items())
+        fixed = self._specialised.get(key)
+        if fixed is None:
+            fixed = self._specialised[key] = Specialised(self.kernel, kwargs, self.fast)
+        return fixed
 
     def __call__(self, grid: Tuple[int, ...], *args, **kwargs) -> None:
-        if not self.fast:
-            self.kernel[grid](*args, **kwargs)
-            return
-        device = driver.active.get_current_device()
-        # One pass builds the key and the launch arguments; tensors go to the launcher as their
-        # device addresses, which spares it a data_ptr() call and a driver query per pointer
-        # (a tensor off the GPU keys differently and takes Triton's path, which rejects it).
-        key = [device, tuple(kwargs.items())]
-        launch_args = []
-        try:
-            for arg in args:
-                if isinstance(arg, torch.Tensor):
-                    address = arg.data_ptr()
-                    key.append(_tensor_key(arg, address))
-                    launch_args.append(address)
-                else:
-                    key.append(arg_key(arg))
-                    launch_args.append(arg)
-        except _Unsupported:
-            self.kernel[grid](*args, **kwargs)
-            return
-        key = tuple(key)
-        entry = self._compiled.get(key)
-        if entry is None or _hooks_installed():
-            compiled = self.kernel[grid](*args, **kwargs)  # compiles on a miss, launches either way
-            if entry is None:
-                self._keep(key, compiled, len(args), kwargs)
-            return
-        run, function, metadata, constexprs = entry
-        grid_1 = grid[1] if len(grid) > 1 else 1
-        grid_2 = grid[2] if len(grid) > 2 else 1
-        run(grid[0], grid_1, grid_2, driver.active.get_current_stream(device), function, metadata,
-            None, None, None, *launch_args, *constexprs)
-
-    def _keep(self, key, compiled, runtime_args: int, kwargs) -> None:
-        """Keep what later launches of this specialisation need, when it has the expected shape."""
-        if hasattr(compiled, "result"):  # Triton versions that compile asynchronously
-            compiled = compiled.result()
-        names = list(getattr(self.kernel, "arg_names", ()))
-        constexpr_names = names[runtime_args:]
-        if len(names) < runtime_args or any(name not in kwargs for name in constexpr_names):
-            return
-        if not all(hasattr(compiled, attr) for attr in ("run", "function", "packed_metadata")):
-            return
-        self._compiled[key] = (compiled.run, compiled.function, compiled.packed_metadata,
-                               tuple(kwargs[name] for name in constexpr_names))
+        self.specialise(**kwargs)(grid, *args)

@@ -8,6 +8,7 @@ nodes, so there is one launch, no host synchronisation, and no recompilation for
 
 from __future__ import annotations
 
+import functools
 from typing import Optional
 
 import torch
@@ -120,28 +121,29 @@ def _build_tree_kernel(
 _build_tree = Launcher(_build_tree_kernel)
 
 
-def _launch(parent_list, selected_index, verified_seq_len, tree_mask, positions, retrive_index,
-            retrive_next_token, retrive_next_sibling, topk, draft_token_num, tree_mask_mode,
-            fill_prefix, bonus_tokens=None, draft_tokens=None, draft_tokens_out=None):
-    bs, n = selected_index.shape[0], int(draft_token_num)
+@functools.lru_cache(maxsize=None)
+def _specialised(n: int, mode: int, fill_prefix: bool, write_drafts: bool):
+    """The kernel with one tree shape's compile-time constants bound (once: host time counts)."""
     if n > MAX_DRAFT_TOKENS:
         raise ValueError(f"at most {MAX_DRAFT_TOKENS} draft tokens per request, got {n}")
-    mode = int(tree_mask_mode)
-    bytes_per_row = bitpacked_bytes_per_row(n) if mode == QLEN_ONLY_BITPACKING else 1
     block_n = max(8, triton.next_power_of_2(n))
+    return _build_tree.specialise(
+        MASK_MODE=mode, BYTES_PER_ROW=bitpacked_bytes_per_row(n) if mode == QLEN_ONLY_BITPACKING else 1,
+        FILL_PREFIX=fill_prefix, WRITE_DRAFT_TOKENS=write_drafts, BLOCK_N=block_n, BLOCK_B=1024,
+        BLOCK_PREFIX=1024, num_warps=4 if block_n <= 64 else 8)
+
+
+def _launch(parent_list, selected_index, verified_seq_len, tree_mask, positions, retrive_index,
+            retrive_next_token, retrive_next_sibling, topk, n, mode, fill_prefix,
+            bonus_tokens=None, draft_tokens=None, draft_tokens_out=None):
     write_drafts = draft_tokens_out is not None
-    dummy = positions  # stands for pointers the compile-time switches leave unused
-    _build_tree(
-        (bs, n if fill_prefix else 1),
+    if not write_drafts:  # positions stands for the pointers the compile-time switch leaves unused
+        bonus_tokens = draft_tokens = draft_tokens_out = positions
+    _specialised(n, mode, fill_prefix, write_drafts)(
+        (selected_index.shape[0], n if fill_prefix else 1),
         parent_list, selected_index, verified_seq_len, tree_mask, positions,
-        retrive_index, retrive_next_token, retrive_next_sibling,
-        bonus_tokens if write_drafts else dummy, draft_tokens if write_drafts else dummy,
-        draft_tokens_out if write_drafts else dummy,
-        int(topk), parent_list.shape[1], n,
-        MASK_MODE=mode, BYTES_PER_ROW=bytes_per_row, FILL_PREFIX=bool(fill_prefix),
-        WRITE_DRAFT_TOKENS=write_drafts, BLOCK_N=block_n, BLOCK_B=1024, BLOCK_PREFIX=1024,
-        num_warps=4 if block_n <= 64 else 8,
-    )
+        retrive_index, retrive_next_token, retrive_next_sibling, bonus_tokens, draft_tokens, draft_tokens_out,
+        topk, parent_list.shape[1], n)
 
 
 def build_tree_kernel_efficient(parent_list: torch.Tensor, selected_index: torch.Tensor,
@@ -179,8 +181,8 @@ def build_tree_kernel_efficient(parent_list: torch.Tensor, selected_index: torch
     """
     del depth  # the parent list's width already says how many steps there were
     _launch(parent_list, selected_index, verified_seq_len, tree_mask, positions, retrive_index,
-            retrive_next_token, retrive_next_sibling, topk, draft_token_num, tree_mask_mode,
-            fill_prefix=False)
+            retrive_next_token, retrive_next_sibling, int(topk), int(draft_token_num), int(tree_mask_mode),
+            False)
 
 
 def build_eagle_tree(bonus_tokens: torch.Tensor, parent_list: torch.Tensor,
@@ -227,6 +229,6 @@ def build_eagle_tree(bonus_tokens: torch.Tensor, parent_list: torch.Tensor,
     positions = position_buf if position_buf is not None else positions_slab.view(-1)
     tokens_out = tokens_slab[0].view(-1) if tokens_slab else torch.empty((bs * n,), dtype=token_dtype, device=device)
     _launch(parent_list, top_scores_index, seq_lens, tree_mask, positions, retrieve_index, next_token,
-            next_sibling, topk, n, mode, fill_prefix=(mode == FULL_MASK and fill_prefix_mask),
-            bonus_tokens=bonus_tokens, draft_tokens=draft_tokens, draft_tokens_out=tokens_out)
+            next_sibling, int(topk), n, mode, mode == FULL_MASK and bool(fill_prefix_mask),
+            bonus_tokens, draft_tokens, tokens_out)
     return tree_mask, positions, retrieve_index, next_token, next_sibling, tokens_out

@@ -9,6 +9,7 @@ Two entry points:
 
 from __future__ import annotations
 
+import functools
 from typing import Optional
 
 import torch
@@ -215,6 +216,23 @@ def _block_n(n: int) -> int:
     return max(16, triton.next_power_of_2(n))
 
 
+# The kernels with one shape's compile-time constants bound, once (keyword handling costs host time).
+@functools.lru_cache(maxsize=None)
+def _specialised_walk(n: int):
+    return _verify_from_targets.specialise(BLOCK_N=_block_n(n), num_warps=1)
+
+
+@functools.lru_cache(maxsize=None)
+def _specialised_lazy(n: int, levels: int, block_v: int, num_warps: int):
+    return _verify_lazy.specialise(BLOCK_V=block_v, BLOCK_N=_block_n(n),
+                                   BLOCK_LEVELS=triton.next_power_of_2(levels + 1), num_warps=num_warps)
+
+
+@functools.lru_cache(maxsize=None)
+def _specialised_split(n: int, block_v: int, num_warps: int):
+    return _verify_split.specialise(BLOCK_V=block_v, BLOCK_N=_block_n(n), num_warps=num_warps)
+
+
 def verify_tree_greedy(predicts: torch.Tensor, accept_index: torch.Tensor, accept_token_num: torch.Tensor,
                        candidates: torch.Tensor, retrive_index: torch.Tensor,
                        retrive_next_token: torch.Tensor, retrive_next_sibling: torch.Tensor,
@@ -239,9 +257,8 @@ def verify_tree_greedy(predicts: torch.Tensor, accept_index: torch.Tensor, accep
     target token at every accepted node, including the last (the bonus token).
     """
     bs, n = candidates.shape
-    _verify_from_targets((bs,), predicts, accept_index, accept_token_num, candidates, retrive_index,
-                         retrive_next_token, retrive_next_sibling, target_predict, n,
-                         accept_index.shape[1] - 1, BLOCK_N=_block_n(n), num_warps=1)
+    _specialised_walk(n)((bs,), predicts, accept_index, accept_token_num, candidates, retrive_index,
+                         retrive_next_token, retrive_next_sibling, target_predict, n, accept_index.shape[1] - 1)
 
 
 def verify_tree_greedy_from_logits(predicts: torch.Tensor, accept_index: torch.Tensor,
@@ -290,21 +307,18 @@ def verify_tree_greedy_from_logits(predicts: torch.Tensor, accept_index: torch.T
         parts = max(1, min(slices, (target_programs or 2 * _multiprocessors(device)) // bs))
         chunk = triton.cdiv(slices, parts) * block_v
         parts = triton.cdiv(vocab, chunk)
-        _verify_lazy(
+        _specialised_lazy(n, levels, block_v, num_warps or 16)(
             (bs, parts), logits, logits.stride(0), vocab, chunk, workspace.argmax_keys(device, bs * levels),
             workspace.tickets(device, bs * (levels + 1)), predicts, accept_index, accept_token_num, candidates,
             retrive_index, retrive_next_token, retrive_next_sibling, n, max_accepts,
-            max_polls or (1 << 16 if device.type == "cuda" else 2),
-            BLOCK_V=block_v, BLOCK_N=_block_n(n), BLOCK_LEVELS=triton.next_power_of_2(levels + 1),
-            num_warps=num_warps or 16)
+            max_polls or (1 << 16 if device.type == "cuda" else 2))
         return
     block_v = block_v or 1024
     slices = triton.cdiv(vocab, block_v)
     splits = max(1, min(slices, triton.cdiv(target_programs or 4 * _multiprocessors(device), rows)))
     chunk = triton.cdiv(slices, splits) * block_v
     splits = triton.cdiv(vocab, chunk)
-    _verify_split(
+    _specialised_split(n, block_v, num_warps or 8)(
         (rows, splits), logits, logits.stride(0), vocab, chunk, workspace.argmax_keys(device, rows),
         workspace.tickets(device, bs), predicts, accept_index, accept_token_num, candidates,
-        retrive_index, retrive_next_token, retrive_next_sibling, n, max_accepts,
-        n * splits, BLOCK_V=block_v, BLOCK_N=_block_n(n), num_warps=num_warps or 8)
+        retrive_index, retrive_next_token, retrive_next_sibling, n, max_accepts, n * splits)

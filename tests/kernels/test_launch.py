@@ -39,14 +39,14 @@ def test_equal_keys_mean_equal_triton_specialisation(pair):
     from triton.backends.compiler import BaseBackend
 
     a, b = pair
-    if launch.arg_key(a) == launch.arg_key(b):
+    if launch.key_and_arguments([a])[0] == launch.key_and_arguments([b])[0]:
         for specialize, align in ((True, True), (False, False), (True, False)):
             assert native(BaseBackend, a, False, specialize, align) == native(BaseBackend, b, False, specialize, align)
 
 
 def test_unmodelled_arguments_are_refused():
     with pytest.raises(launch._Unsupported):
-        launch.arg_key((1, 2))
+        launch.key_and_arguments([(1, 2)])
 
 
 class _FakeCompiled:
@@ -97,3 +97,6 @@ def test_cached_launch_passes_runtime_args_then_constexprs_in_parameter_order(mo
     run((3,), x[1:], y, 6, B=64, A=7, num_warps=4)  # misaligned pointer: Triton again
     run((3,), x, y, 6, B=32, A=7, num_warps=4)  # another constexpr: Triton again
     assert len(kernel.slow_calls) == 4 and len(kernel.compiled.calls) == 1
+    fixed = run.specialise(B=64, A=7, num_warps=4)  # the same specialisation, keywords bound once
+    fixed((5, 1, 2), x, y, 7)
+    assert kernel.compiled.calls[-1][:3] == (5, 1, 2) and len(kernel.slow_calls) == 4
