@@ -4,14 +4,15 @@ draw the bonus token from what is left.
 Two entry points:
 
 * :func:`tree_speculative_sampling_target_only`: drop-in for SGLang's op of that name, which
-  takes ready-made ``target_probs`` and a zeroed ``draft_probs`` scratch.
+  takes ready-made ``target_probs`` and a zeroed ``draft_probs`` scratch. One program per
+  request walks the tree; the residual draw is vectorised over the vocabulary.
 * :func:`tree_sampling_from_logits`: temperature, top-k, top-p, the accept/reject walk and the
-  residual draw straight from the logits. A request's walk only ever needs the rows on its
-  accepted path, so only those rows are read (the others never are), with no probability tensor
-  and no ``[bs, n, V]`` scratch: rejected children are the tried children of the last node.
-
-One program per request walks the tree; the row work (filtering statistics, the final draw) is
-vectorised over the vocabulary.
+  residual draw straight from the logits, with no probability tensor and no ``[bs, n, V]``
+  scratch (rejected children are the tried children of the last node). Two launches: a
+  row-parallel pass reads every logits element once, each row split over several programs
+  (chunks), and leaves per-chunk statistics and shortlists of each chunk's best tokens; then one
+  program per request merges the shortlists of the rows its walk visits, decides top-k / top-p
+  there in registers and draws the bonus token from the shortlists.
 """
 
 from __future__ import annotations
@@ -20,10 +21,13 @@ import torch
 import triton
 import triton.language as tl
 
+from sglang_eagle_ext.kernels.launch import Launcher
 from sglang_eagle_ext.kernels.tree_walk import pick, tree_entry, write_accept_slot
 
-SELECT_MAX = 512  # top-k up to this, and top-p alone among this many best tokens, work in registers
-SCRATCH_SLOTS = 1024  # collected (key, index) pairs per request
+SELECT_MAX = 64  # top-k up to this, and top-p alone within this many best tokens, decided from the shortlists
+SHORTLIST_SLOTS = 128  # (key, index) slots per chunk shortlist: the best SELECT_MAX tokens plus ties and slack
+CHUNK = 16384  # logits per program of the row pass
+GROUPS = 256  # a chunk's tokens fall into this many groups (>= SELECT_MAX); their maxima bound its ranks
 
 
 @triton.jit
@@ -112,6 +116,9 @@ def _sampling_target_only_kernel(predicts_ptr, accept_index_ptr, accept_num_ptr,
     tl.store(predicts_ptr + last_row, _drawn_token(sampled, last_positive, vocab).to(tl.int32))
 
 
+_launch_sampling_target_only = Launcher(_sampling_target_only_kernel)
+
+
 def _block_n(n: int) -> int:
     return max(16, triton.next_power_of_2(n))
 
@@ -149,8 +156,8 @@ def tree_speculative_sampling_target_only(predicts: torch.Tensor, accept_index: 
     del deterministic
     bs, n = candidates.shape
     vocab = target_probs.shape[-1]
-    _sampling_target_only_kernel[(bs,)](
-        predicts, accept_index, accept_token_num, candidates, retrive_index, retrive_next_token,
+    _launch_sampling_target_only(
+        (bs,), predicts, accept_index, accept_token_num, candidates, retrive_index, retrive_next_token,
         retrive_next_sibling, uniform_samples, uniform_samples_for_final_sampling, target_probs,
         draft_probs, float(threshold_single), max(float(threshold_acc), 1e-9), n,
         accept_index.shape[1] - 1, vocab, BLOCK_V=block_v, num_warps=16)
@@ -184,6 +191,180 @@ def _logits(row_ptr, index, mask):
 
 
 @triton.jit
+def _request_filters(temperatures_ptr, top_ks_ptr, top_ps_ptr, b, vocab):
+    """``(scale, top_k, top_p, top_k_active, top_p_active)`` of request ``b``; ``scale`` is
+    log2(e) / T, so that ``exp((z - max) / T) == exp2((z - max) * scale)``."""
+    scale = 1.4426950408889634 / tl.load(temperatures_ptr + b).to(tl.float32)
+    top_k = tl.load(top_ks_ptr + b).to(tl.int32)
+    top_p = tl.load(top_ps_ptr + b).to(tl.float32)
+    return scale, top_k, top_p, (top_k > 0) & (top_k < vocab), top_p < 1.0
+
+
+# --- pass 1: one program per (row, chunk)
+
+
+@triton.jit
+def _lower_bound_of_rank(group_keys, rank, ROUNDS: tl.constexpr):
+    """A key ``t`` with at least ``rank`` of ``group_keys`` >= ``t`` (1 <= rank <= their number),
+    close below the rank-th largest of them: ROUNDS 16-way splits of the key range, counted in
+    registers. Stopping early only lowers ``t`` a little, which keeps the bound valid."""
+    low = tl.min(group_keys, axis=0).to(tl.int64)  # all keys are >= it: the invariant holds
+    high = tl.max(group_keys, axis=0).to(tl.int64) + 1  # none is: fewer than rank
+    ways = tl.arange(0, 16).to(tl.int64)
+    for _ in tl.static_range(ROUNDS):
+        thresholds = low + ways * (high - low) // 16  # below high, so int32 holds them
+        counts = tl.sum((group_keys[:, None] >= thresholds.to(tl.int32)[None, :]).to(tl.int32), axis=0)
+        enough = counts >= rank  # a prefix of the thresholds (counts fall as thresholds rise)
+        new_low = tl.max(tl.where(enough, thresholds, low), axis=0)
+        high = tl.min(tl.where(enough, high, thresholds), axis=0)
+        low = new_low
+    return low.to(tl.int32)
+
+
+@triton.jit
+def _chunk_pass_kernel(logits_ptr, stride_row, temperatures_ptr, top_ks_ptr, top_ps_ptr, stats_ptr,
+                       shortlist_ptr, n, vocab, num_chunks, select_max, CHUNK: tl.constexpr,
+                       GROUPS: tl.constexpr, SLOTS: tl.constexpr, ROUNDS: tl.constexpr):
+    """Statistics and shortlist of one chunk of one row, from one read of its logits.
+
+    Stats record (int32 x4): chunk max, ``sum exp2((z - chunk max) * scale)`` (both float bits),
+    the shortlist floor (int32 key) and the number of tokens at or above it (may exceed SLOTS:
+    the shortlist then overflowed). The shortlist holds, in vocabulary order, every token of the
+    chunk whose key is >= the floor, packed ``key << 32 | index``. The floor is at most the
+    chunk's s-th largest key (s = top-k, or ``select_max`` for top-p alone): the chunk's tokens
+    form GROUPS groups (strided), and at least s group maxima (s distinct tokens) are >= it.
+    """
+    row = tl.program_id(0)
+    chunk = tl.program_id(1)
+    scale, top_k, top_p, top_k_active, top_p_active = _request_filters(
+        temperatures_ptr, top_ks_ptr, top_ps_ptr, row // n, vocab)
+    # How many best tokens the shortlists must cover; 0: the row is unfiltered, or top-k is
+    # beyond what shortlists decide, and nothing is collected.
+    cover = tl.where(top_k_active, tl.where(top_k <= select_max, top_k, 0), tl.where(top_p_active, select_max, 0))
+
+    DEPTH: tl.constexpr = CHUNK // GROUPS
+    index = chunk * CHUNK + tl.arange(0, DEPTH)[:, None] * GROUPS + tl.arange(0, GROUPS)[None, :]
+    valid = index < vocab
+    z = _logits(logits_ptr + row.to(tl.int64) * stride_row, index, valid)
+    chunk_max = tl.max(tl.max(z, axis=1), axis=0)
+    mass = tl.sum(tl.sum(tl.exp2((z - chunk_max) * scale), axis=1), axis=0)
+    mass = tl.where(chunk_max > float("-inf"), mass, 0.0)  # an all -inf chunk holds no mass
+    key = _order_key32(z)
+
+    record = row.to(tl.int64) * num_chunks + chunk
+    floor = tl.full((), 0x7FFFFFFF, tl.int32)
+    count = tl.zeros((), dtype=tl.int32)
+    if cover > 0:
+        floor = _lower_bound_of_rank(tl.max(key, axis=0), cover, ROUNDS)
+        collect = (valid & (key >= floor)).to(tl.int32)
+        per_line = tl.sum(collect, axis=1)
+        # Row-major order of the tile is vocabulary order, so the shortlist comes out sorted by index.
+        slot = (tl.cumsum(per_line, axis=0) - per_line)[:, None] + tl.cumsum(collect, axis=1) - collect
+        count = tl.sum(per_line, axis=0)
+        packed = (key.to(tl.int64) << 32) | index.to(tl.int64)
+        tl.store(shortlist_ptr + record * SLOTS + slot, packed, mask=(collect > 0) & (slot < SLOTS))
+    stats = stats_ptr + record * 4
+    tl.store(stats, chunk_max.to(tl.int32, bitcast=True))
+    tl.store(stats + 1, mass.to(tl.int32, bitcast=True))
+    tl.store(stats + 2, floor)
+    tl.store(stats + 3, count)
+
+
+# --- pass 2: one program per request
+
+
+@triton.jit
+def _row_stats(stats_ptr, first_record, num_chunks, scale, CHUNKS: tl.constexpr):
+    """``(row_max, total mass, complete_key, counts)`` of a row from its chunk records. Every
+    token whose key is >= ``complete_key`` (the highest chunk floor, unsigned domain) is in some
+    shortlist, unless one overflowed (a count above SLOTS)."""
+    chunks = tl.arange(0, CHUNKS)
+    real = chunks < num_chunks
+    stats = stats_ptr + (first_record + chunks) * 4
+    chunk_max = tl.where(real, tl.load(stats, mask=real, other=0).to(tl.float32, bitcast=True), float("-inf"))
+    chunk_mass = tl.load(stats + 1, mask=real, other=0).to(tl.float32, bitcast=True)
+    floors = tl.load(stats + 2, mask=real, other=-0x7FFFFFFF - 1)
+    counts = tl.load(stats + 3, mask=real, other=0)
+    row_max = tl.max(chunk_max, axis=0)
+    live = chunk_max > float("-inf")
+    total = tl.sum(tl.where(live, chunk_mass * tl.exp2((tl.where(live, chunk_max, row_max) - row_max) * scale), 0.0),
+                   axis=0)
+    return row_max, total, tl.max(floors, axis=0).to(tl.int64) + 0x80000000, counts
+
+
+@triton.jit
+def _shortlist(shortlist_ptr, first_record, num_chunks, counts, CHUNKS: tl.constexpr, SLOTS: tl.constexpr):
+    """A row's shortlists side by side, ``[CHUNKS * SLOTS]`` packed entries in vocabulary order,
+    and which slots hold one."""
+    chunks = tl.arange(0, CHUNKS)
+    slots = tl.arange(0, SLOTS)
+    present = (chunks < num_chunks)[:, None] & (slots[None, :] < counts[:, None])
+    packed = tl.load(shortlist_ptr + (first_record + chunks)[:, None] * SLOTS + slots[None, :], mask=present,
+                     other=-0x7FFFFFFFFFFFFFFF - 1)
+    return tl.reshape(packed, (CHUNKS * SLOTS,)), tl.reshape(present.to(tl.int32), (CHUNKS * SLOTS,)) > 0
+
+
+@triton.jit
+def _filter_from_shortlists(shortlist_ptr, first_record, num_chunks, counts, complete_key, row_max, total_mass,
+                            scale, top_k, top_p, top_k_active, top_p_active,
+                            CHUNKS: tl.constexpr, SLOTS: tl.constexpr):
+    """Top-k / top-p from the shortlists: ``(decided, floor_key, total)``. A rank or a running
+    sum is exact where the token reached is at or above ``complete_key`` (every better token is
+    then in the shortlists); otherwise ``decided`` is False."""
+    packed, present = _shortlist(shortlist_ptr, first_record, num_chunks, counts, CHUNKS, SLOTS)
+    packed = tl.sort(packed, descending=True)  # absent slots sort last (the smallest int64)
+    positions = tl.arange(0, CHUNKS * SLOTS)
+    present = positions < tl.sum(present.to(tl.int32), axis=0)
+    keys = (packed >> 32) + 0x80000000
+    e = tl.where(present, tl.exp2((_key_value(keys) - row_max) * scale), 0.0)
+    decided = tl.full((), 1, tl.int1)
+    floor_key = tl.zeros((), dtype=tl.int64)
+    kept_mass = total_mass
+    if top_k_active:
+        floor_key = pick(keys, positions, top_k - 1)
+        decided = (top_k <= tl.sum(present.to(tl.int32), axis=0)) & (floor_key >= complete_key)
+        kept_mass = tl.sum(tl.where(keys >= floor_key, e, 0.0), axis=0)
+    total = kept_mass
+    if top_p_active:
+        reached = present & (keys >= floor_key) & (keys >= complete_key) & (tl.cumsum(e, axis=0) >= top_p * kept_mass)
+        first = tl.min(tl.where(reached, positions, CHUNKS * SLOTS), axis=0)
+        decided = decided & (first < CHUNKS * SLOTS)
+        floor_key = pick(keys, positions, first)
+        total = tl.sum(tl.where(keys >= floor_key, e, 0.0), axis=0)
+    return decided, floor_key, total
+
+
+@triton.jit
+def _row_filter(row_ptr, stats_ptr, shortlist_ptr, first_record, num_chunks, vocab, scale, top_k, top_p,
+                top_k_active, top_p_active, select_max,
+                BLOCK_V: tl.constexpr, CHUNKS: tl.constexpr, SLOTS: tl.constexpr):
+    """Filter of one row: ``(row_max, floor_key, total, in_shortlists)``; token i keeps
+    ``exp2((z_i - row_max) * scale) / total`` when ``key(z_i) >= floor_key``, else 0.
+    ``in_shortlists``: top-k / top-p were decided there, so every kept token is in them. Rows the
+    shortlists cannot decide (top-k above ``select_max``, an overflowed shortlist, a top-p pivot
+    below the covered tokens) take exact passes over the row: radix select and bisection."""
+    row_max, row_mass, complete_key, counts = _row_stats(stats_ptr, first_record, num_chunks, scale, CHUNKS)
+    floor_key = tl.zeros((), dtype=tl.int64)
+    total = row_mass
+    filtered = top_k_active | top_p_active
+    in_shortlists = filtered & (tl.max(counts, axis=0) <= SLOTS) & ~(top_k_active & (top_k > select_max))
+    if in_shortlists:
+        in_shortlists, floor_key, total = _filter_from_shortlists(
+            shortlist_ptr, first_record, num_chunks, counts, complete_key, row_max, row_mass, scale, top_k, top_p,
+            top_k_active, top_p_active, CHUNKS, SLOTS)
+    if filtered & ~in_shortlists:  # start over: nothing the shortlists left behind is used
+        floor_key = tl.zeros((), dtype=tl.int64)
+        total = row_mass
+        if top_k_active:
+            floor_key = _kth_largest_key_in_row(row_ptr, vocab, top_k, BLOCK_V)
+            total = _mass_at_or_above(row_ptr, vocab, scale, row_max, floor_key, BLOCK_V)
+        if top_p_active:
+            floor_key, total = _top_p_by_bisection(row_ptr, vocab, scale, row_max, floor_key,
+                                                   top_p * total, total, BLOCK_V)
+    return row_max, floor_key, total, in_shortlists
+
+
+@triton.jit
 def _digit_counts(key, candidate, prefix, shift: tl.constexpr):
     """Histogram of the 8-bit digit at ``shift`` over the candidates whose higher digits equal
     ``prefix``'s (radix select, most significant digit first)."""
@@ -206,17 +387,7 @@ def _choose_digit(counts, remaining, prefix, shift: tl.constexpr):
 
 
 @triton.jit
-def _kth_largest_key_of(keys, candidate, k):
-    """Key of the k-th largest among the candidate entries of a register vector of keys."""
-    prefix = tl.zeros((), dtype=tl.int64)
-    remaining = k.to(tl.int32)
-    for shift in tl.static_range(24, -1, -8):
-        remaining, prefix = _choose_digit(_digit_counts(keys, candidate, prefix, shift), remaining, prefix, shift)
-    return prefix
-
-
-@triton.jit
-def _kth_largest_key_in_row(row_ptr, vocab, scale, k, BLOCK_V: tl.constexpr):
+def _kth_largest_key_in_row(row_ptr, vocab, k, BLOCK_V: tl.constexpr):
     """Key of the k-th largest ``z`` of a row (1 <= k <= vocab), four passes over the row."""
     lanes = tl.arange(0, BLOCK_V)
     prefix = tl.zeros((), dtype=tl.int64)
@@ -243,84 +414,6 @@ def _mass_at_or_above(row_ptr, vocab, scale, row_max, floor_key, BLOCK_V: tl.con
 
 
 @triton.jit
-def _row_filter(row_ptr, vocab, scale, top_k, top_p, scratch_ptr,
-                BLOCK_V: tl.constexpr, CANDIDATES: tl.constexpr, SELECT_MAX: tl.constexpr):
-    """Filter statistics of one row: ``(row_max, floor_key, total, stored, in_scratch)``; token i
-    keeps ``exp(z_i - row_max) / total`` when ``key(z_i) >= floor_key``, else 0.
-
-    Pass 1 keeps each lane's maximum; the s-th largest lane maximum (s = top-k, or SELECT_MAX
-    for top-p alone) is at most the row's s-th largest ``z``, so pass 2 (from L2) collects every
-    token at or above it (rarely many more than s) into the scratch: ``(key, index)`` pairs,
-    ``stored`` of them. Top-k and top-p are then exact in registers, and ``in_scratch`` says all
-    surviving tokens are there. Otherwise (more than CANDIDATES collected, top-k above SELECT_MAX,
-    or a top-p pivot further down) exact passes over the row take over.
-    """
-    lanes = tl.arange(0, BLOCK_V)
-    lane_max = tl.full((BLOCK_V,), float("-inf"), tl.float32)
-    for offset in range(0, vocab, BLOCK_V):
-        index = offset + lanes
-        lane_max = tl.maximum(lane_max, _logits(row_ptr, index, index < vocab))
-    row_max = tl.max(lane_max, axis=0)
-
-    top_k_active = (top_k > 0) & (top_k < vocab)
-    top_p_active = top_p < 1.0
-    filtered = top_k_active | top_p_active
-    counter_ptr = scratch_ptr + CANDIDATES
-    floor32 = tl.full((), 0x7FFFFFFF, tl.int32)  # no finite logit reaches it: collect nothing
-    if filtered:
-        select = tl.where(top_k_active & (top_k <= SELECT_MAX), top_k, tl.minimum(vocab, SELECT_MAX))
-        floor32 = (_kth_largest_key_of(_order_key(lane_max), lanes < vocab, select) - 0x80000000).to(tl.int32)
-        tl.store(counter_ptr, 0)
-    tl.debug_barrier()
-    lane_mass = tl.zeros((BLOCK_V,), dtype=tl.float32)
-    for offset in range(0, vocab, BLOCK_V):
-        index = offset + lanes
-        valid = index < vocab
-        z = _logits(row_ptr, index, valid)
-        key32 = _order_key32(z)
-        lane_mass += tl.exp2((z - row_max) * scale)  # masked lanes hold -inf: they add 0
-        collect = valid & (key32 >= floor32)
-        slot = tl.atomic_add(counter_ptr + tl.zeros_like(index).to(tl.int64), 1, mask=collect)
-        tl.store(scratch_ptr + slot, (key32.to(tl.int64) << 32) | index, mask=collect & (slot < CANDIDATES))
-    all_mass = tl.sum(lane_mass, axis=0)
-    tl.debug_barrier()
-    stored = tl.where(filtered, tl.atomic_add(counter_ptr, 0), 0)
-
-    floor_key = tl.zeros((), dtype=tl.int64)
-    total = all_mass
-    in_scratch = filtered & (stored <= CANDIDATES) & ~(top_k_active & (top_k > SELECT_MAX))
-    if in_scratch:
-        slots = tl.arange(0, CANDIDATES)
-        present = slots < stored
-        packed = tl.sort(tl.load(scratch_ptr + slots, mask=present, other=-0x7FFFFFFFFFFFFFFF - 1), descending=True)
-        keys = (packed >> 32) + 0x80000000
-        e = tl.where(present, tl.exp2((_key_value(keys) - row_max) * scale), 0.0)
-        kept_mass = all_mass
-        if top_k_active:
-            floor_key = pick(keys, slots, top_k - 1)
-            kept_mass = tl.sum(tl.where(keys >= floor_key, e, 0.0), axis=0)
-        total = kept_mass
-        if top_p_active:
-            reached = present & (tl.cumsum(e, axis=0) >= top_p * kept_mass)
-            first = tl.min(tl.where(reached, slots, CANDIDATES), axis=0)
-            if first < CANDIDATES:
-                floor_key = pick(keys, slots, first)
-                total = tl.sum(tl.where(keys >= floor_key, e, 0.0), axis=0)
-            else:
-                in_scratch = first < CANDIDATES  # False: the pivot lies below the collected tokens
-                floor_key, total = _top_p_by_bisection(row_ptr, vocab, scale, row_max, floor_key,
-                                                       top_p * kept_mass, kept_mass, BLOCK_V)
-    elif filtered:
-        if top_k_active:
-            floor_key = _kth_largest_key_in_row(row_ptr, vocab, scale, top_k, BLOCK_V)
-            total = _mass_at_or_above(row_ptr, vocab, scale, row_max, floor_key, BLOCK_V)
-        if top_p_active:
-            floor_key, total = _top_p_by_bisection(row_ptr, vocab, scale, row_max, floor_key,
-                                                   top_p * total, total, BLOCK_V)
-    return row_max, floor_key, total, stored, in_scratch
-
-
-@triton.jit
 def _top_p_by_bisection(row_ptr, vocab, scale, row_max, low, target_mass, low_mass, BLOCK_V: tl.constexpr):
     """Largest key whose mass at or above reaches ``target_mass`` (keys >= ``low`` only), and
     that mass: the top-p pivot, found by bisection over the 32-bit key range."""
@@ -343,6 +436,11 @@ def _token_prob(row_ptr, token, scale, row_max, floor_key, total):
 
 
 @triton.jit
+def _is_rejected(index, rejected):
+    return tl.max((index[:, None] == rejected[None, :]).to(tl.int32), axis=1) > 0
+
+
+@triton.jit
 def _filtered_residual(row_ptr, scale, row_max, floor_key, total, rejected, index, mask):
     """Filtered target probabilities of a tile, zero at the ``rejected`` tokens (-1 = none)."""
     z = _logits(row_ptr, index, mask)
@@ -350,51 +448,79 @@ def _filtered_residual(row_ptr, scale, row_max, floor_key, total, rejected, inde
     tile_start = tl.min(index, axis=0)
     in_tile = (rejected >= tile_start) & (rejected < tile_start + index.shape[0])
     if tl.max(in_tile.to(tl.int32), axis=0) > 0:  # rare: compare only where a rejected token lies
-        is_rejected = tl.max((index[:, None] == rejected[None, :]).to(tl.int32), axis=1) > 0
-        p = tl.where(is_rejected, 0.0, p)
+        p = tl.where(_is_rejected(index, rejected), 0.0, p)
     return p
 
 
 @triton.jit
-def _draw_from_scratch(scratch_ptr, stored, row_max, scale, floor_key, total, rejected, coin, vocab,
-                       CANDIDATES: tl.constexpr):
-    """The residual draw when every surviving token is in the scratch: sort the survivors by
-    vocabulary index and take the inverse CDF in registers."""
-    slots = tl.arange(0, CANDIDATES)
-    present = slots < stored
-    packed = tl.load(scratch_ptr + slots, mask=present, other=0)
+def _draw_from_shortlists(shortlist_ptr, stats_ptr, first_record, num_chunks, row_max, scale, floor_key, total,
+                          rejected, coin, vocab, CHUNKS: tl.constexpr, SLOTS: tl.constexpr):
+    """The residual draw when every kept token is in the row's shortlists, which lie in
+    vocabulary order already: the inverse CDF in registers."""
+    counts = tl.load(stats_ptr + (first_record + tl.arange(0, CHUNKS)) * 4 + 3, mask=tl.arange(0, CHUNKS) < num_chunks,
+                     other=0)
+    packed, present = _shortlist(shortlist_ptr, first_record, num_chunks, counts, CHUNKS, SLOTS)
     keys = (packed >> 32) + 0x80000000
-    index = packed & 0xFFFFFFFF
-    is_rejected = tl.max((index[:, None] == rejected[None, :]).to(tl.int32), axis=1) > 0
-    w = tl.where(present & (keys >= floor_key) & ~is_rejected, tl.exp2((_key_value(keys) - row_max) * scale) / total, 0.0)
-    by_index = tl.sort(tl.where(present, index, vocab + slots) << 32 | w.to(tl.int32, bitcast=True).to(tl.int64))
-    w = (by_index & 0xFFFFFFFF).to(tl.int32).to(tl.float32, bitcast=True)
-    index = by_index >> 32
+    index = tl.where(present, packed & 0xFFFFFFFF, vocab)
+    kept = present & (keys >= floor_key) & ~_is_rejected(index, rejected)
+    w = tl.where(kept, tl.exp2((_key_value(keys) - row_max) * scale) / total, 0.0)
     running, sampled, last_positive = _draw_tile(w, index, coin * tl.sum(w, axis=0), tl.zeros((), tl.float32),
                                                  tl.full((), -1, tl.int64), tl.full((), -1, tl.int64), vocab)
     return _drawn_token(sampled, last_positive, vocab)
 
 
 @triton.jit
-def _sampling_from_logits_kernel(predicts_ptr, accept_index_ptr, accept_num_ptr, cand_ptr,
-                                 retrive_index_ptr, next_token_ptr, next_sibling_ptr, coins_ptr,
-                                 final_coins_ptr, logits_ptr, stride_row, temperatures_ptr, top_ks_ptr,
-                                 top_ps_ptr, scratch_ptr, threshold_single, threshold_acc,
-                                 n, max_accepts, vocab, BLOCK_N: tl.constexpr, BLOCK_V: tl.constexpr,
-                                 CANDIDATES: tl.constexpr, SELECT_MAX: tl.constexpr):
+def _draw_from_row(row_ptr, scale, row_max, floor_key, total, rejected, coin, vocab, BLOCK_V: tl.constexpr):
+    """The residual draw over the whole row (unfiltered rows, fallback rows): two passes."""
+    lanes = tl.arange(0, BLOCK_V)
+    residual = tl.zeros((BLOCK_V,), dtype=tl.float32)
+    for offset in range(0, vocab, BLOCK_V):
+        index = offset + lanes
+        residual += _filtered_residual(row_ptr, scale, row_max, floor_key, total, rejected, index, index < vocab)
+    threshold = coin * tl.sum(residual, axis=0)
+    running = tl.zeros((), dtype=tl.float32)
+    sampled = tl.full((), -1, tl.int64)
+    last_positive = tl.full((), -1, tl.int64)
+    offset = tl.zeros((), dtype=tl.int64)
+    while (offset < vocab) & (sampled < 0):
+        index = offset + lanes
+        w = _filtered_residual(row_ptr, scale, row_max, floor_key, total, rejected, index, index < vocab)
+        running, sampled, last_positive = _draw_tile(w, index, threshold, running, sampled, last_positive, vocab)
+        offset += BLOCK_V
+    return _drawn_token(sampled, last_positive, vocab)
+
+
+@triton.jit
+def _children_tokens(cand_ptr, next_token_ptr, next_sibling_ptr, b, n, parent, nodes):
+    """Tokens of ``parent``'s children at their node positions over ``nodes``, -1 elsewhere."""
+    tokens = tl.full(nodes.shape, -1, tl.int64)
+    cur = tree_entry(next_token_ptr, b, n, parent)
+    steps = tl.zeros((), dtype=tl.int32)
+    while (cur != -1) & (steps < n):
+        tokens = tl.where(nodes == cur, tree_entry(cand_ptr, b, n, cur), tokens)
+        cur = tree_entry(next_sibling_ptr, b, n, cur)
+        steps += 1
+    return tokens
+
+
+@triton.jit
+def _walk_kernel(predicts_ptr, accept_index_ptr, accept_num_ptr, cand_ptr, retrive_index_ptr, next_token_ptr,
+                 next_sibling_ptr, coins_ptr, final_coins_ptr, logits_ptr, stride_row, temperatures_ptr, top_ks_ptr,
+                 top_ps_ptr, stats_ptr, shortlist_ptr, threshold_single, threshold_acc, n, max_accepts, vocab,
+                 num_chunks, select_max, BLOCK_N: tl.constexpr, BLOCK_V: tl.constexpr, CHUNKS: tl.constexpr,
+                 SLOTS: tl.constexpr):
     b = tl.program_id(0)
     nodes = tl.arange(0, BLOCK_N)
-    scale = 1.4426950408889634 / tl.load(temperatures_ptr + b).to(tl.float32)  # log2(e) / T: exp via exp2
-    top_k = tl.load(top_ks_ptr + b).to(tl.int32)
-    top_p = tl.load(top_ps_ptr + b).to(tl.float32)
-    scratch = scratch_ptr + b.to(tl.int64) * (CANDIDATES + 1)
+    scale, top_k, top_p, top_k_active, top_p_active = _request_filters(
+        temperatures_ptr, top_ks_ptr, top_ps_ptr, b, vocab)
 
     last_row = tree_entry(retrive_index_ptr, b, n, 0)
     last_local = tl.zeros((), dtype=tl.int64)
     write_accept_slot(accept_index_ptr, b, max_accepts, 0, last_row)
     row_ptr = logits_ptr + last_row * stride_row
-    row_max, floor_key, total, stored, in_scratch = _row_filter(
-        row_ptr, vocab, scale, top_k, top_p, scratch, BLOCK_V, CANDIDATES, SELECT_MAX)
+    row_max, floor_key, total, in_shortlists = _row_filter(
+        row_ptr, stats_ptr, shortlist_ptr, last_row * num_chunks, num_chunks, vocab, scale, top_k, top_p,
+        top_k_active, top_p_active, select_max, BLOCK_V, CHUNKS, SLOTS)
     coin = tl.load(coins_ptr + b.to(tl.int64) * n)
     prob_acc = tl.zeros((), dtype=tl.float32)
     accepted = tl.zeros((), dtype=tl.int32)
@@ -413,8 +539,9 @@ def _sampling_from_logits_kernel(predicts_ptr, accept_index_ptr, accept_num_ptr,
             last_local = cur
             write_accept_slot(accept_index_ptr, b, max_accepts, accepted, last_row)
             row_ptr = logits_ptr + last_row * stride_row
-            row_max, floor_key, total, stored, in_scratch = _row_filter(
-                row_ptr, vocab, scale, top_k, top_p, scratch, BLOCK_V, CANDIDATES, SELECT_MAX)
+            row_max, floor_key, total, in_shortlists = _row_filter(
+                row_ptr, stats_ptr, shortlist_ptr, last_row * num_chunks, num_chunks, vocab, scale, top_k, top_p,
+                top_k_active, top_p_active, select_max, BLOCK_V, CHUNKS, SLOTS)
             cur = tree_entry(next_token_ptr, b, n, cur)
         else:
             cur = tree_entry(next_sibling_ptr, b, n, cur)
@@ -426,42 +553,16 @@ def _sampling_from_logits_kernel(predicts_ptr, accept_index_ptr, accept_num_ptr,
     rejected = _children_tokens(cand_ptr, next_token_ptr, next_sibling_ptr, b, n, last_local, nodes)
     rejected = tl.where(accepted < max_accepts, rejected, -1)
     final_coin = tl.load(final_coins_ptr + b)
-    if in_scratch:
-        token = _draw_from_scratch(scratch, stored, row_max, scale, floor_key, total, rejected, final_coin, vocab,
-                                   CANDIDATES)
+    if in_shortlists:
+        token = _draw_from_shortlists(shortlist_ptr, stats_ptr, last_row * num_chunks, num_chunks, row_max, scale,
+                                      floor_key, total, rejected, final_coin, vocab, CHUNKS, SLOTS)
     else:
-        lanes = tl.arange(0, BLOCK_V)
-        residual = tl.zeros((BLOCK_V,), dtype=tl.float32)
-        for offset in range(0, vocab, BLOCK_V):
-            index = offset + lanes
-            residual += _filtered_residual(row_ptr, scale, row_max, floor_key, total, rejected,
-                                           index, index < vocab)
-        threshold = final_coin * tl.sum(residual, axis=0)
-        running = tl.zeros((), dtype=tl.float32)
-        sampled = tl.full((), -1, tl.int64)
-        last_positive = tl.full((), -1, tl.int64)
-        offset = tl.zeros((), dtype=tl.int64)
-        while (offset < vocab) & (sampled < 0):
-            index = offset + lanes
-            w = _filtered_residual(row_ptr, scale, row_max, floor_key, total, rejected, index, index < vocab)
-            running, sampled, last_positive = _draw_tile(w, index, threshold, running, sampled, last_positive,
-                                                         vocab)
-            offset += BLOCK_V
-        token = _drawn_token(sampled, last_positive, vocab)
+        token = _draw_from_row(row_ptr, scale, row_max, floor_key, total, rejected, final_coin, vocab, BLOCK_V)
     tl.store(predicts_ptr + last_row, token.to(tl.int32))
 
 
-@triton.jit
-def _children_tokens(cand_ptr, next_token_ptr, next_sibling_ptr, b, n, parent, nodes):
-    """Tokens of ``parent``'s children at their node positions over ``nodes``, -1 elsewhere."""
-    tokens = tl.full(nodes.shape, -1, tl.int64)
-    cur = tree_entry(next_token_ptr, b, n, parent)
-    steps = tl.zeros((), dtype=tl.int32)
-    while (cur != -1) & (steps < n):
-        tokens = tl.where(nodes == cur, tree_entry(cand_ptr, b, n, cur), tokens)
-        cur = tree_entry(next_sibling_ptr, b, n, cur)
-        steps += 1
-    return tokens
+_launch_chunk_pass = Launcher(_chunk_pass_kernel)
+_launch_walk = Launcher(_walk_kernel)
 
 
 def tree_sampling_from_logits(predicts: torch.Tensor, accept_index: torch.Tensor,
@@ -471,7 +572,7 @@ def tree_sampling_from_logits(predicts: torch.Tensor, accept_index: torch.Tensor
                               uniform_samples_for_final_sampling: torch.Tensor, logits: torch.Tensor,
                               temperatures: torch.Tensor, top_ks: torch.Tensor, top_ps: torch.Tensor,
                               threshold_single: float = 1.0, threshold_acc: float = 1.0, *,
-                              block_v: int = 16384, scratch_slots: int = SCRATCH_SLOTS) -> None:
+                              block_v: int = CHUNK, scratch_slots: int = SHORTLIST_SLOTS) -> None:
     """SGLang's verify sampling (softmax with temperature, top-k renorm, top-p renorm,
     :func:`tree_speculative_sampling_target_only`) fused, straight from the logits, in place.
 
@@ -493,27 +594,55 @@ def tree_sampling_from_logits(predicts: torch.Tensor, accept_index: torch.Tensor
 
     These are SGLang's semantics (softmax of ``logits / T``, then FlashInfer's renorm kernels)
     wherever ranking by logit and by probability agree, i.e. unless distinct logits round to one
-    probability. The walk and the
-    bonus draw are those of :func:`tree_speculative_sampling_target_only`; the bonus residual at
-    the last accepted row is ``p`` without the tokens of the children tried there.
-    Only the rows of the accepted path are read, each twice (the second time mostly from L2):
-    once for per-lane maxima, once to collect the best tokens into a per-request scratch, where
-    top-k (k <= ``SELECT_MAX``), top-p and the bonus draw are done in registers. Unfiltered rows
-    take two more passes for the draw; rare cases (top-k above ``SELECT_MAX``, more than
-    ``SCRATCH_SLOTS`` tokens tied at the threshold, a top-p pivot below the ``SELECT_MAX`` best
-    tokens) fall back to exact radix-select and bisection passes over the row (slower).
-    Uses a ``[bs, scratch_slots + 1]`` int64 scratch allocated per call (a power of two); ``block_v``
-    is the vocabulary tile of every row pass. Both change speed only, never results.
+    probability. The walk and the bonus draw are those of
+    :func:`tree_speculative_sampling_target_only`; the bonus residual at the last accepted row is
+    ``p`` without the tokens of the children tried there.
+
+    How: launch 1 reads every row once, ``block_v`` logits per program (a chunk), and keeps per
+    chunk its max, its mass and a shortlist of ``scratch_slots`` slots holding every token at or
+    above a floor that is at most the chunk's s-th best (s = top-k, or ``SELECT_MAX`` for top-p
+    alone). Then every token at or above the highest floor of a row is in its shortlists, and
+    launch 2 (one program per request, walking its tree) decides top-k (k <= ``SELECT_MAX``) and a
+    top-p pivot among the covered tokens in registers, and draws the bonus token from the
+    shortlists. Rows they cannot decide (top-k above ``SELECT_MAX``, more than ``scratch_slots``
+    tokens of a chunk at its floor, e.g. ties; a top-p pivot below the covered tokens) take exact
+    radix-select and bisection passes over the row instead, as do unfiltered rows for the bonus
+    draw. Scratch: ``[bs*n, chunks, 4]`` int32 statistics and ``[bs*n, chunks, scratch_slots]``
+    int64 shortlists (``chunks = ceil(V / block_v)``), allocated per call; no host sync, one
+    compilation per vocabulary size. ``block_v`` (a power of two >= 2) and ``scratch_slots`` (a
+    power of two) change speed only, never results.
     """
     bs, n = candidates.shape
+    temperatures, top_ks, top_ps = temperatures.reshape(-1), top_ks.reshape(-1), top_ps.reshape(-1)
+    stats, shortlists, num_chunks, select_max = chunk_pass(logits, n, temperatures, top_ks, top_ps, block_v,
+                                                           scratch_slots)
+    _launch_walk(
+        (bs,), predicts, accept_index, accept_token_num, candidates, retrive_index, retrive_next_token,
+        retrive_next_sibling, uniform_samples, uniform_samples_for_final_sampling, logits, logits.stride(0),
+        temperatures, top_ks, top_ps, stats, shortlists, float(threshold_single), max(float(threshold_acc), 1e-9), n,
+        accept_index.shape[1] - 1, logits.shape[1], num_chunks, select_max, BLOCK_N=_block_n(n), BLOCK_V=block_v,
+        CHUNKS=triton.next_power_of_2(num_chunks), SLOTS=scratch_slots, num_warps=_warps(block_v))
+
+
+def _warps(block_v: int) -> int:
+    return 16 if block_v >= 8192 else 4
+
+
+def chunk_pass(logits: torch.Tensor, n: int, temperatures: torch.Tensor, top_ks: torch.Tensor,
+               top_ps: torch.Tensor, block_v: int = CHUNK, scratch_slots: int = SHORTLIST_SLOTS,
+               num_warps: int | None = None):
+    """Launch 1 of :func:`tree_sampling_from_logits` alone (exposed for tests): returns the
+    statistics ``[rows, chunks, 4]`` int32, the shortlists ``[rows, chunks, scratch_slots]`` int64,
+    the number of chunks and the coverage bound ``select_max`` the shortlists were built for."""
     rows, vocab = logits.shape
-    assert rows == bs * n and logits.stride(1) == 1
-    scratch = torch.empty((bs * (scratch_slots + 1),), dtype=torch.int64, device=logits.device)
-    _sampling_from_logits_kernel[(bs,)](
-        predicts, accept_index, accept_token_num, candidates, retrive_index, retrive_next_token,
-        retrive_next_sibling, uniform_samples, uniform_samples_for_final_sampling, logits,
-        logits.stride(0), temperatures.reshape(-1), top_ks.reshape(-1), top_ps.reshape(-1), scratch,
-        float(threshold_single), max(float(threshold_acc), 1e-9), n, accept_index.shape[1] - 1, vocab,
-        BLOCK_N=_block_n(n), BLOCK_V=block_v, CANDIDATES=scratch_slots,
-        SELECT_MAX=min(SELECT_MAX, block_v, scratch_slots // 2),
-        num_warps=16)
+    assert rows % n == 0 and logits.stride(1) == 1
+    groups = min(GROUPS, max(block_v // 2, 1))
+    num_chunks = triton.cdiv(vocab, block_v)
+    select_max = min(SELECT_MAX, groups, scratch_slots // 2)
+    stats = torch.empty((rows, num_chunks, 4), dtype=torch.int32, device=logits.device)
+    shortlists = torch.empty((rows, num_chunks, scratch_slots), dtype=torch.int64, device=logits.device)
+    _launch_chunk_pass(
+        (rows, num_chunks), logits, logits.stride(0), temperatures, top_ks, top_ps, stats, shortlists, n, vocab,
+        num_chunks, select_max, CHUNK=block_v, GROUPS=groups, SLOTS=scratch_slots, ROUNDS=4,
+        num_warps=num_warps or _warps(block_v))
+    return stats, shortlists, num_chunks, select_max

@@ -52,10 +52,17 @@ def test_sampling_op_matches_reference(case):
 
 @st.composite
 def filters(draw, bs):
-    top_ks = draw(st.lists(st.sampled_from([-1, 0, 1, 2, 5, 12, 30, VOCAB, 100]), min_size=bs, max_size=bs))
+    # Top-k around the shortlists' coverage (4 or 8 with the tiles below), far above it, at V.
+    top_ks = draw(st.lists(st.sampled_from([-1, 0, 1, 2, 4, 5, 8, 9, 12, 30, VOCAB - 1, VOCAB, 100]),
+                           min_size=bs, max_size=bs))
     top_ps = draw(st.lists(st.sampled_from([1.0, 0.999, 0.9, 0.6, 0.2, 0.01]), min_size=bs, max_size=bs))
     temperatures = draw(st.lists(st.sampled_from([0.3, 0.8, 1.0, 1.7]), min_size=bs, max_size=bs))
     return torch.tensor(temperatures), torch.tensor(top_ks, dtype=torch.int32), torch.tensor(top_ps)
+
+
+# (chunk length, shortlist slots): rows of 3 or 5 chunks (the last partial) or of one; shortlists
+# that cover top-8 / top-4 / top-2 (the last overflows on nearly every row: exact passes).
+TILINGS = [(16, 32), (8, 16), (64, 64), (16, 4)]
 
 
 @settings(max_examples=80, deadline=None)
@@ -64,17 +71,62 @@ def test_fused_sampler_matches_reference(case, data):
     bs, n, steps = case["bs"], case["n"], case["steps"]
     tree_args, logits, gen = _case(case)
     temperatures, top_ks, top_ps = data.draw(filters(bs))
+    block_v, slots = data.draw(st.sampled_from(TILINGS))
+    if data.draw(st.booleans()):
+        logits = torch.round(logits * 2) / 2  # many ties: at the top, at pivots, at chunk floors
     if case["seed"] % 2:
         logits = logits.to(torch.bfloat16)
     expected = poisoned_outputs(bs, n, steps)
     reference.fused_tree_sampling_reference(*expected, *tree_args, logits, temperatures, top_ks, top_ps,
                                             *case["thresholds"])
-    # A small tile and scratch send some rows down the exact fallback passes (top-k above what
-    # the tile selects, scratch overflow, top-p pivot beyond the collected tokens).
     ours = poisoned_outputs(bs, n, steps)
     tree_sampling.tree_sampling_from_logits(*ours, *tree_args, logits, temperatures, top_ks, top_ps,
-                                            *case["thresholds"], block_v=16, scratch_slots=32)
+                                            *case["thresholds"], block_v=block_v, scratch_slots=slots)
     assert_same(ours, expected)
+
+
+def _key(x: torch.Tensor) -> torch.Tensor:
+    """The kernels' int32 order key of float32 values (larger float, larger key)."""
+    bits = x.float().view(torch.int32)
+    return bits ^ ((bits >> 31) & 0x7FFFFFFF)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 2**31 - 1), st.sampled_from(TILINGS), st.sampled_from([-1, 1, 3, 4, 8, 9]),
+       st.sampled_from([1.0, 0.5]), st.booleans())
+def test_chunk_pass_shortlists_every_token_at_or_above_a_valid_floor(seed, tiling, top_k, top_p, ties):
+    """Launch 1 alone: per chunk, the max and mass are the chunk's; the shortlist is exactly the
+    chunk's tokens at or above the floor, in vocabulary order; the floor is at most the chunk's
+    s-th largest logit (s = top-k, or the coverage for top-p alone), so no better token is missed."""
+    block_v, slots = tiling
+    gen = torch.Generator().manual_seed(seed)
+    rows, vocab = 3, 37
+    logits = torch.randn(rows, vocab, generator=gen) * 2
+    if ties:
+        logits = torch.round(logits)
+    temperature = 0.7
+    stats, shortlists, chunks, select_max = tree_sampling.chunk_pass(
+        logits, 1, torch.full((rows,), temperature), torch.full((rows,), top_k, dtype=torch.int32),
+        torch.full((rows,), top_p), block_v, slots)
+    cover = (top_k if top_k <= select_max else 0) if 0 < top_k < vocab else (select_max if top_p < 1 else 0)
+    for r in range(rows):
+        for c in range(chunks):
+            z = logits[r, c * block_v:(c + 1) * block_v]
+            chunk_max, mass, floor, count = stats[r, c].tolist()
+            assert torch.tensor(chunk_max, dtype=torch.int32).view(torch.float32) == z.max()
+            expected_mass = torch.exp((z.double() - z.max()) / temperature).sum()
+            assert torch.isclose(torch.tensor(mass, dtype=torch.int32).view(torch.float32).double(), expected_mass,
+                                 rtol=1e-5)
+            if cover == 0:
+                assert count == 0
+                continue
+            keys = _key(z)
+            assert floor <= int(torch.sort(keys, descending=True).values[min(cover, z.numel()) - 1])
+            above = torch.nonzero(keys >= floor).flatten()
+            assert count == len(above)
+            if count <= slots:
+                packed = (keys[above].long() << 32) | (above + c * block_v)
+                assert torch.equal(shortlists[r, c, :count], packed)
 
 
 def test_filtered_probs_reference_semantics():
