@@ -32,9 +32,17 @@ def _build_tree_kernel(
     retrive_index_ptr, next_token_ptr, next_sibling_ptr, bonus_ptr, draft_in_ptr, draft_out_ptr,
     topk, parent_width, n,
     MASK_MODE: tl.constexpr, BYTES_PER_ROW: tl.constexpr, FILL_PREFIX: tl.constexpr,
-    WRITE_DRAFT_TOKENS: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_B: tl.constexpr,
-    BLOCK_PREFIX: tl.constexpr,
+    WRITE_DRAFT_TOKENS: tl.constexpr, SLAB_OUTPUTS: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_B: tl.constexpr, BLOCK_PREFIX: tl.constexpr,
 ):
+    if SLAB_OUTPUTS:
+        # build_eagle_tree's outputs are the slabs of one [5, bs, n] int64 buffer: one pointer
+        # stands for five (each pointer argument costs host time at launch).
+        slab = tl.num_programs(0).to(tl.int64) * n
+        next_token_ptr = retrive_index_ptr + slab
+        next_sibling_ptr = retrive_index_ptr + 2 * slab
+        positions_ptr = retrive_index_ptr + 3 * slab
+        draft_out_ptr = retrive_index_ptr + 4 * slab
     b = tl.program_id(0)
     row = tl.program_id(1)  # programs (b, t) pre-fill row t's prefix columns; (b, 0) builds the tree
     mask_ptr = mask_ptr.to(tl.pointer_type(tl.uint8))  # bool, uint8 or bit-packed words: bytes here
@@ -122,24 +130,22 @@ _build_tree = Launcher(_build_tree_kernel)
 
 
 @functools.lru_cache(maxsize=None)
-def _specialised(n: int, mode: int, fill_prefix: bool, write_drafts: bool):
+def _specialised(n: int, mode: int, fill_prefix: bool, write_drafts: bool, slab_outputs: bool = False):
     """The kernel with one tree shape's compile-time constants bound (once: host time counts)."""
     if n > MAX_DRAFT_TOKENS:
         raise ValueError(f"at most {MAX_DRAFT_TOKENS} draft tokens per request, got {n}")
     block_n = max(8, triton.next_power_of_2(n))
     return _build_tree.specialise(
         MASK_MODE=mode, BYTES_PER_ROW=bitpacked_bytes_per_row(n) if mode == QLEN_ONLY_BITPACKING else 1,
-        FILL_PREFIX=fill_prefix, WRITE_DRAFT_TOKENS=write_drafts, BLOCK_N=block_n, BLOCK_B=1024,
-        BLOCK_PREFIX=1024, num_warps=4 if block_n <= 64 else 8)
+        FILL_PREFIX=fill_prefix, WRITE_DRAFT_TOKENS=write_drafts, SLAB_OUTPUTS=slab_outputs, BLOCK_N=block_n,
+        BLOCK_B=1024, BLOCK_PREFIX=1024, num_warps=4 if block_n <= 64 else 8)
 
 
 def _launch(parent_list, selected_index, verified_seq_len, tree_mask, positions, retrive_index,
             retrive_next_token, retrive_next_sibling, topk, n, mode, fill_prefix,
-            bonus_tokens=None, draft_tokens=None, draft_tokens_out=None):
-    write_drafts = draft_tokens_out is not None
-    if not write_drafts:  # positions stands for the pointers the compile-time switch leaves unused
-        bonus_tokens = draft_tokens = draft_tokens_out = positions
-    _specialised(n, mode, fill_prefix, write_drafts)(
+            bonus_tokens=None, draft_tokens=None, draft_tokens_out=None, slab_outputs=False):
+    """Pointers a compile-time switch leaves unused are passed as None (no launch cost)."""
+    _specialised(n, mode, fill_prefix, bonus_tokens is not None, slab_outputs)(
         (selected_index.shape[0], n if fill_prefix else 1),
         parent_list, selected_index, verified_seq_len, tree_mask, positions,
         retrive_index, retrive_next_token, retrive_next_sibling, bonus_tokens, draft_tokens, draft_tokens_out,
@@ -228,7 +234,11 @@ def build_eagle_tree(bonus_tokens: torch.Tensor, parent_list: torch.Tensor,
         (slabs, bs, n), dtype=torch.long, device=device).unbind(0)
     positions = position_buf if position_buf is not None else positions_slab.view(-1)
     tokens_out = tokens_slab[0].view(-1) if tokens_slab else torch.empty((bs * n,), dtype=token_dtype, device=device)
-    _launch(parent_list, top_scores_index, seq_lens, tree_mask, positions, retrieve_index, next_token,
-            next_sibling, int(topk), n, mode, mode == FULL_MASK and bool(fill_prefix_mask),
-            bonus_tokens, draft_tokens, tokens_out)
+    fill_prefix = mode == FULL_MASK and bool(fill_prefix_mask)
+    if tokens_slab and position_buf is None:  # every output in the one buffer: pass its start only
+        _launch(parent_list, top_scores_index, seq_lens, tree_mask, None, retrieve_index, None, None, int(topk),
+                n, mode, fill_prefix, bonus_tokens, draft_tokens, None, slab_outputs=True)
+    else:
+        _launch(parent_list, top_scores_index, seq_lens, tree_mask, positions, retrieve_index, next_token,
+                next_sibling, int(topk), n, mode, fill_prefix, bonus_tokens, draft_tokens, tokens_out)
     return tree_mask, positions, retrieve_index, next_token, next_sibling, tokens_out
