@@ -9,5 +9,6 @@ Modules, one job each:
 * :mod:`.sglang_binding`: routes SGLang's call sites to these (switch ``SGLANG_EAGLE_EXT_TREE_KERNELS``);
 * :mod:`.reference`: pure-PyTorch references written from the semantics (for tests);
 * :mod:`.draft_trees`: random trees made like SGLang's draft loop makes them (tests, benchmarks);
+* :mod:`.launch`: low-overhead launches of compiled kernels (host time dominates small calls);
 * :mod:`.tree_mask_modes`, :mod:`.tree_walk`, :mod:`.workspace`: shared constants and helpers.
 """
