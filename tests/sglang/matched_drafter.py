@@ -14,7 +14,7 @@ import os
 
 from sglang_eagle_ext.testing import fixtures
 
-DIALECTS = ("specforge", "speculators")
+DIALECTS = ("specforge", "speculators", "flat-top-level-ids")
 
 
 def aux_indices(num_target_layers: int, num_aux: int) -> list[int]:
@@ -38,11 +38,17 @@ def build_matched_drafter(directory: str, target_dir: str, *, layers: int, num_a
         target_hidden=target["hidden_size"], layers=layers, fc_norm=fc_norm)
     indices = aux_indices(target["num_hidden_layers"], num_aux)
     tensors = fixtures.canonical_tensors(geometry, seed)
-    if dialect == "specforge":
+    if dialect in ("specforge", "flat-top-level-ids"):
         config = fixtures.shrink(fixtures.template("sgl-project__SpecForge-configs-llama3-8B-eagle3"),
                                  geometry)
-        # SpecForge writes SGLang's layer-output ids: output of layer j = hidden state j + 1
-        config["eagle_config"] = {"eagle_aux_hidden_state_layer_ids": [i - 1 for i in indices]}
+        if dialect == "specforge":
+            # SpecForge writes SGLang's layer-output ids: output of layer j = hidden state j + 1
+            config["eagle_config"] = {"eagle_aux_hidden_state_layer_ids": [i - 1 for i in indices]}
+        else:
+            # SpecForge's flat layout with vLLM's top-level ids (hidden-state indices): stock
+            # SGLang reads this config but not these ids, and would capture its default 3 taps
+            config.pop("eagle_config", None)
+            config["eagle_aux_hidden_state_layer_ids"] = indices
         config["num_aux_hidden_states"] = num_aux
         if fc_norm:
             config["fc_norm"] = True
