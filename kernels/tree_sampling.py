@@ -12,7 +12,9 @@ Two entry points:
   row-parallel pass reads every logits element once, each row split over several programs
   (chunks), and leaves per-chunk statistics and shortlists of each chunk's best tokens; then one
   program per request merges the shortlists of the rows its walk visits, decides top-k / top-p
-  there in registers and draws the bonus token from the shortlists.
+  there in registers and draws the bonus token from the shortlists (it loads single logits only:
+  those of the draft tokens it tries). Rows the shortlists cannot decide take exact passes over
+  the row in the walk program (slow: one program per row).
 """
 
 from __future__ import annotations
