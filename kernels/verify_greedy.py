@@ -174,9 +174,11 @@ def _greedy_lazy_kernel(logits_ptr, stride_row, vocab, chunk, keys_ptr, tickets_
                         accept_index_ptr, accept_num_ptr, cand_ptr, retrive_index_ptr, next_token_ptr,
                         next_sibling_ptr, n, max_accepts, max_polls,
                         BLOCK_V: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_LEVELS: tl.constexpr):
-    b = tl.program_id(0)
-    part = tl.program_id(1)
-    parts = tl.num_programs(1)
+    # A request's parts are adjacent in launch order (part = axis 0): the GPU starts blocks in that
+    # order, so when not all fit at once the first requests finish and free their SMs for the rest.
+    part = tl.program_id(0)
+    parts = tl.num_programs(0)
+    b = tl.program_id(1)
     nodes = tl.arange(0, BLOCK_N)
     _greedy_walk(b, n, max_accepts, predicts_ptr, accept_index_ptr, accept_num_ptr, cand_ptr,
                  retrive_index_ptr, next_token_ptr, next_sibling_ptr, nodes, nodes,
@@ -308,7 +310,7 @@ def verify_tree_greedy_from_logits(predicts: torch.Tensor, accept_index: torch.T
         chunk = triton.cdiv(slices, parts) * block_v
         parts = triton.cdiv(vocab, chunk)
         _specialised_lazy(n, levels, block_v, num_warps or 16)(
-            (bs, parts), logits, logits.stride(0), vocab, chunk, workspace.argmax_keys(device, bs * levels),
+            (parts, bs), logits, logits.stride(0), vocab, chunk, workspace.argmax_keys(device, bs * levels),
             workspace.tickets(device, bs * (levels + 1)), predicts, accept_index, accept_token_num, candidates,
             retrive_index, retrive_next_token, retrive_next_sibling, n, max_accepts,
             max_polls or (1 << 16 if device.type == "cuda" else 2))
