@@ -96,7 +96,7 @@ SPEED_ARMS = {
     "ours_triton": {TREE_KERNELS_SWITCH: "triton"},
 }
 SPEED_SHAPES = ((1, 512), (32, 256))  # (batch, new tokens per request)
-SPEED_ROUNDS = 11
+SPEED_ROUNDS = 15
 
 
 def engine_kwargs(**wanted):
