@@ -3,9 +3,9 @@
 The target runs in HF transformers, the drafter in the plain-PyTorch reference implementation
 (CPU or CUDA). For chain and tree drafting, greedy and sampled, it reports the mean number of
 tokens per verify step (accepted drafts + 1, SGLang's spec_accept_length). A drafter with a wrong
-vocabulary map (or, on real targets, wrong aux layers) loads fine and then accepts almost nothing
-(about 1.0): this is where that shows; ``--compare-aux-layers`` puts a suspect tap set's rows next
-to the drafter's own.
+vocabulary map or wrong aux layers loads fine and then accepts almost nothing (about 1.0): this is
+where that shows; ``--compare-aux-layers`` measures a second tap set (say, the drafter's ids read
+in the other id convention) and prints it as a column next to the drafter's own.
 """
 
 from __future__ import annotations
@@ -109,12 +109,22 @@ def _measure(target, drafter, prompts, rows, args, bar) -> dict:
     return results
 
 
-def _print_rows(indices, results) -> None:
-    print(f"aux hidden-state indices {list(indices)}")
-    print(f"{'drafting':<15}{'steps':>6}{'topk':>6}{'tokens':>8}{'temp':>6}{'accept length':>16}")
-    for name, row in results.items():
+def _print_table(measured) -> None:
+    """One row per drafting setting, one accept-length column per aux tap set."""
+    names = [str(list(indices)) for indices, _ in measured]
+    width = max(12, *(len(n) + 2 for n in names))
+    print("accept length (tokens per verify step) by aux hidden-state indices")
+    print(f"{'drafting':<15}{'steps':>6}{'topk':>6}{'tokens':>8}{'temp':>6}"
+          + "".join(f"{n:>{width}}" for n in names))
+    for name, row in measured[0][1].items():
+        cells = "".join(f"{rows[name]['accept_length']:>{width}.3f}" for _, rows in measured)
         print(f"{name:<15}{row['num_steps']:>6}{row['topk']:>6}{row['draft_tokens']:>8}"
-              f"{row['temperature']:>6.1f}{row['accept_length']:>16.3f}")
+              f"{row['temperature']:>6.1f}{cells}")
+
+
+def _gain(rows: dict) -> float:
+    """Mean tokens per verify step beyond plain decoding's one, over the drafting rows."""
+    return sum(row["accept_length"] - 1 for row in rows.values()) / len(rows)
 
 
 def run(args) -> int:
@@ -160,8 +170,13 @@ def run(args) -> int:
         return 0
     print(f"target {args.target}\ndraft  {args.draft}\n"
           f"{len(prompts)} prompts x {args.max_new_tokens} tokens")
-    for indices, rows_measured in measured:
-        _print_rows(indices, rows_measured)
+    _print_table(measured)
+    own = _gain(results)
+    for indices, rows_measured in measured[1:]:
+        other = _gain(rows_measured)
+        print(f"tokens gained per verify step (mean over rows): {own:.2f} with "
+              f"{list(target.indices)}, {other:.2f} with {list(indices)}"
+              + (f" ({100 * other / own:.0f}%)" if own > 0 else ""))
     if max(row["accept_length"] for row in results.values()) < NOTHING_ACCEPTED_BELOW:
         print("warning: the drafter accepts almost nothing on this target: check that its aux "
               "layers and vocabulary map are the ones it was trained with "

@@ -1,11 +1,16 @@
-"""A sparse second-order Markov process over a small alphabet of token ids.
+"""A sparse token process whose next token depends on the two tokens *before* the current one.
 
-The tiny target is trained on it so that its greedy continuation is a learnable function of the
-last *two* tokens: each pair ``(a, b)`` has one likely successor and one rare one, both drawn at
-random, so the token after ``b`` differs with ``a``. A drafter that only sees the current token
-cannot predict it; one that reads the target's aux hidden states (which encode ``a``) can. The
-rare successor makes sampled text wander over every pair, so the target learns all of them and
-its next-token distributions stay peaked everywhere.
+Token ``t + 1`` follows the pair ``(x[t-2], x[t-1])``: each pair has one likely successor and one
+rare one, drawn at random; the current token ``x[t]`` plays no part. This is what makes the tiny
+target's aux layers matter. An EAGLE-3 drafter at position ``i`` holds the target's hidden states
+at ``i`` and the token ``x[i+1]``, and predicts ``x[i+2]``, the successor of ``(x[i-1], x[i])``:
+``x[i]`` is in every layer's residual stream (it is the position's own token), but ``x[i-1]``
+reaches position ``i`` only through the target's attention, so only the layers after the one that
+moves it carry it. For every ``x[i]`` the likely successors over the 16 (or K) possible ``x[i-1]``
+are all different (a permutation), so without ``x[i-1]`` the next token is a uniform guess.
+
+The rare successor makes sampled text wander over every pair, so the target learns all of them
+and its next-token distributions stay peaked everywhere.
 """
 
 from __future__ import annotations
@@ -15,29 +20,31 @@ from dataclasses import dataclass
 import torch
 
 LIKELY = 0.9  # probability of a pair's likely successor; the rare one gets the rest
+ORDER = 3  # tokens drawn at random before the process takes over (the rule looks 2 back)
 
 
 @dataclass(frozen=True)
-class PairProcess:
+class LaggedPairProcess:
     alphabet: torch.Tensor  # [K] token ids the process emits
-    successors: torch.Tensor  # [K, K, 2] alphabet positions: likely, rare successor of (a, b)
+    successors: torch.Tensor  # [K, K, 2] alphabet positions: likely, rare successor of (x[t-2], x[t-1])
 
     @classmethod
-    def random(cls, alphabet: torch.Tensor, generator: torch.Generator) -> "PairProcess":
+    def random(cls, alphabet: torch.Tensor, generator: torch.Generator) -> "LaggedPairProcess":
         size = alphabet.numel()
-        likely = torch.randint(0, size, (size, size), generator=generator)
+        # Column b (the later token of the pair) is a random permutation over the earlier token a.
+        likely = torch.stack([torch.randperm(size, generator=generator) for _ in range(size)], 1)
         # rare = likely shifted by 1..K-1 (mod K): always a different token
         rare = (likely + torch.randint(1, size, (size, size), generator=generator)) % size
         return cls(alphabet, torch.stack([likely, rare], dim=-1))
 
     def sample(self, count: int, length: int, generator: torch.Generator) -> torch.Tensor:
-        """``[count, length]`` token ids: a random first pair, then the process."""
+        """``[count, length]`` token ids: ``ORDER`` random tokens, then the process."""
         size = self.alphabet.numel()
         positions = torch.empty(count, length, dtype=torch.long)
-        positions[:, :2] = torch.randint(0, size, (count, 2), generator=generator)
+        positions[:, :ORDER] = torch.randint(0, size, (count, ORDER), generator=generator)
         rare = torch.rand(count, length, generator=generator) >= LIKELY
         rows = torch.arange(count)
-        for t in range(2, length):
-            pick = self.successors[positions[:, t - 2], positions[:, t - 1]]
+        for t in range(ORDER, length):
+            pick = self.successors[positions[:, t - 3], positions[:, t - 2]]
             positions[:, t] = pick[rows, rare[:, t].long()]
         return self.alphabet[positions]

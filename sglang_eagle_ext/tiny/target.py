@@ -3,12 +3,27 @@
 The result is an ordinary Hugging Face model directory (``save_pretrained``) that HF
 transformers and stock SGLang both load. Nothing is downloaded: the tokenizer is trained on
 :mod:`.corpus` text, and the seeded random weights are then trained for a few hundred steps on a
-second-order Markov process over the corpus's most frequent tokens (:mod:`.markov`). A random
-target continues text chaotically, so a drafter cannot learn it and every acceptance number is
-noise; the trained one continues it as a function of the last two tokens, which a drafter learns
-from the target's aux hidden states. (Every layer of so small a model still carries those two
-tokens, so reading other layers' states costs a drafter little here.) The same
-settings give the same files (on the same torch build and thread count).
+token process over the corpus's most frequent tokens (:mod:`.markov`) whose next token follows the
+two tokens before the current one. A random target continues text chaotically, so a drafter cannot
+learn it and every acceptance number is noise; the trained one continues the process, which a
+drafter learns from the target's aux hidden states.
+
+Like a real model, the target carries what a drafter needs in some layers only, and its layers'
+states differ strongly from one another:
+
+* just one layer (``context_layer``, N//2 by default) mixes positions; it starts as previous-token
+  heads (:func:`_previous_token_heads`). The others are token-local (their attention output
+  projection is zero and stays so in training), a caricature of the lowest layers of real models.
+  So hidden-state indices up to ``context_layer`` hold only the position's own token, and the
+  previous token, without which a drafter can only guess (:mod:`.markov`), appears from index
+  ``context_layer + 1`` on;
+* each token-local layer below it writes ``depth_gain`` times more than the one before
+  (:func:`_scale_outputs`), so the residual stream grows and turns with depth.
+
+A drafter distilled on the default taps (2, N//2, N-3) = (2, 4, 5) therefore collapses when it is
+fed taps one layer shallower, (1, 3, 4): what ModelOpt / NeMo write for the same taps in their
+layer-output id convention, read as hidden-state indices. The same settings give the same files
+(on the same torch build and thread count).
 """
 
 from __future__ import annotations
@@ -23,12 +38,19 @@ from ..model_dir import staged_directory
 BUILD_RECORD = "tiny_target.json"  # settings the directory was built with; used for reuse
 SPECIAL_TOKENS = ("<|bos|>", "<|eos|>", "<|pad|>")
 FAMILIES = ("llama", "qwen3")
+LAGS = (1, 2)  # distances the context layer's heads start attending to (the process's pair)
+SHARPNESS = 8.0  # nats between a built head's peak and any other distance
 
 
 @dataclass(frozen=True)
 class TinyTargetSettings:
     family: str = "llama"  # "llama" or "qwen3" (per-head q/k RMSNorm)
     num_layers: int = 8  # deep enough for distinct default aux taps (2, N//2, N-3)
+    # The only layer whose attention mixes positions (None: num_layers // 2); see the docstring.
+    context_layer: int | None = None
+    # Layer k's output projections start depth_gain ** min(k, context_layer - 1) times larger, so
+    # the residual stream grows and turns with depth as a real model's does (see _scale_outputs).
+    depth_gain: float = 3.0
     hidden_size: int = 64
     num_attention_heads: int = 4
     num_key_value_heads: int = 2
@@ -43,8 +65,8 @@ class TinyTargetSettings:
     alphabet_size: int = 16  # K most frequent corpus tokens; K * K pairs to learn
     train_steps: int = 240
     train_batch: int = 8
-    # Longer than prompt + continuation in distillation and eval: the pair rule is learnt per
-    # position range, and greedy accuracy drops beyond the trained length.
+    # Longer than prompt + continuation in distillation and eval: greedy accuracy drops beyond
+    # the trained length.
     train_length: int = 96
     learning_rate: float = 8e-3
     seed: int = 0
@@ -52,6 +74,11 @@ class TinyTargetSettings:
     def __post_init__(self):
         if self.family not in FAMILIES:
             raise ValueError(f"family must be one of {FAMILIES}, got {self.family!r}")
+        if self.context_layer is None:
+            object.__setattr__(self, "context_layer", self.num_layers // 2)
+        if not 0 <= self.context_layer < self.num_layers:
+            raise ValueError(f"context_layer must be in [0, {self.num_layers - 1}], "
+                             f"got {self.context_layer}")
 
 
 def _train_tokenizer(vocab_size: int, seed: int):
@@ -86,12 +113,87 @@ def _alphabet(tokenizer, size: int, seed: int):
     return torch.tensor(sorted(order[:size]))
 
 
+def _make_token_local(model, settings: TinyTargetSettings) -> None:
+    """Zero and freeze the attention output of every layer but ``context_layer``."""
+    import torch
+
+    from ..reference.capture import decoder_layers
+
+    for index, layer in enumerate(decoder_layers(model)):
+        if index != settings.context_layer:
+            for param in layer.self_attn.o_proj.parameters():
+                with torch.no_grad():
+                    param.zero_()
+                param.requires_grad_(False)
+
+
+def _scale_outputs(model, settings: TinyTargetSettings) -> None:
+    """Scale each layer's output projections (MLP down_proj, attention o_proj) at init.
+
+    Below the context layer each token-local layer then writes ``depth_gain`` times more than
+    the one before, so adjacent hidden states are far apart (cosine about 0.3-0.45 at gain 3,
+    0.6-0.9 without) and a drafter's ``fc``, trained on one set of layers, reads another set as
+    noise, as with real models. From the context layer on, outputs keep the last lower layer's
+    scale, so what the context layer gathers is not drowned by the token-local part of the
+    residual stream (without it, training takes several times longer).
+    """
+    import torch
+
+    from ..reference.capture import decoder_layers
+
+    with torch.no_grad():
+        for index, layer in enumerate(decoder_layers(model)):
+            gain = settings.depth_gain ** max(0, min(index, settings.context_layer - 1))
+            layer.mlp.down_proj.weight.mul_(gain)
+            layer.self_attn.o_proj.weight.mul_(gain)
+
+
+def _previous_token_heads(model, settings: TinyTargetSettings) -> None:
+    """Start ``context_layer``'s attention as previous-token heads: query head ``h`` attends to
+    the token ``LAGS[h % 2]`` positions back, whatever the tokens.
+
+    Queries and keys are their biases alone, so with RoPE a head's score depends only on the
+    distance: a query bias of ``PEAK * exp(-i theta_j lag)`` per rotary pair ``j`` against a key
+    bias of ``PEAK`` scores ``PEAK^2 * sum_j cos(theta_j (distance - lag))`` (before the
+    ``1/sqrt(d)`` scaling), largest at ``distance = lag``. Real models learn such heads early;
+    building them saves the plateau of several hundred steps before this small model finds them.
+    ``PEAK`` puts every other distance at least ``SHARPNESS`` nats below the peak.
+    """
+    import torch
+
+    from ..reference.capture import decoder_layers
+
+    attention = decoder_layers(model)[settings.context_layer].self_attn
+    head_dim = settings.hidden_size // settings.num_attention_heads
+    theta = model.model.rotary_emb.inv_freq.double()  # [head_dim / 2]
+    distances = torch.arange(settings.max_position_embeddings, dtype=torch.float64)
+    gaps = []
+    for lag in LAGS:
+        scores = torch.cos(theta * (distances[:, None] - lag)).sum(-1)
+        gaps.append((scores[lag] - scores[distances != lag]).min())
+    peak = (SHARPNESS * head_dim ** 0.5 / min(gaps)) ** 0.5
+    lags = torch.tensor([LAGS[h % len(LAGS)] for h in range(settings.num_attention_heads)])
+    angle = -theta[None, :] * lags[:, None]  # [heads, head_dim / 2]
+    query = peak * torch.cat([angle.cos(), angle.sin()], dim=-1)
+    key = torch.zeros(settings.num_key_value_heads, head_dim, dtype=torch.float64)
+    key[:, :head_dim // 2] = peak
+    with torch.no_grad():
+        attention.q_proj.weight.zero_()
+        attention.k_proj.weight.zero_()
+        attention.q_proj.bias.copy_(query.flatten())
+        attention.k_proj.bias.copy_(key.flatten())
+        for norm in (getattr(attention, "q_norm", None), getattr(attention, "k_norm", None)):
+            if norm is not None:  # Qwen3 normalises q and k per head: give the scale back
+                norm.weight.fill_(peak / 2 ** 0.5)
+
+
 def _train(model, process, settings: TinyTargetSettings) -> None:
     """Next-token training on sequences of ``process`` (AdamW, one-cycle schedule)."""
     import torch
 
     generator = torch.Generator().manual_seed(settings.seed)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=settings.learning_rate, weight_decay=0.0)
+    trained = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(trained, lr=settings.learning_rate, weight_decay=0.0)
     schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, settings.learning_rate,
                                                    total_steps=settings.train_steps, pct_start=0.1)
     model.train()
@@ -116,6 +218,7 @@ def _model_config(settings: TinyTargetSettings, vocab_size: int, tokenizer):
         head_dim=settings.hidden_size // settings.num_attention_heads,
         max_position_embeddings=settings.max_position_embeddings,
         initializer_range=settings.initializer_range, tie_word_embeddings=False,
+        attention_bias=True,  # the context layer's built heads are biases (_previous_token_heads)
         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id, dtype="float32",
     )
@@ -128,7 +231,7 @@ def _build_into(directory: str, settings: TinyTargetSettings) -> None:
     import torch
     from transformers import AutoModelForCausalLM
 
-    from .markov import PairProcess
+    from .markov import LaggedPairProcess
 
     tokenizer = _train_tokenizer(settings.vocab_size, settings.seed)
     config = _model_config(settings, len(tokenizer), tokenizer)
@@ -137,7 +240,10 @@ def _build_into(directory: str, settings: TinyTargetSettings) -> None:
     with torch.no_grad():
         head = model.get_output_embeddings().weight
         head.normal_(0.0, settings.lm_head_std)
-    process = PairProcess.random(_alphabet(tokenizer, settings.alphabet_size, settings.seed),
+    _scale_outputs(model, settings)
+    _make_token_local(model, settings)
+    _previous_token_heads(model, settings)
+    process = LaggedPairProcess.random(_alphabet(tokenizer, settings.alphabet_size, settings.seed),
                                  torch.Generator().manual_seed(settings.seed))
     _train(model, process, settings)
     model.generation_config.do_sample = False

@@ -7,7 +7,7 @@ from sglang_eagle_ext.acceptance import DraftSettings, mean_accept_length, specu
 from sglang_eagle_ext.checkpoint import read_drafter
 from sglang_eagle_ext.cli.eval_cmd import load
 from sglang_eagle_ext.tiny.corpus import prompts
-from sglang_eagle_ext.tiny.distill import QUICK, build_tiny_drafter, built_with
+from sglang_eagle_ext.tiny.distill import DistillSettings, build_tiny_drafter, built_with
 
 
 def hf_greedy(model, prompt, count):
@@ -26,8 +26,8 @@ def test_written_drafter_reads_back_and_is_reused(shared_target, shared_drafter)
     spec = read_drafter(shared_drafter, target=shared_target).spec
     assert spec.num_layers == 2 and spec.has_vocab_map and spec.draft_vocab_size == 256
     assert spec.aux_layers.hidden_state_indices(8) == (2, 4, 5)  # the default taps, written out
-    assert built_with(shared_drafter) == QUICK
-    assert build_tiny_drafter(shared_drafter, shared_target, QUICK) == shared_drafter  # reused
+    assert built_with(shared_drafter) == DistillSettings()
+    assert build_tiny_drafter(shared_drafter, shared_target) == shared_drafter  # reused
 
 
 @pytest.mark.parametrize("settings", [DraftSettings(3, 1), DraftSettings(3, 3, 7)])

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from sglang_eagle_ext import cpu_shims
-from sglang_eagle_ext.tiny.markov import PairProcess
+from sglang_eagle_ext.tiny.markov import LaggedPairProcess
 from sglang_eagle_ext.tiny.target import (BUILD_RECORD, TinyTargetSettings, _alphabet,
                                           build_tiny_target)
 
@@ -30,30 +30,48 @@ def test_build_is_deterministic_and_loadable(tmp_path):
     assert tokenizer.decode(tokenizer(text).input_ids) == text  # byte-level BPE round-trips
 
 
-def test_trained_target_continues_the_pair_process(shared_target):
-    """Greedy next token = the likely successor of the last two tokens, on fresh process text,
-    with top-1/top-2 margins far above bf16 rounding."""
+def test_trained_target_continues_the_process(shared_target):
+    """Greedy next token = the likely successor of the two tokens before the current one, on
+    fresh process text, with top-1/top-2 margins far above bf16 rounding."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     settings = TinyTargetSettings()
     tokenizer = AutoTokenizer.from_pretrained(shared_target)
     model = AutoModelForCausalLM.from_pretrained(shared_target).eval()
     alphabet = _alphabet(tokenizer, settings.alphabet_size, settings.seed)
-    process = PairProcess.random(alphabet, torch.Generator().manual_seed(settings.seed))
+    process = LaggedPairProcess.random(alphabet, torch.Generator().manual_seed(settings.seed))
     text = process.sample(16, 72, torch.Generator().manual_seed(int(torch.randint(1 << 30, ()))))
     with torch.no_grad():
-        logits = model(text).logits[:, 1:-1]
+        logits = model(text).logits[:, 2:-1]  # position t predicts token t + 1
     index = torch.searchsorted(alphabet, text)
-    likely = alphabet[process.successors[index[:, :-2], index[:, 1:-1], 0]]
+    likely = alphabet[process.successors[index[:, :-3], index[:, 1:-2], 0]]
     assert (logits.argmax(-1) == likely).float().mean() > 0.95
     top = logits.topk(2, dim=-1).values
     assert (top[..., 0] - top[..., 1]).median() > 1.5  # ln(0.9 / 0.1) = 2.2 when learnt exactly
-    # The rule is second order: the current token alone leaves the next one open.
-    successors_of_b = {int(b): set() for b in range(alphabet.numel())}
-    for a in range(alphabet.numel()):
-        for b in range(alphabet.numel()):
-            successors_of_b[b].add(int(process.successors[a, b, 0]))
-    assert min(len(s) for s in successors_of_b.values()) >= 4
+    # The later token of the pair alone leaves the successor open: all K of them are possible.
+    for later in range(alphabet.numel()):
+        assert process.successors[:, later, 0].unique().numel() == alphabet.numel()
+
+
+def test_context_reaches_only_the_layers_after_the_context_layer(shared_target):
+    """Hidden states up to index context_layer are functions of the position's own token (the
+    same as for that token alone); from context_layer + 1 on they carry its neighbours."""
+    from transformers import AutoModelForCausalLM
+
+    from sglang_eagle_ext.reference.capture import CapturingTarget
+
+    settings = TinyTargetSettings()
+    model = AutoModelForCausalLM.from_pretrained(shared_target).eval()
+    depth = settings.num_layers
+    capture = CapturingTarget(model, range(depth + 1))
+    tokens = torch.randint(0, model.config.vocab_size, (3, 24))
+    with torch.no_grad():
+        in_context = capture(tokens).aux.view(3, 24, depth + 1, -1)
+        alone = capture(tokens.reshape(-1, 1)).aux.view(3, 24, depth + 1, -1)
+    difference = ((in_context - alone).norm(dim=-1) / alone.norm(dim=-1)).amax((0, 1))
+    local = settings.context_layer + 1
+    assert difference[:local].max() < 1e-5, difference
+    assert difference[local:].min() > 0.1, difference
 
 
 def test_reuse_and_refusal(tmp_path):
