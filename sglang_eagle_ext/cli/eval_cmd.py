@@ -34,8 +34,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="override the drafter's aux hidden-state indices, e.g. 2,4,5 "
                              "(index k = input of target layer k)")
     parser.add_argument("--compare-aux-layers", default=None,
-                        help="also measure with these aux hidden-state indices (e.g. a suspected "
-                             "wrong set such as 1,3,4) and print both sets of rows")
+                        help="also measure with these aux hidden-state indices (a suspected wrong "
+                             "set, e.g. the drafter's ids read in the other id convention: 1,3,4 "
+                             "for 2,4,5) and print them as a second column")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")

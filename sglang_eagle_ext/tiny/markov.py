@@ -26,7 +26,8 @@ ORDER = 3  # tokens drawn at random before the process takes over (the rule look
 @dataclass(frozen=True)
 class LaggedPairProcess:
     alphabet: torch.Tensor  # [K] token ids the process emits
-    successors: torch.Tensor  # [K, K, 2] alphabet positions: likely, rare successor of (x[t-2], x[t-1])
+    # [K, K, 2] alphabet positions: the likely and the rare successor of (x[t-2], x[t-1])
+    successors: torch.Tensor
 
     @classmethod
     def random(cls, alphabet: torch.Tensor, generator: torch.Generator) -> "LaggedPairProcess":

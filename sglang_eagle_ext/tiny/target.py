@@ -61,7 +61,7 @@ class TinyTargetSettings:
     # first training step on (and stay so on tokens the process never emits).
     lm_head_std: float = 0.6
     max_position_embeddings: int = 1024
-    # Training on the pair process (see the module docstring).
+    # Training on the lagged pair process (:mod:`.markov`).
     alphabet_size: int = 16  # K most frequent corpus tokens; K * K pairs to learn
     train_steps: int = 240
     train_batch: int = 8
@@ -244,7 +244,7 @@ def _build_into(directory: str, settings: TinyTargetSettings) -> None:
     _make_token_local(model, settings)
     _previous_token_heads(model, settings)
     process = LaggedPairProcess.random(_alphabet(tokenizer, settings.alphabet_size, settings.seed),
-                                 torch.Generator().manual_seed(settings.seed))
+                                       torch.Generator().manual_seed(settings.seed))
     _train(model, process, settings)
     model.generation_config.do_sample = False
     model.save_pretrained(directory)
