@@ -29,7 +29,8 @@ def speed_lines(results: dict):
     if not speed or "error" in speed:
         return
     arms = list(speed["arms"])
-    yield f"| measurement ({results['sglang']}, {speed['rounds']} rounds) | " + " | ".join(
+    yield (f"| measurement (SGLang {results['sglang']}, {results['date']}, commit {results['commit']}, "
+           f"{speed['rounds']} rounds) | ") + " | ".join(
         f"batch {key[len('batch'):]} ({speed[key]['new_tokens']} new tokens each)"
         for key in speed if key.startswith("batch")) + " |"
     shapes = [speed[key] for key in speed if key.startswith("batch")]
