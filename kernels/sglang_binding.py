@@ -2,8 +2,14 @@
 
 One switch, the environment variable ``SGLANG_EAGLE_EXT_TREE_KERNELS``:
 
-* ``triton`` (the default when CUDA is available): bind our kernels;
-* ``sglang`` (the default otherwise): leave SGLang's ops in place.
+* ``sglang`` (the default): leave SGLang's ops in place;
+* ``triton``: bind our kernels.
+
+Opt-in because, as bound here, they are drop-ins under SGLang's own Python (its argmax, softmax
+and renorm passes stay): the microbenchmarks show build and greedy faster but the drop-in sampling
+op slower at small shapes (``benchmarks/results/tree_kernels.md``), and end to end on 0.5.16 ours
+with them measured 0.80-1.04 of stock within the run's noise (``benchmarks/results/sglang_e2e.md``).
+Installing the plugin for a drafter should not change a server's verify path unasked.
 
 Binding points (SGLang looks every one of them up at call time), by feature detection: a point is
 bound when its module imports and has the attribute, whatever the release.
@@ -109,15 +115,9 @@ def _sampling_op():
     return _retrive_spelling(tree_speculative_sampling_target_only)
 
 
-def _default_choice() -> str:
-    import torch
-
-    return "triton" if torch.cuda.is_available() else "sglang"
-
-
 def selected_backend() -> str:
     """The switch's value: ``triton`` or ``sglang``."""
-    choice = os.environ.get(ENV_SWITCH, "").strip().lower() or _default_choice()
+    choice = os.environ.get(ENV_SWITCH, "").strip().lower() or "sglang"
     if choice not in CHOICES:
         raise ValueError(f"{ENV_SWITCH}={choice!r}: expected one of {', '.join(CHOICES)}")
     return choice

@@ -83,6 +83,7 @@ def test_unknown_choice_is_refused(monkeypatch):
         sglang_binding.apply()
 
 
-def test_default_follows_cuda(monkeypatch):
+def test_default_is_sglangs_ops(monkeypatch):
     monkeypatch.delenv(sglang_binding.ENV_SWITCH, raising=False)
-    assert sglang_binding.selected_backend() == ("triton" if torch.cuda.is_available() else "sglang")
+    assert sglang_binding.selected_backend() == "sglang"
+    assert sglang_binding.apply() == []

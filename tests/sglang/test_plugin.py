@@ -40,7 +40,7 @@ def test_sglang_plugin_loader_activates_our_class():
     assert "served by sglang_eagle_ext.sglang_model.LlamaForCausalLMEagle3" in line
     assert "patches: draft-config" in line
     # the registry import loads SGLang's scheduler after activation: the binding logs then,
-    # and on a machine without CUDA the switch defaults to SGLang's kernels
+    # and the switch defaults to SGLang's kernels
     assert "tree kernels: bound when SGLang's scheduler loads" in line
     assert any(l.startswith("sglang-eagle-ext: tree kernels (pid") and
                "SGLang's (SGLANG_EAGLE_EXT_TREE_KERNELS=sglang)" in l for l in lines), lines
