@@ -10,16 +10,7 @@ skipped elsewhere. Each test prints its counts (``-s`` shows them).
 import pytest
 import torch
 
-CUDA = torch.cuda.is_available()
-try:
-    import sgl_kernel  # SGLang's CUDA ops
-
-    HAVE_SGL_KERNEL = CUDA
-except Exception:  # CPU builds or missing wheel: any import failure means "not available"
-    HAVE_SGL_KERNEL = False
-
-needs_cuda = pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
-needs_sgl = pytest.mark.skipif(not HAVE_SGL_KERNEL, reason="needs a GPU and sgl_kernel")
+from gpu_marks import CUDA, needs_cuda, needs_sgl, sgl_kernel
 
 if CUDA:
     from sglang_eagle_ext.kernels import reference, tree_build, tree_sampling, verify_greedy
