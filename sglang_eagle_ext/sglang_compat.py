@@ -75,12 +75,16 @@ def eagle3_draft_parallel_spec():
 
 
 def draft_window_size() -> int | None:
-    """``--speculative-draft-window-size`` (0.5.12+), None where the option does not exist."""
+    """``--speculative-draft-window-size`` (0.5.12+), None where the option does not exist: the
+    runtime context's bags (0.5.17+), else the global server args (0.5.12 - 0.5.16)."""
     context = _runtime_context()
     for getter in ("get_spec", "get_server_args"):
         if context is not None and hasattr(context, getter):
             return getattr(getattr(context, getter)(), "speculative_draft_window_size", None)
-    return None
+    server_args = importlib.import_module("sglang.srt.server_args")
+    if not hasattr(server_args, "get_global_server_args"):
+        return None
+    return getattr(server_args.get_global_server_args(), "speculative_draft_window_size", None)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -81,9 +81,12 @@ class DraftAttention(nn.Module):
             base=spec.rope_theta, is_neox_style=True,
             rope_scaling=None if spec.rope_scaling is None else json.loads(spec.rope_scaling))
         sliding = spec.layer_types[layer_id] == "sliding_attention" and spec.sliding_window
+        window = sglang_compat.draft_window_size()  # the server's draft window wins, as upstream
+        if window is None:
+            window = spec.sliding_window if sliding else -1
         self.attn = RadixAttention(
             self.num_heads, spec.head_dim, spec.head_dim ** -0.5, num_kv_heads=self.num_kv_heads,
-            layer_id=layer_id, sliding_window_size=spec.sliding_window if sliding else -1,
+            layer_id=layer_id, sliding_window_size=window,
             quant_config=quant_config, prefix=_prefix(prefix, "attn"))
 
     def _per_head_norm(self, norm: RMSNorm, x: torch.Tensor) -> torch.Tensor:

@@ -128,3 +128,33 @@ def test_missing_tensor_is_an_error(tmp_path, sglang_dist, no_grad, monkeypatch)
     monkeypatch.setattr(DrafterCheckpoint, "load_tensors", without_k)
     with pytest.raises(DrafterError, match=r"layers\.1\.self_attn\.qkv_proj\.weight.*unloaded"):
         model.load_weights(iter(()))
+
+
+def test_draft_window_option_reaches_every_layer(tmp_path, sglang_dist, no_grad, monkeypatch):
+    """``--speculative-draft-window-size`` bounds every draft layer's attention, as upstream's class
+    does, and is reported to the attention backend; without it the checkpoint's own windows hold."""
+    import types
+
+    from sglang.srt import runtime_context, server_args
+
+    from sglang_eagle_ext import sglang_compat
+
+    window = int(torch.randint(8, 64, ()).item())
+    directory = fixtures.build("F7-speculators-2-layers", str(tmp_path / "d"))
+    monkeypatch.setattr(runtime_context, "get_spec",
+                        lambda: types.SimpleNamespace(speculative_draft_window_size=window))
+    model = build_draft(directory, target_for("F7"))
+    assert len(model.model.layers) == 2
+    assert [layer.self_attn.attn.sliding_window_size for layer in model.model.layers] == [window] * 2
+    assert model.get_attention_sliding_window_size() == window
+
+    # releases before the runtime context (0.5.12 - 0.5.16) keep the option in the global args
+    monkeypatch.setattr(sglang_compat, "_runtime_context", lambda: None)
+    monkeypatch.setattr(server_args, "get_global_server_args",
+                        lambda: types.SimpleNamespace(speculative_draft_window_size=window + 1), raising=False)
+    assert sglang_compat.draft_window_size() == window + 1
+
+    monkeypatch.undo()
+    unset = build_draft(directory, target_for("F7"))
+    assert [layer.self_attn.attn.sliding_window_size for layer in unset.model.layers] == [-1, -1]
+    assert unset.get_attention_sliding_window_size() is None
