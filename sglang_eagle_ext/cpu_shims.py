@@ -16,9 +16,10 @@ Two problems exist on a machine without CUDA (see README, "CPU support"):
 from __future__ import annotations
 
 import importlib.abc
-import importlib.machinery
 import os
 import sys
+
+from sglang_eagle_ext import sglang_compat
 
 _TORCHVISION_SCHEMAS = (
     "nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor",
@@ -55,30 +56,13 @@ _POST_IMPORT = {
 }
 
 
-class _PatchingLoader(importlib.abc.Loader):
-    def __init__(self, inner, patch):
-        self._inner, self._patch = inner, patch
+class _TorchvisionSchemaFinder(importlib.abc.MetaPathFinder):
+    """Defines the torchvision schemas just before torchvision is first imported, then steps aside."""
 
-    def create_module(self, spec):
-        return self._inner.create_module(spec)
-
-    def exec_module(self, module):
-        self._inner.exec_module(module)
-        self._patch(module)
-
-
-class _CpuShimFinder(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path=None, target=None):
         if name == "torchvision":
             _define_torchvision_schemas()
-            return None
-        patch = _POST_IMPORT.get(name)
-        if patch is None:
-            return None
-        spec = importlib.machinery.PathFinder.find_spec(name, path)
-        if spec is not None and spec.loader is not None:
-            spec.loader = _PatchingLoader(spec.loader, patch)
-        return spec
+        return None
 
 
 def install() -> bool:
@@ -87,8 +71,10 @@ def install() -> bool:
 
     if torch.version.cuda is not None:
         return False
-    if not any(isinstance(finder, _CpuShimFinder) for finder in sys.meta_path):
+    if not any(isinstance(finder, _TorchvisionSchemaFinder) for finder in sys.meta_path):
         if "torchvision" in sys.modules:
             raise RuntimeError("install() must run before torchvision is imported")
-        sys.meta_path.insert(0, _CpuShimFinder())
+        sys.meta_path.insert(0, _TorchvisionSchemaFinder())
+        for name, patch in _POST_IMPORT.items():
+            sglang_compat.after_import(name, patch)
     return True
