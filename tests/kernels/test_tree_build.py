@@ -4,6 +4,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tree_fixtures import draw_tree_shape
 
 from sglang_eagle_ext.kernels import reference, tree_build
 from sglang_eagle_ext.kernels.draft_trees import orphan_some_nodes, random_draft_tree
@@ -19,10 +20,7 @@ FUZZ = settings(max_examples=300, deadline=None)
 
 @st.composite
 def draft_rounds(draw):
-    topk = draw(st.integers(1, 5))
-    steps = draw(st.integers(1, 5))
-    capacity = topk + (steps - 1) * topk * topk
-    n = draw(st.integers(2, min(capacity, 40) + 1))
+    topk, steps, n = draw_tree_shape(draw, max_topk=5, max_steps=5, max_n=40)
     mode = draw(st.sampled_from([FULL_MASK, QLEN_ONLY] + ([QLEN_ONLY_BITPACKING] if n <= 32 else [])))
     return dict(bs=draw(st.integers(1, 4)), topk=topk, steps=steps, n=n, mode=mode,
                 ties=draw(st.sampled_from([None, 3, 20])), orphans=draw(st.booleans()),

@@ -7,7 +7,7 @@ differ only when a coin lands within float rounding of a CDF step (probability ~
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tree_fixtures import assert_same, built_tree, favour_children, poisoned_outputs
+from tree_fixtures import assert_same, built_tree, draw_tree_shape, favour_children, poisoned_outputs
 
 from sglang_eagle_ext.kernels import reference, tree_sampling
 
@@ -16,9 +16,7 @@ VOCAB = 40
 
 @st.composite
 def sampling_rounds(draw):
-    topk = draw(st.integers(1, 4))
-    steps = draw(st.integers(1, 4))
-    n = draw(st.integers(2, min(topk + (steps - 1) * topk * topk, 20) + 1))
+    topk, steps, n = draw_tree_shape(draw, max_topk=4, max_steps=4, max_n=20)
     thresholds = draw(st.sampled_from([(1.0, 1.0), (1.0, 1.0), (0.0, 0.0), (0.5, 0.3), (0.9, 1.0)]))
     return dict(bs=draw(st.integers(1, 3)), topk=topk, steps=steps, n=n, seed=draw(st.integers(0, 2**31 - 1)),
                 orphans=draw(st.booleans()), thresholds=thresholds, boost=draw(st.sampled_from([0.0, 3.0, 8.0])))

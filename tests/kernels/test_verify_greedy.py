@@ -3,7 +3,7 @@
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tree_fixtures import assert_same, built_tree, favour_children, poisoned_outputs
+from tree_fixtures import assert_same, built_tree, draw_tree_shape, favour_children, poisoned_outputs
 
 from sglang_eagle_ext.kernels import reference, verify_greedy, workspace
 
@@ -12,9 +12,7 @@ VOCAB = 40
 
 @st.composite
 def verify_rounds(draw):
-    topk = draw(st.integers(1, 4))
-    steps = draw(st.integers(1, 4))
-    n = draw(st.integers(2, min(topk + (steps - 1) * topk * topk, 24) + 1))
+    topk, steps, n = draw_tree_shape(draw, max_topk=4, max_steps=4, max_n=24)
     return dict(bs=draw(st.integers(1, 4)), topk=topk, steps=steps, n=n, seed=draw(st.integers(0, 2**31 - 1)),
                 orphans=draw(st.booleans()), dtype=draw(st.sampled_from([torch.float32, torch.bfloat16])))
 

@@ -1,9 +1,18 @@
 """Helpers for the kernel tests: built verify trees and outputs poisoned before every call."""
 
 import torch
+from hypothesis import strategies as st
 
 from sglang_eagle_ext.kernels import tree_build
 from sglang_eagle_ext.kernels.draft_trees import orphan_some_nodes, random_draft_tree
+
+
+def draw_tree_shape(draw, *, max_topk: int, max_steps: int, max_n: int):
+    """(topk, steps, n) of a draft round: n from 2 up to one more than the tree's draft nodes
+    (the root plus ``topk + (steps - 1) * topk**2`` candidates) or ``max_n + 1``."""
+    topk = draw(st.integers(1, max_topk))
+    steps = draw(st.integers(1, max_steps))
+    return topk, steps, draw(st.integers(2, min(topk + (steps - 1) * topk * topk, max_n) + 1))
 
 
 def built_tree(seed: int, bs: int, topk: int, steps: int, n: int, *, vocab: int, orphans: bool = False):
