@@ -29,6 +29,8 @@ from sglang_eagle_ext.kernels.tree_walk import pick, tree_entry, write_accept_sl
 SELECT_MAX = 64  # top-k up to this, and top-p alone within this many best tokens, decided from the shortlists
 SHORTLIST_SLOTS = 128  # (key, index) slots per chunk shortlist: the best SELECT_MAX tokens plus ties and slack
 CHUNK = 16384  # logits per program of the row pass
+TILE = 1024  # logits per loop step of a row-pass program
+CHUNK_PASS_WARPS = 4
 GROUPS = 256  # a chunk's tokens fall into this many groups (>= SELECT_MAX); their maxima bound its ranks
 
 
@@ -121,10 +123,6 @@ def _sampling_target_only_kernel(predicts_ptr, accept_index_ptr, accept_num_ptr,
 _launch_sampling_target_only = Launcher(_sampling_target_only_kernel)
 
 
-def _block_n(n: int) -> int:
-    return max(16, triton.next_power_of_2(n))
-
-
 def tree_speculative_sampling_target_only(predicts: torch.Tensor, accept_index: torch.Tensor,
                                           accept_token_num: torch.Tensor, candidates: torch.Tensor,
                                           retrive_index: torch.Tensor, retrive_next_token: torch.Tensor,
@@ -206,35 +204,23 @@ def _request_filters(temperatures_ptr, top_ks_ptr, top_ps_ptr, b, vocab):
 
 
 @triton.jit
-def _lower_bound_of_rank(group_keys, rank, ROUNDS: tl.constexpr):
-    """A key ``t`` with at least ``rank`` of ``group_keys`` >= ``t`` (1 <= rank <= their number),
-    close below the rank-th largest of them: ROUNDS 16-way splits of the key range, counted in
-    registers. Stopping early only lowers ``t`` a little, which keeps the bound valid."""
-    low = tl.min(group_keys, axis=0).to(tl.int64)  # all keys are >= it: the invariant holds
-    high = tl.max(group_keys, axis=0).to(tl.int64) + 1  # none is: fewer than rank
-    ways = tl.arange(0, 16).to(tl.int64)
-    for _ in tl.static_range(ROUNDS):
-        thresholds = low + ways * (high - low) // 16  # below high, so int32 holds them
-        counts = tl.sum((group_keys[:, None] >= thresholds.to(tl.int32)[None, :]).to(tl.int32), axis=0)
-        enough = counts >= rank  # a prefix of the thresholds (counts fall as thresholds rise)
-        new_low = tl.max(tl.where(enough, thresholds, low), axis=0)
-        high = tl.min(tl.where(enough, high, thresholds), axis=0)
-        low = new_low
-    return low.to(tl.int32)
-
-
-@triton.jit
 def _chunk_pass_kernel(logits_ptr, stride_row, temperatures_ptr, top_ks_ptr, top_ps_ptr, stats_ptr,
-                       shortlist_ptr, n, vocab, num_chunks, select_max, CHUNK: tl.constexpr,
-                       GROUPS: tl.constexpr, SLOTS: tl.constexpr, ROUNDS: tl.constexpr):
-    """Statistics and shortlist of one chunk of one row, from one read of its logits.
+                       shortlist_ptr, n, vocab, num_chunks, select_max, CHUNK: tl.constexpr, TILE: tl.constexpr,
+                       GROUPS: tl.constexpr, SLOTS: tl.constexpr):
+    """Statistics and shortlist of one chunk of one row, reading its logits once from memory.
 
     Stats record (int32 x4): chunk max, ``sum exp2((z - chunk max) * scale)`` (both float bits),
     the shortlist floor (int32 key) and the number of tokens at or above it (may exceed SLOTS:
     the shortlist then overflowed). The shortlist holds, in vocabulary order, every token of the
     chunk whose key is >= the floor, packed ``key << 32 | index``. The floor is at most the
     chunk's s-th largest key (s = top-k, or ``select_max`` for top-p alone): the chunk's tokens
-    form GROUPS groups (strided), and at least s group maxima (s distinct tokens) are >= it.
+    form GROUPS groups (token i of the chunk in group i mod GROUPS), and the floor is the s-th
+    largest group maximum, so s distinct tokens are >= it.
+
+    Two streaming sweeps of TILE tokens: the first takes the group maxima (max only: the memory
+    read); the second, over the same few tens of KB just read (served from L2), the mass against
+    the chunk max and the tokens at or above the floor. Small tiles in a loop keep registers low
+    and many programs resident, which is what hides the memory latency.
     """
     row = tl.program_id(0)
     chunk = tl.program_id(1)
@@ -244,27 +230,39 @@ def _chunk_pass_kernel(logits_ptr, stride_row, temperatures_ptr, top_ks_ptr, top
     # beyond what shortlists decide, and nothing is collected.
     cover = tl.where(top_k_active, tl.where(top_k <= select_max, top_k, 0), tl.where(top_p_active, select_max, 0))
 
-    DEPTH: tl.constexpr = CHUNK // GROUPS
-    index = chunk * CHUNK + tl.arange(0, DEPTH)[:, None] * GROUPS + tl.arange(0, GROUPS)[None, :]
-    valid = index < vocab
-    z = _logits(logits_ptr + row.to(tl.int64) * stride_row, index, valid)
-    chunk_max = tl.max(tl.max(z, axis=1), axis=0)
-    mass = tl.sum(tl.sum(tl.exp2((z - chunk_max) * scale), axis=1), axis=0)
-    mass = tl.where(chunk_max > float("-inf"), mass, 0.0)  # an all -inf chunk holds no mass
-    key = _order_key32(z)
+    DEPTH: tl.constexpr = TILE // GROUPS
+    # Row-major order of a tile is vocabulary order, so the shortlist comes out sorted by index.
+    offsets = tl.arange(0, DEPTH)[:, None] * GROUPS + tl.arange(0, GROUPS)[None, :]
+    row_ptr = logits_ptr + row.to(tl.int64) * stride_row
+    first = chunk * CHUNK
+    group_max = tl.full((GROUPS,), float("-inf"), tl.float32)
+    for start in range(0, CHUNK, TILE):
+        index = first + start + offsets
+        group_max = tl.maximum(group_max, tl.max(_logits(row_ptr, index, index < vocab), axis=0))
+    chunk_max = tl.max(group_max, axis=0)
+    floor = tl.full((), 0x7FFFFFFF, tl.int32)
+    if cover > 0:
+        floor = pick(tl.sort(_order_key32(group_max), descending=True), tl.arange(0, GROUPS), cover - 1)
 
     record = row.to(tl.int64) * num_chunks + chunk
-    floor = tl.full((), 0x7FFFFFFF, tl.int32)
+    lane_mass = tl.zeros((DEPTH, GROUPS), dtype=tl.float32)
     count = tl.zeros((), dtype=tl.int32)
-    if cover > 0:
-        floor = _lower_bound_of_rank(tl.max(key, axis=0), cover, ROUNDS)
-        collect = (valid & (key >= floor)).to(tl.int32)
-        per_line = tl.sum(collect, axis=1)
-        # Row-major order of the tile is vocabulary order, so the shortlist comes out sorted by index.
-        slot = (tl.cumsum(per_line, axis=0) - per_line)[:, None] + tl.cumsum(collect, axis=1) - collect
-        count = tl.sum(per_line, axis=0)
-        packed = (key.to(tl.int64) << 32) | index.to(tl.int64)
-        tl.store(shortlist_ptr + record * SLOTS + slot, packed, mask=(collect > 0) & (slot < SLOTS))
+    for start in range(0, CHUNK, TILE):
+        index = first + start + offsets
+        valid = index < vocab
+        z = _logits(row_ptr, index, valid)
+        lane_mass += tl.exp2((z - chunk_max) * scale)
+        if cover > 0:
+            collect = (valid & (_order_key32(z) >= floor)).to(tl.int32)
+            per_line = tl.sum(collect, axis=1)
+            tile_count = tl.sum(per_line, axis=0)
+            if tile_count > 0:
+                slot = count + (tl.cumsum(per_line, axis=0) - per_line)[:, None] + tl.cumsum(collect, axis=1) - collect
+                packed = (_order_key32(z).to(tl.int64) << 32) | index.to(tl.int64)
+                tl.store(shortlist_ptr + record * SLOTS + slot, packed, mask=(collect > 0) & (slot < SLOTS))
+            count += tile_count
+    mass = tl.sum(tl.sum(lane_mass, axis=1), axis=0)
+    mass = tl.where(chunk_max > float("-inf"), mass, 0.0)  # an all -inf chunk holds no mass
     stats = stats_ptr + record * 4
     tl.store(stats, chunk_max.to(tl.int32, bitcast=True))
     tl.store(stats + 1, mass.to(tl.int32, bitcast=True))
@@ -438,25 +436,32 @@ def _token_prob(row_ptr, token, scale, row_max, floor_key, total):
 
 
 @triton.jit
-def _is_rejected(index, rejected):
-    return tl.max((index[:, None] == rejected[None, :]).to(tl.int32), axis=1) > 0
-
-
-@triton.jit
-def _filtered_residual(row_ptr, scale, row_max, floor_key, total, rejected, index, mask):
-    """Filtered target probabilities of a tile, zero at the ``rejected`` tokens (-1 = none)."""
-    z = _logits(row_ptr, index, mask)
-    p = tl.where(mask & (_order_key(z) >= floor_key), tl.exp2((z - row_max) * scale) / total, 0.0)
-    tile_start = tl.min(index, axis=0)
-    in_tile = (rejected >= tile_start) & (rejected < tile_start + index.shape[0])
-    if tl.max(in_tile.to(tl.int32), axis=0) > 0:  # rare: compare only where a rejected token lies
-        p = tl.where(_is_rejected(index, rejected), 0.0, p)
+def _without_tried_children(p, index, cand_ptr, next_token_ptr, next_sibling_ptr, b, n, parent, active):
+    """``p`` over tokens ``index``, zero at the tokens of ``parent``'s children when ``active``:
+    the residual of the last accepted row drops the children tried there (walked from memory,
+    a few compares per child, instead of a tile-by-children broadcast)."""
+    cur = tl.where(active, tree_entry(next_token_ptr, b, n, parent), -1)
+    steps = tl.zeros((), dtype=tl.int32)
+    while (cur != -1) & (steps < n):
+        p = tl.where(index == tree_entry(cand_ptr, b, n, cur), 0.0, p)
+        cur = tree_entry(next_sibling_ptr, b, n, cur)
+        steps += 1
     return p
 
 
 @triton.jit
+def _filtered_residual(row_ptr, scale, row_max, floor_key, total, index, mask, cand_ptr, next_token_ptr,
+                       next_sibling_ptr, b, n, parent, drop_children):
+    """Filtered target probabilities of a tile, without the tried children (see above)."""
+    z = _logits(row_ptr, index, mask)
+    p = tl.where(mask & (_order_key(z) >= floor_key), tl.exp2((z - row_max) * scale) / total, 0.0)
+    return _without_tried_children(p, index, cand_ptr, next_token_ptr, next_sibling_ptr, b, n, parent, drop_children)
+
+
+@triton.jit
 def _draw_from_shortlists(shortlist_ptr, stats_ptr, first_record, num_chunks, row_max, scale, floor_key, total,
-                          rejected, coin, vocab, CHUNKS: tl.constexpr, SLOTS: tl.constexpr):
+                          coin, vocab, cand_ptr, next_token_ptr, next_sibling_ptr, b, n, parent, drop_children,
+                          CHUNKS: tl.constexpr, SLOTS: tl.constexpr):
     """The residual draw when every kept token is in the row's shortlists, which lie in
     vocabulary order already: the inverse CDF in registers."""
     counts = tl.load(stats_ptr + (first_record + tl.arange(0, CHUNKS)) * 4 + 3, mask=tl.arange(0, CHUNKS) < num_chunks,
@@ -464,21 +469,23 @@ def _draw_from_shortlists(shortlist_ptr, stats_ptr, first_record, num_chunks, ro
     packed, present = _shortlist(shortlist_ptr, first_record, num_chunks, counts, CHUNKS, SLOTS)
     keys = (packed >> 32) + 0x80000000
     index = tl.where(present, packed & 0xFFFFFFFF, vocab)
-    kept = present & (keys >= floor_key) & ~_is_rejected(index, rejected)
-    w = tl.where(kept, tl.exp2((_key_value(keys) - row_max) * scale) / total, 0.0)
+    w = tl.where(present & (keys >= floor_key), tl.exp2((_key_value(keys) - row_max) * scale) / total, 0.0)
+    w = _without_tried_children(w, index, cand_ptr, next_token_ptr, next_sibling_ptr, b, n, parent, drop_children)
     running, sampled, last_positive = _draw_tile(w, index, coin * tl.sum(w, axis=0), tl.zeros((), tl.float32),
                                                  tl.full((), -1, tl.int64), tl.full((), -1, tl.int64), vocab)
     return _drawn_token(sampled, last_positive, vocab)
 
 
 @triton.jit
-def _draw_from_row(row_ptr, scale, row_max, floor_key, total, rejected, coin, vocab, BLOCK_V: tl.constexpr):
+def _draw_from_row(row_ptr, scale, row_max, floor_key, total, coin, vocab, cand_ptr, next_token_ptr,
+                   next_sibling_ptr, b, n, parent, drop_children, BLOCK_V: tl.constexpr):
     """The residual draw over the whole row (unfiltered rows, fallback rows): two passes."""
     lanes = tl.arange(0, BLOCK_V)
     residual = tl.zeros((BLOCK_V,), dtype=tl.float32)
     for offset in range(0, vocab, BLOCK_V):
         index = offset + lanes
-        residual += _filtered_residual(row_ptr, scale, row_max, floor_key, total, rejected, index, index < vocab)
+        residual += _filtered_residual(row_ptr, scale, row_max, floor_key, total, index, index < vocab, cand_ptr,
+                                       next_token_ptr, next_sibling_ptr, b, n, parent, drop_children)
     threshold = coin * tl.sum(residual, axis=0)
     running = tl.zeros((), dtype=tl.float32)
     sampled = tl.full((), -1, tl.int64)
@@ -486,33 +493,20 @@ def _draw_from_row(row_ptr, scale, row_max, floor_key, total, rejected, coin, vo
     offset = tl.zeros((), dtype=tl.int64)
     while (offset < vocab) & (sampled < 0):
         index = offset + lanes
-        w = _filtered_residual(row_ptr, scale, row_max, floor_key, total, rejected, index, index < vocab)
+        w = _filtered_residual(row_ptr, scale, row_max, floor_key, total, index, index < vocab, cand_ptr,
+                               next_token_ptr, next_sibling_ptr, b, n, parent, drop_children)
         running, sampled, last_positive = _draw_tile(w, index, threshold, running, sampled, last_positive, vocab)
         offset += BLOCK_V
     return _drawn_token(sampled, last_positive, vocab)
 
 
 @triton.jit
-def _children_tokens(cand_ptr, next_token_ptr, next_sibling_ptr, b, n, parent, nodes):
-    """Tokens of ``parent``'s children at their node positions over ``nodes``, -1 elsewhere."""
-    tokens = tl.full(nodes.shape, -1, tl.int64)
-    cur = tree_entry(next_token_ptr, b, n, parent)
-    steps = tl.zeros((), dtype=tl.int32)
-    while (cur != -1) & (steps < n):
-        tokens = tl.where(nodes == cur, tree_entry(cand_ptr, b, n, cur), tokens)
-        cur = tree_entry(next_sibling_ptr, b, n, cur)
-        steps += 1
-    return tokens
-
-
-@triton.jit
 def _walk_kernel(predicts_ptr, accept_index_ptr, accept_num_ptr, cand_ptr, retrive_index_ptr, next_token_ptr,
                  next_sibling_ptr, coins_ptr, final_coins_ptr, logits_ptr, stride_row, temperatures_ptr, top_ks_ptr,
                  top_ps_ptr, stats_ptr, shortlist_ptr, threshold_single, threshold_acc, n, max_accepts, vocab,
-                 num_chunks, select_max, BLOCK_N: tl.constexpr, BLOCK_V: tl.constexpr, CHUNKS: tl.constexpr,
+                 num_chunks, select_max, BLOCK_V: tl.constexpr, CHUNKS: tl.constexpr,
                  SLOTS: tl.constexpr):
     b = tl.program_id(0)
-    nodes = tl.arange(0, BLOCK_N)
     scale, top_k, top_p, top_k_active, top_p_active = _request_filters(
         temperatures_ptr, top_ks_ptr, top_ps_ptr, b, vocab)
 
@@ -520,46 +514,56 @@ def _walk_kernel(predicts_ptr, accept_index_ptr, accept_num_ptr, cand_ptr, retri
     last_local = tl.zeros((), dtype=tl.int64)
     write_accept_slot(accept_index_ptr, b, max_accepts, 0, last_row)
     row_ptr = logits_ptr + last_row * stride_row
-    row_max, floor_key, total, in_shortlists = _row_filter(
-        row_ptr, stats_ptr, shortlist_ptr, last_row * num_chunks, num_chunks, vocab, scale, top_k, top_p,
-        top_k_active, top_p_active, select_max, BLOCK_V, CHUNKS, SLOTS)
+    row_max = tl.zeros((), dtype=tl.float32)
+    floor_key = tl.zeros((), dtype=tl.int64)
+    total = tl.zeros((), dtype=tl.float32)
+    in_shortlists = tl.zeros((), dtype=tl.int1)
     coin = tl.load(coins_ptr + b.to(tl.int64) * n)
     prob_acc = tl.zeros((), dtype=tl.float32)
     accepted = tl.zeros((), dtype=tl.int32)
     cur = tree_entry(next_token_ptr, b, n, 0)
     steps = tl.zeros((), dtype=tl.int32)
-    while (cur != -1) & (accepted < max_accepts) & (steps < n):
-        token = tree_entry(cand_ptr, b, n, cur)
-        q = _token_prob(row_ptr, token, scale, row_max, floor_key, total)
-        prob_acc += q
-        if _accept(coin, prob_acc, q, threshold_single, threshold_acc):
-            prob_acc = 0.0
-            coin = tl.load(coins_ptr + b.to(tl.int64) * n + cur)
-            tl.store(predicts_ptr + last_row, token.to(tl.int32))
-            accepted += 1
-            last_row = tree_entry(retrive_index_ptr, b, n, cur)
-            last_local = cur
-            write_accept_slot(accept_index_ptr, b, max_accepts, accepted, last_row)
-            row_ptr = logits_ptr + last_row * stride_row
+    # One loop step either filters the row just reached (first, and after each accept, also
+    # after the last one: the bonus draw needs it) or tries one child there. A single call
+    # site of the filter, whose exact fallback passes are large, halves the compiled code.
+    unfiltered = tl.full((), 1, tl.int1)
+    while unfiltered | ((cur != -1) & (accepted < max_accepts) & (steps < n)):
+        if unfiltered:
             row_max, floor_key, total, in_shortlists = _row_filter(
                 row_ptr, stats_ptr, shortlist_ptr, last_row * num_chunks, num_chunks, vocab, scale, top_k, top_p,
                 top_k_active, top_p_active, select_max, BLOCK_V, CHUNKS, SLOTS)
-            cur = tree_entry(next_token_ptr, b, n, cur)
+            unfiltered = False
         else:
-            cur = tree_entry(next_sibling_ptr, b, n, cur)
-        steps += 1
+            token = tree_entry(cand_ptr, b, n, cur)
+            q = _token_prob(row_ptr, token, scale, row_max, floor_key, total)
+            prob_acc += q
+            if _accept(coin, prob_acc, q, threshold_single, threshold_acc):
+                prob_acc = 0.0
+                coin = tl.load(coins_ptr + b.to(tl.int64) * n + cur)
+                tl.store(predicts_ptr + last_row, token.to(tl.int32))
+                accepted += 1
+                last_row = tree_entry(retrive_index_ptr, b, n, cur)
+                last_local = cur
+                write_accept_slot(accept_index_ptr, b, max_accepts, accepted, last_row)
+                row_ptr = logits_ptr + last_row * stride_row
+                unfiltered = True
+                cur = tree_entry(next_token_ptr, b, n, cur)
+            else:
+                cur = tree_entry(next_sibling_ptr, b, n, cur)
+            steps += 1
     tl.store(accept_num_ptr + b, accepted)
 
     # Residual at the last accepted row: the children tried there were all rejected (unless the
     # walk stopped at full depth), so their tokens drop out of the target distribution.
-    rejected = _children_tokens(cand_ptr, next_token_ptr, next_sibling_ptr, b, n, last_local, nodes)
-    rejected = tl.where(accepted < max_accepts, rejected, -1)
+    drop_children = accepted < max_accepts
     final_coin = tl.load(final_coins_ptr + b)
     if in_shortlists:
         token = _draw_from_shortlists(shortlist_ptr, stats_ptr, last_row * num_chunks, num_chunks, row_max, scale,
-                                      floor_key, total, rejected, final_coin, vocab, CHUNKS, SLOTS)
+                                      floor_key, total, final_coin, vocab, cand_ptr, next_token_ptr,
+                                      next_sibling_ptr, b, n, last_local, drop_children, CHUNKS, SLOTS)
     else:
-        token = _draw_from_row(row_ptr, scale, row_max, floor_key, total, rejected, final_coin, vocab, BLOCK_V)
+        token = _draw_from_row(row_ptr, scale, row_max, floor_key, total, final_coin, vocab, cand_ptr, next_token_ptr,
+                               next_sibling_ptr, b, n, last_local, drop_children, BLOCK_V)
     tl.store(predicts_ptr + last_row, token.to(tl.int32))
 
 
@@ -622,7 +626,7 @@ def tree_sampling_from_logits(predicts: torch.Tensor, accept_index: torch.Tensor
         (bs,), predicts, accept_index, accept_token_num, candidates, retrive_index, retrive_next_token,
         retrive_next_sibling, uniform_samples, uniform_samples_for_final_sampling, logits, logits.stride(0),
         temperatures, top_ks, top_ps, stats, shortlists, float(threshold_single), max(float(threshold_acc), 1e-9), n,
-        accept_index.shape[1] - 1, logits.shape[1], num_chunks, select_max, BLOCK_N=_block_n(n), BLOCK_V=block_v,
+        accept_index.shape[1] - 1, logits.shape[1], num_chunks, select_max, BLOCK_V=block_v,
         CHUNKS=triton.next_power_of_2(num_chunks), SLOTS=scratch_slots, num_warps=_warps(block_v))
 
 
@@ -632,19 +636,21 @@ def _warps(block_v: int) -> int:
 
 def chunk_pass(logits: torch.Tensor, n: int, temperatures: torch.Tensor, top_ks: torch.Tensor,
                top_ps: torch.Tensor, block_v: int = CHUNK, scratch_slots: int = SHORTLIST_SLOTS,
-               num_warps: int | None = None):
-    """Launch 1 of :func:`tree_sampling_from_logits` alone (exposed for tests): returns the
-    statistics ``[rows, chunks, 4]`` int32, the shortlists ``[rows, chunks, scratch_slots]`` int64,
-    the number of chunks and the coverage bound ``select_max`` the shortlists were built for."""
+               tile: int = TILE, num_warps: int = CHUNK_PASS_WARPS):
+    """Launch 1 of :func:`tree_sampling_from_logits` alone (exposed for tests and tuning): returns
+    the statistics ``[rows, chunks, 4]`` int32, the shortlists ``[rows, chunks, scratch_slots]``
+    int64, the number of chunks and the coverage bound ``select_max`` the shortlists were built
+    for. ``tile`` (a power of two; capped at ``block_v``) and ``num_warps`` change speed only."""
     rows, vocab = logits.shape
     assert rows % n == 0 and logits.stride(1) == 1
-    groups = min(GROUPS, max(block_v // 2, 1))
+    tile = min(tile, block_v)
+    groups = min(GROUPS, max(block_v // 2, 1), tile)
     num_chunks = triton.cdiv(vocab, block_v)
     select_max = min(SELECT_MAX, groups, scratch_slots // 2)
     stats = torch.empty((rows, num_chunks, 4), dtype=torch.int32, device=logits.device)
     shortlists = torch.empty((rows, num_chunks, scratch_slots), dtype=torch.int64, device=logits.device)
     _launch_chunk_pass(
         (rows, num_chunks), logits, logits.stride(0), temperatures, top_ks, top_ps, stats, shortlists, n, vocab,
-        num_chunks, select_max, CHUNK=block_v, GROUPS=groups, SLOTS=scratch_slots, ROUNDS=4,
-        num_warps=num_warps or _warps(block_v))
+        num_chunks, select_max, CHUNK=block_v, TILE=tile, GROUPS=groups, SLOTS=scratch_slots,
+        num_warps=num_warps)
     return stats, shortlists, num_chunks, select_max

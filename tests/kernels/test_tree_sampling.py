@@ -91,11 +91,12 @@ def _key(x: torch.Tensor) -> torch.Tensor:
 
 @settings(max_examples=40, deadline=None)
 @given(st.integers(0, 2**31 - 1), st.sampled_from(TILINGS), st.sampled_from([-1, 1, 3, 4, 8, 9]),
-       st.sampled_from([1.0, 0.5]), st.booleans())
-def test_chunk_pass_shortlists_every_token_at_or_above_a_valid_floor(seed, tiling, top_k, top_p, ties):
+       st.sampled_from([1.0, 0.5]), st.booleans(), st.sampled_from([2, 4, 64]))
+def test_chunk_pass_shortlists_every_token_at_or_above_a_valid_floor(seed, tiling, top_k, top_p, ties, tile):
     """Launch 1 alone: per chunk, the max and mass are the chunk's; the shortlist is exactly the
     chunk's tokens at or above the floor, in vocabulary order; the floor is at most the chunk's
-    s-th largest logit (s = top-k, or the coverage for top-p alone), so no better token is missed."""
+    s-th largest logit (s = top-k, or the coverage for top-p alone), so no better token is missed.
+    Tiles of 2 and 4 tokens make each chunk several loop steps (shortlist slots carried over)."""
     block_v, slots = tiling
     gen = torch.Generator().manual_seed(seed)
     rows, vocab = 3, 37
@@ -105,7 +106,7 @@ def test_chunk_pass_shortlists_every_token_at_or_above_a_valid_floor(seed, tilin
     temperature = 0.7
     stats, shortlists, chunks, select_max = tree_sampling.chunk_pass(
         logits, 1, torch.full((rows,), temperature), torch.full((rows,), top_k, dtype=torch.int32),
-        torch.full((rows,), top_p), block_v, slots)
+        torch.full((rows,), top_p), block_v, slots, tile=tile)
     cover = (top_k if top_k <= select_max else 0) if 0 < top_k < vocab else (select_max if top_p < 1 else 0)
     for r in range(rows):
         for c in range(chunks):
