@@ -205,22 +205,24 @@ def _request_filters(temperatures_ptr, top_ks_ptr, top_ps_ptr, b, vocab):
 
 @triton.jit
 def _chunk_pass_kernel(logits_ptr, stride_row, temperatures_ptr, top_ks_ptr, top_ps_ptr, stats_ptr,
-                       shortlist_ptr, n, vocab, num_chunks, select_max, CHUNK: tl.constexpr, TILE: tl.constexpr,
-                       GROUPS: tl.constexpr, SLOTS: tl.constexpr):
+                       shortlist_ptr, counters_ptr, n, vocab, num_chunks, select_max, CHUNK: tl.constexpr,
+                       TILE: tl.constexpr, GROUPS: tl.constexpr, SLOTS: tl.constexpr):
     """Statistics and shortlist of one chunk of one row, reading its logits once from memory.
 
     Stats record (int32 x4): chunk max, ``sum exp2((z - chunk max) * scale)`` (both float bits),
     the shortlist floor (int32 key) and the number of tokens at or above it (may exceed SLOTS:
-    the shortlist then overflowed). The shortlist holds, in vocabulary order, every token of the
-    chunk whose key is >= the floor, packed ``key << 32 | index``. The floor is at most the
+    the shortlist then overflowed). The shortlist holds, in no particular order, every token of
+    the chunk whose key is >= the floor, packed ``key << 32 | index``. The floor is at most the
     chunk's s-th largest key (s = top-k, or ``select_max`` for top-p alone): the chunk's tokens
-    form GROUPS groups (token i of the chunk in group i mod GROUPS), and the floor is the s-th
-    largest group maximum, so s distinct tokens are >= it.
+    fall into GROUPS groups, and the floor is the s-th largest group maximum, so s distinct
+    tokens are >= it.
 
-    Two streaming sweeps of TILE tokens: the first takes the group maxima (max only: the memory
-    read); the second, over the same few tens of KB just read (served from L2), the mass against
-    the chunk max and the tokens at or above the floor. Small tiles in a loop keep registers low
-    and many programs resident, which is what hides the memory latency.
+    Two streaming sweeps of TILE tokens with no exchange between lanes inside the loops: the
+    first keeps a running max per lane (the memory read); the second, over the same tens of KB
+    just read (served from L2), accumulates the mass per lane against the chunk max and appends
+    each token at or above the floor (about s per chunk) to the shortlist through an atomic
+    counter. ``counters_ptr`` holds one int32 per record, any value on entry: slots are counted
+    from the value read first.
     """
     row = tl.program_id(0)
     chunk = tl.program_id(1)
@@ -230,44 +232,44 @@ def _chunk_pass_kernel(logits_ptr, stride_row, temperatures_ptr, top_ks_ptr, top
     # beyond what shortlists decide, and nothing is collected.
     cover = tl.where(top_k_active, tl.where(top_k <= select_max, top_k, 0), tl.where(top_p_active, select_max, 0))
 
-    DEPTH: tl.constexpr = TILE // GROUPS
-    # Row-major order of a tile is vocabulary order, so the shortlist comes out sorted by index.
-    offsets = tl.arange(0, DEPTH)[:, None] * GROUPS + tl.arange(0, GROUPS)[None, :]
+    lanes = tl.arange(0, TILE)
     row_ptr = logits_ptr + row.to(tl.int64) * stride_row
     first = chunk * CHUNK
-    group_max = tl.full((GROUPS,), float("-inf"), tl.float32)
+    lane_max = tl.full((TILE,), float("-inf"), tl.float32)
     for start in range(0, CHUNK, TILE):
-        index = first + start + offsets
-        group_max = tl.maximum(group_max, tl.max(_logits(row_ptr, index, index < vocab), axis=0))
+        index = first + start + lanes
+        lane_max = tl.maximum(lane_max, _logits(row_ptr, index, index < vocab))
+    # Any partition of the chunk into groups works: here lane j's tokens, folded GROUPS-wide.
+    group_max = tl.max(tl.reshape(lane_max, (TILE // GROUPS, GROUPS)), axis=0)
     chunk_max = tl.max(group_max, axis=0)
     floor = tl.full((), 0x7FFFFFFF, tl.int32)
     if cover > 0:
         floor = pick(tl.sort(_order_key32(group_max), descending=True), tl.arange(0, GROUPS), cover - 1)
 
     record = row.to(tl.int64) * num_chunks + chunk
-    lane_mass = tl.zeros((DEPTH, GROUPS), dtype=tl.float32)
-    count = tl.zeros((), dtype=tl.int32)
+    counter = counters_ptr + record
+    base = tl.atomic_add(counter, 0, sem="relaxed")
+    lane_mass = tl.zeros((TILE,), dtype=tl.float32)
+    lane_count = tl.zeros((TILE,), dtype=tl.int32)
     for start in range(0, CHUNK, TILE):
-        index = first + start + offsets
+        index = first + start + lanes
         valid = index < vocab
         z = _logits(row_ptr, index, valid)
         lane_mass += tl.exp2((z - chunk_max) * scale)
         if cover > 0:
-            collect = (valid & (_order_key32(z) >= floor)).to(tl.int32)
-            per_line = tl.sum(collect, axis=1)
-            tile_count = tl.sum(per_line, axis=0)
-            if tile_count > 0:
-                slot = count + (tl.cumsum(per_line, axis=0) - per_line)[:, None] + tl.cumsum(collect, axis=1) - collect
-                packed = (_order_key32(z).to(tl.int64) << 32) | index.to(tl.int64)
-                tl.store(shortlist_ptr + record * SLOTS + slot, packed, mask=(collect > 0) & (slot < SLOTS))
-            count += tile_count
-    mass = tl.sum(tl.sum(lane_mass, axis=1), axis=0)
+            key = _order_key32(z)
+            collect = valid & (key >= floor)
+            slot = tl.atomic_add(counter + lanes * 0, 1, mask=collect, sem="relaxed") - base
+            tl.store(shortlist_ptr + record * SLOTS + slot, (key.to(tl.int64) << 32) | index.to(tl.int64),
+                     mask=collect & (slot < SLOTS))
+            lane_count += collect.to(tl.int32)
+    mass = tl.sum(lane_mass, axis=0)
     mass = tl.where(chunk_max > float("-inf"), mass, 0.0)  # an all -inf chunk holds no mass
     stats = stats_ptr + record * 4
     tl.store(stats, chunk_max.to(tl.int32, bitcast=True))
     tl.store(stats + 1, mass.to(tl.int32, bitcast=True))
     tl.store(stats + 2, floor)
-    tl.store(stats + 3, count)
+    tl.store(stats + 3, tl.sum(lane_count, axis=0))
 
 
 # --- pass 2: one program per request
@@ -294,8 +296,8 @@ def _row_stats(stats_ptr, first_record, num_chunks, scale, CHUNKS: tl.constexpr)
 
 @triton.jit
 def _shortlist(shortlist_ptr, first_record, num_chunks, counts, CHUNKS: tl.constexpr, SLOTS: tl.constexpr):
-    """A row's shortlists side by side, ``[CHUNKS * SLOTS]`` packed entries in vocabulary order,
-    and which slots hold one."""
+    """A row's shortlists side by side, ``[CHUNKS * SLOTS]`` packed entries (in no particular
+    order), and which slots hold one."""
     chunks = tl.arange(0, CHUNKS)
     slots = tl.arange(0, SLOTS)
     present = (chunks < num_chunks)[:, None] & (slots[None, :] < counts[:, None])
@@ -462,13 +464,16 @@ def _filtered_residual(row_ptr, scale, row_max, floor_key, total, index, mask, c
 def _draw_from_shortlists(shortlist_ptr, stats_ptr, first_record, num_chunks, row_max, scale, floor_key, total,
                           coin, vocab, cand_ptr, next_token_ptr, next_sibling_ptr, b, n, parent, drop_children,
                           CHUNKS: tl.constexpr, SLOTS: tl.constexpr):
-    """The residual draw when every kept token is in the row's shortlists, which lie in
-    vocabulary order already: the inverse CDF in registers."""
+    """The residual draw when every kept token is in the row's shortlists: the inverse CDF in
+    registers, over the entries sorted by token (the draw runs in vocabulary order)."""
     counts = tl.load(stats_ptr + (first_record + tl.arange(0, CHUNKS)) * 4 + 3, mask=tl.arange(0, CHUNKS) < num_chunks,
                      other=0)
     packed, present = _shortlist(shortlist_ptr, first_record, num_chunks, counts, CHUNKS, SLOTS)
-    keys = (packed >> 32) + 0x80000000
-    index = tl.where(present, packed & 0xFFFFFFFF, vocab)
+    absent: tl.constexpr = 0x7FFFFFFFFFFFFFFF  # sorts last
+    by_token = tl.sort(tl.where(present, ((packed & 0xFFFFFFFF) << 32) | ((packed >> 32) & 0xFFFFFFFF), absent))
+    present = by_token != absent
+    keys = (by_token & 0xFFFFFFFF).to(tl.int32).to(tl.int64) + 0x80000000
+    index = tl.where(present, by_token >> 32, vocab)
     w = tl.where(present & (keys >= floor_key), tl.exp2((_key_value(keys) - row_max) * scale) / total, 0.0)
     w = _without_tried_children(w, index, cand_ptr, next_token_ptr, next_sibling_ptr, b, n, parent, drop_children)
     running, sampled, last_positive = _draw_tile(w, index, coin * tl.sum(w, axis=0), tl.zeros((), tl.float32),
@@ -648,9 +653,10 @@ def chunk_pass(logits: torch.Tensor, n: int, temperatures: torch.Tensor, top_ks:
     num_chunks = triton.cdiv(vocab, block_v)
     select_max = min(SELECT_MAX, groups, scratch_slots // 2)
     stats = torch.empty((rows, num_chunks, 4), dtype=torch.int32, device=logits.device)
+    counters = torch.empty((rows, num_chunks), dtype=torch.int32, device=logits.device)  # any values: see the kernel
     shortlists = torch.empty((rows, num_chunks, scratch_slots), dtype=torch.int64, device=logits.device)
     _launch_chunk_pass(
-        (rows, num_chunks), logits, logits.stride(0), temperatures, top_ks, top_ps, stats, shortlists, n, vocab,
+        (rows, num_chunks), logits, logits.stride(0), temperatures, top_ks, top_ps, stats, shortlists, counters, n, vocab,
         num_chunks, select_max, CHUNK=block_v, TILE=tile, GROUPS=groups, SLOTS=scratch_slots,
         num_warps=num_warps)
     return stats, shortlists, num_chunks, select_max

@@ -94,7 +94,7 @@ def _key(x: torch.Tensor) -> torch.Tensor:
        st.sampled_from([1.0, 0.5]), st.booleans(), st.sampled_from([2, 4, 64]))
 def test_chunk_pass_shortlists_every_token_at_or_above_a_valid_floor(seed, tiling, top_k, top_p, ties, tile):
     """Launch 1 alone: per chunk, the max and mass are the chunk's; the shortlist is exactly the
-    chunk's tokens at or above the floor, in vocabulary order; the floor is at most the chunk's
+    chunk's tokens at or above the floor (in any order); the floor is at most the chunk's
     s-th largest logit (s = top-k, or the coverage for top-p alone), so no better token is missed.
     Tiles of 2 and 4 tokens make each chunk several loop steps (shortlist slots carried over)."""
     block_v, slots = tiling
@@ -125,7 +125,7 @@ def test_chunk_pass_shortlists_every_token_at_or_above_a_valid_floor(seed, tilin
             assert count == len(above)
             if count <= slots:
                 packed = (keys[above].long() << 32) | (above + c * block_v)
-                assert torch.equal(shortlists[r, c, :count], packed)
+                assert torch.equal(shortlists[r, c, :count].sort().values, packed.sort().values)
 
 
 def test_filtered_probs_reference_semantics():
