@@ -314,10 +314,11 @@ def _filter_from_shortlists(shortlist_ptr, first_record, num_chunks, counts, com
     sum is exact where the token reached is at or above ``complete_key`` (every better token is
     then in the shortlists); otherwise ``decided`` is False."""
     packed, present = _shortlist(shortlist_ptr, first_record, num_chunks, counts, CHUNKS, SLOTS)
-    packed = tl.sort(packed, descending=True)  # absent slots sort last (the smallest int64)
+    # Ranks and running sums need the keys alone: sort 32-bit keys, absent slots last (the smallest).
+    ranked = tl.sort(tl.where(present, (packed >> 32).to(tl.int32), -0x7FFFFFFF - 1), descending=True)
     positions = tl.arange(0, CHUNKS * SLOTS)
     present = positions < tl.sum(present.to(tl.int32), axis=0)
-    keys = (packed >> 32) + 0x80000000
+    keys = ranked.to(tl.int64) + 0x80000000
     e = tl.where(present, tl.exp2((_key_value(keys) - row_max) * scale), 0.0)
     decided = tl.full((), 1, tl.int1)
     floor_key = tl.zeros((), dtype=tl.int64)
