@@ -584,7 +584,7 @@ def tree_sampling_from_logits(predicts: torch.Tensor, accept_index: torch.Tensor
                               uniform_samples_for_final_sampling: torch.Tensor, logits: torch.Tensor,
                               temperatures: torch.Tensor, top_ks: torch.Tensor, top_ps: torch.Tensor,
                               threshold_single: float = 1.0, threshold_acc: float = 1.0, *,
-                              block_v: int = CHUNK, scratch_slots: int = SHORTLIST_SLOTS) -> None:
+                              block_v: int = CHUNK, scratch_slots: int = SHORTLIST_SLOTS, tile: int = TILE) -> None:
     """SGLang's verify sampling (softmax with temperature, top-k renorm, top-p renorm,
     :func:`tree_speculative_sampling_target_only`) fused, straight from the logits, in place.
 
@@ -619,15 +619,16 @@ def tree_sampling_from_logits(predicts: torch.Tensor, accept_index: torch.Tensor
     shortlists. Rows they cannot decide (top-k above ``SELECT_MAX``, more than ``scratch_slots``
     tokens of a chunk at its floor, e.g. ties; a top-p pivot below the covered tokens) take exact
     radix-select and bisection passes over the row instead, as do unfiltered rows for the bonus
-    draw. Scratch: ``[bs*n, chunks, 4]`` int32 statistics and ``[bs*n, chunks, scratch_slots]``
-    int64 shortlists (``chunks = ceil(V / block_v)``), allocated per call; no host sync, one
-    compilation per vocabulary size. ``block_v`` (a power of two >= 2) and ``scratch_slots`` (a
-    power of two) change speed only, never results.
+    draw. Scratch: ``[bs*n, chunks, 4]`` int32 statistics, ``[bs*n, chunks]`` int32 append
+    counters and ``[bs*n, chunks, scratch_slots]`` int64 shortlists (``chunks = ceil(V /
+    block_v)``), allocated per call; no host sync, one compilation per vocabulary size.
+    ``block_v`` (a power of two >= 2), ``scratch_slots`` and ``tile`` (powers of two; the row
+    pass's loop step) change speed only, never results.
     """
     bs, n = candidates.shape
     temperatures, top_ks, top_ps = temperatures.reshape(-1), top_ks.reshape(-1), top_ps.reshape(-1)
     stats, shortlists, num_chunks, select_max = chunk_pass(logits, n, temperatures, top_ks, top_ps, block_v,
-                                                           scratch_slots)
+                                                           scratch_slots, tile)
     _launch_walk(
         (bs,), predicts, accept_index, accept_token_num, candidates, retrive_index, retrive_next_token,
         retrive_next_sibling, uniform_samples, uniform_samples_for_final_sampling, logits, logits.stride(0),
