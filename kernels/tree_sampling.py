@@ -40,6 +40,19 @@ def _accept(coin, prob_acc, q, threshold_single, threshold_acc):
 
 
 @triton.jit
+def _take_child(coins_ptr, predicts_ptr, accept_index_ptr, retrive_index_ptr, b, n, max_accepts, accepted,
+                last_row, child, token):
+    """Accept ``child`` (``token``) of the node whose verify row is ``last_row``: the row predicts
+    the token, the child's row becomes the last accepted one and its coin the next coin.
+    Returns ``(coin, accepted, last_row)``."""
+    tl.store(predicts_ptr + last_row, token.to(tl.int32))
+    accepted += 1
+    last_row = tree_entry(retrive_index_ptr, b, n, child)
+    write_accept_slot(accept_index_ptr, b, max_accepts, accepted, last_row)
+    return tl.load(coins_ptr + b.to(tl.int64) * n + child), accepted, last_row
+
+
+@triton.jit
 def _draw_tile(w, index, threshold, running, sampled, last_positive, vocab):
     """One tile of an inverse-CDF draw in vocabulary order: the sample is the first index whose
     running sum exceeds ``threshold``; ``last_positive`` is the fallback when rounding leaves none."""
@@ -84,11 +97,8 @@ def _sampling_target_only_kernel(predicts_ptr, accept_index_ptr, accept_num_ptr,
         prob_acc += q
         if _accept(coin, prob_acc, q, threshold_single, threshold_acc):
             prob_acc = 0.0
-            coin = tl.load(coins_ptr + b.to(tl.int64) * n + cur)
-            tl.store(predicts_ptr + last_row, token.to(tl.int32))
-            accepted += 1
-            last_row = tree_entry(retrive_index_ptr, b, n, cur)
-            write_accept_slot(accept_index_ptr, b, max_accepts, accepted, last_row)
+            coin, accepted, last_row = _take_child(coins_ptr, predicts_ptr, accept_index_ptr, retrive_index_ptr, b, n,
+                                                   max_accepts, accepted, last_row, cur, token)
             cur = tree_entry(next_token_ptr, b, n, cur)
         else:
             tl.store(draft_ptr + last_row * vocab + token, q)
@@ -545,12 +555,9 @@ def _walk_kernel(predicts_ptr, accept_index_ptr, accept_num_ptr, cand_ptr, retri
             prob_acc += q
             if _accept(coin, prob_acc, q, threshold_single, threshold_acc):
                 prob_acc = 0.0
-                coin = tl.load(coins_ptr + b.to(tl.int64) * n + cur)
-                tl.store(predicts_ptr + last_row, token.to(tl.int32))
-                accepted += 1
-                last_row = tree_entry(retrive_index_ptr, b, n, cur)
+                coin, accepted, last_row = _take_child(coins_ptr, predicts_ptr, accept_index_ptr, retrive_index_ptr, b,
+                                                       n, max_accepts, accepted, last_row, cur, token)
                 last_local = cur
-                write_accept_slot(accept_index_ptr, b, max_accepts, accepted, last_row)
                 row_ptr = logits_ptr + last_row * stride_row
                 unfiltered = True
                 cur = tree_entry(next_token_ptr, b, n, cur)
