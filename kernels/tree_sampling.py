@@ -68,11 +68,36 @@ def _drawn_token(sampled, last_positive, vocab):
     return tl.where(sampled >= 0, sampled, tl.where(last_positive >= 0, last_positive, vocab - 1))
 
 
+@triton.jit
+def _draw_over_row(weights, weight_args, coin, vocab, BLOCK_V: tl.constexpr):
+    """Inverse-CDF draw over a whole row, two passes of BLOCK_V tiles: the total of
+    ``weights(index, mask, weight_args)`` (a JIT function and a tuple), then the first index whose
+    running sum exceeds ``coin * total``, stopping there."""
+    lanes = tl.arange(0, BLOCK_V)
+    lane_total = tl.zeros((BLOCK_V,), dtype=tl.float32)  # one reduction at the end, not per tile
+    for offset in range(0, vocab, BLOCK_V):
+        index = offset + lanes
+        lane_total += weights(index, index < vocab, weight_args)
+    threshold = coin * tl.sum(lane_total, axis=0)
+    running = tl.zeros((), dtype=tl.float32)
+    sampled = tl.full((), -1, tl.int64)
+    last_positive = tl.full((), -1, tl.int64)
+    offset = tl.zeros((), dtype=tl.int64)
+    while (offset < vocab) & (sampled < 0):
+        index = offset + lanes
+        w = weights(index, index < vocab, weight_args)
+        running, sampled, last_positive = _draw_tile(w, index, threshold, running, sampled, last_positive, vocab)
+        offset += BLOCK_V
+    return _drawn_token(sampled, last_positive, vocab)
+
+
 # ----------------------------------------------------------------------------- drop-in op
 
 
 @triton.jit
-def _residual(target_row_ptr, draft_row_ptr, subtract_draft, index, mask):
+def _residual(index, mask, rows):
+    """``relu(target - draft)`` over a tile; ``rows``: (target row, draft row, subtract the draft)."""
+    target_row_ptr, draft_row_ptr, subtract_draft = rows
     target = tl.load(target_row_ptr + index, mask=mask, other=0.0)
     draft = tl.load(draft_row_ptr + index, mask=mask, other=0.0)
     return tl.maximum(target - tl.where(subtract_draft, draft, 0.0), 0.0)
@@ -109,25 +134,9 @@ def _sampling_target_only_kernel(predicts_ptr, accept_index_ptr, accept_num_ptr,
     # The bonus token: relu(target - draft) at the last accepted row; after a full-depth accept
     # there were no tried siblings there, so the draft row is not subtracted.
     tl.debug_barrier()  # the rejected-sibling stores above must be visible to every lane
-    target_row = target_ptr + last_row * vocab
-    draft_row = draft_ptr + last_row * vocab
-    subtract = accepted != max_accepts
-    lanes = tl.arange(0, BLOCK_V)
-    lane_total = tl.zeros((BLOCK_V,), dtype=tl.float32)  # one reduction at the end, not per tile
-    for offset in range(0, vocab, BLOCK_V):
-        index = offset + lanes
-        lane_total += _residual(target_row, draft_row, subtract, index, index < vocab)
-    threshold = tl.load(final_coins_ptr + b) * tl.sum(lane_total, axis=0)
-    running = tl.zeros((), dtype=tl.float32)
-    sampled = tl.full((), -1, tl.int64)
-    last_positive = tl.full((), -1, tl.int64)
-    offset = tl.zeros((), dtype=tl.int64)
-    while (offset < vocab) & (sampled < 0):
-        index = offset + lanes
-        w = _residual(target_row, draft_row, subtract, index, index < vocab)
-        running, sampled, last_positive = _draw_tile(w, index, threshold, running, sampled, last_positive, vocab)
-        offset += BLOCK_V
-    tl.store(predicts_ptr + last_row, _drawn_token(sampled, last_positive, vocab).to(tl.int32))
+    rows = (target_ptr + last_row * vocab, draft_ptr + last_row * vocab, accepted != max_accepts)
+    token = _draw_over_row(_residual, rows, tl.load(final_coins_ptr + b), vocab, BLOCK_V)
+    tl.store(predicts_ptr + last_row, token.to(tl.int32))
 
 
 _launch_sampling_target_only = Launcher(_sampling_target_only_kernel)
@@ -463,9 +472,11 @@ def _without_tried_children(p, index, cand_ptr, next_token_ptr, next_sibling_ptr
 
 
 @triton.jit
-def _filtered_residual(row_ptr, scale, row_max, floor_key, total, index, mask, cand_ptr, next_token_ptr,
-                       next_sibling_ptr, b, n, parent, drop_children):
-    """Filtered target probabilities of a tile, without the tried children (see above)."""
+def _filtered_residual(index, mask, row_filter):
+    """Filtered target probabilities of a tile, without the tried children (see above);
+    ``row_filter``: the row and its filter, then the tree pointers and the children to drop."""
+    (row_ptr, scale, row_max, floor_key, total, cand_ptr, next_token_ptr, next_sibling_ptr, b, n, parent,
+     drop_children) = row_filter
     z = _logits(row_ptr, index, mask)
     p = tl.where(mask & (_order_key(z) >= floor_key), tl.exp2((z - row_max) * scale) / total, 0.0)
     return _without_tried_children(p, index, cand_ptr, next_token_ptr, next_sibling_ptr, b, n, parent, drop_children)
@@ -489,30 +500,6 @@ def _draw_from_shortlists(shortlist_ptr, stats_ptr, first_record, num_chunks, ro
     w = _without_tried_children(w, index, cand_ptr, next_token_ptr, next_sibling_ptr, b, n, parent, drop_children)
     running, sampled, last_positive = _draw_tile(w, index, coin * tl.sum(w, axis=0), tl.zeros((), tl.float32),
                                                  tl.full((), -1, tl.int64), tl.full((), -1, tl.int64), vocab)
-    return _drawn_token(sampled, last_positive, vocab)
-
-
-@triton.jit
-def _draw_from_row(row_ptr, scale, row_max, floor_key, total, coin, vocab, cand_ptr, next_token_ptr,
-                   next_sibling_ptr, b, n, parent, drop_children, BLOCK_V: tl.constexpr):
-    """The residual draw over the whole row (unfiltered rows, fallback rows): two passes."""
-    lanes = tl.arange(0, BLOCK_V)
-    residual = tl.zeros((BLOCK_V,), dtype=tl.float32)
-    for offset in range(0, vocab, BLOCK_V):
-        index = offset + lanes
-        residual += _filtered_residual(row_ptr, scale, row_max, floor_key, total, index, index < vocab, cand_ptr,
-                                       next_token_ptr, next_sibling_ptr, b, n, parent, drop_children)
-    threshold = coin * tl.sum(residual, axis=0)
-    running = tl.zeros((), dtype=tl.float32)
-    sampled = tl.full((), -1, tl.int64)
-    last_positive = tl.full((), -1, tl.int64)
-    offset = tl.zeros((), dtype=tl.int64)
-    while (offset < vocab) & (sampled < 0):
-        index = offset + lanes
-        w = _filtered_residual(row_ptr, scale, row_max, floor_key, total, index, index < vocab, cand_ptr,
-                               next_token_ptr, next_sibling_ptr, b, n, parent, drop_children)
-        running, sampled, last_positive = _draw_tile(w, index, threshold, running, sampled, last_positive, vocab)
-        offset += BLOCK_V
     return _drawn_token(sampled, last_positive, vocab)
 
 
@@ -575,8 +562,10 @@ def _walk_kernel(predicts_ptr, accept_index_ptr, accept_num_ptr, cand_ptr, retri
                                       floor_key, total, final_coin, vocab, cand_ptr, next_token_ptr,
                                       next_sibling_ptr, b, n, last_local, drop_children, CHUNKS, SLOTS)
     else:
-        token = _draw_from_row(row_ptr, scale, row_max, floor_key, total, final_coin, vocab, cand_ptr, next_token_ptr,
-                               next_sibling_ptr, b, n, last_local, drop_children, BLOCK_V)
+        # unfiltered rows and rows the shortlists could not decide: two passes over the row
+        row_filter = (row_ptr, scale, row_max, floor_key, total, cand_ptr, next_token_ptr, next_sibling_ptr, b, n,
+                      last_local, drop_children)
+        token = _draw_over_row(_filtered_residual, row_filter, final_coin, vocab, BLOCK_V)
     tl.store(predicts_ptr + last_row, token.to(tl.int32))
 
 
