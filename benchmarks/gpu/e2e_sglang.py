@@ -36,6 +36,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -210,8 +211,6 @@ def _engine_server(connection, target: str, drafter: str, environment: dict) -> 
 
 def write_speed_target(tiny_target: str, directory: str) -> None:
     """Config and tokenizer of the speed target (no weights: SGLang's ``dummy`` loader draws them)."""
-    import shutil
-
     os.makedirs(directory, exist_ok=True)
     with open(os.path.join(tiny_target, "config.json"), encoding="utf-8") as handle:
         config = json.load(handle)
@@ -361,8 +360,6 @@ def main() -> int:
     build_tiny_target(os.path.join(args.out, "models", "target"), TinyTargetSettings(
         num_layers=8, hidden_size=256, num_attention_heads=4, num_key_value_heads=2,
         intermediate_size=512, lm_head_std=2.0))
-    if args.throughput or "speed" in (args.only or ""):
-        write_speed_target(os.path.join(args.out, "models", "target"), os.path.join(args.out, "models", "speed_target"))
     results = {"sglang": sglang.__version__, "device": torch.cuda.get_device_name(0),
                "torch": torch.__version__, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                "commit": os.environ.get("E2E_COMMIT", "unknown"), "near_tie_nats": NEAR_TIE,
@@ -370,6 +367,8 @@ def main() -> int:
     tasks = ["baseline"] + [f"row{i}" for i in range(len(ROWS))] + (["speed"] if args.throughput else [])
     if args.only:
         tasks = args.only.split(",")
+    if "speed" in tasks:
+        write_speed_target(os.path.join(args.out, "models", "target"), os.path.join(args.out, "models", "speed_target"))
     engines = [t for t in tasks if t != "speed"]
     deadline = time.monotonic() + TASK_TIMEOUT_S
     running = {t: launch(t, args.out, {} if t == "baseline" else row_environment(ROWS[int(t[3:])]))

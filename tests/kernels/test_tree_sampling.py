@@ -96,7 +96,7 @@ def test_chunk_pass_shortlists_every_token_at_or_above_a_valid_floor(seed, tilin
     """Launch 1 alone: per chunk, the max and mass are the chunk's; the shortlist is exactly the
     chunk's tokens at or above the floor (in any order); the floor is at most the chunk's
     s-th largest logit (s = top-k, or the coverage for top-p alone), so no better token is missed.
-    Tiles of 2 and 4 tokens make each chunk several loop steps (shortlist slots carried over)."""
+    Tiles of 2 and 4 tokens make each chunk several loop steps (appends from several tiles)."""
     block_v, slots = tiling
     gen = torch.Generator().manual_seed(seed)
     rows, vocab = 3, 37
