@@ -30,15 +30,14 @@ MAX_DRAFT_TOKENS = 256  # one program holds n x n tiles in registers
 def _build_tree_kernel(
     parent_list_ptr, selected_ptr, seq_len_ptr, mask_ptr, positions_ptr,
     retrive_index_ptr, next_token_ptr, next_sibling_ptr, bonus_ptr, draft_in_ptr, draft_out_ptr,
-    topk, parent_width, n,
-    MASK_MODE: tl.constexpr, BYTES_PER_ROW: tl.constexpr, FILL_PREFIX: tl.constexpr,
-    WRITE_DRAFT_TOKENS: tl.constexpr, SLAB_OUTPUTS: tl.constexpr, BLOCK_N: tl.constexpr,
+    TOPK: tl.constexpr, PARENT_WIDTH: tl.constexpr, N: tl.constexpr, MASK_MODE: tl.constexpr,
+    BYTES_PER_ROW: tl.constexpr, FILL_PREFIX: tl.constexpr, WRITE_DRAFT_TOKENS: tl.constexpr, SLAB_OUTPUTS: tl.constexpr, BLOCK_N: tl.constexpr,
     BLOCK_B: tl.constexpr, BLOCK_PREFIX: tl.constexpr,
 ):
     if SLAB_OUTPUTS:
         # build_eagle_tree's outputs are the slabs of one [5, bs, n] int64 buffer: one pointer
         # stands for five (each pointer argument costs host time at launch).
-        slab = tl.num_programs(0).to(tl.int64) * n
+        slab = tl.num_programs(0).to(tl.int64) * N
         next_token_ptr = retrive_index_ptr + slab
         next_sibling_ptr = retrive_index_ptr + 2 * slab
         positions_ptr = retrive_index_ptr + 3 * slab
@@ -54,8 +53,8 @@ def _build_tree_kernel(
         for start in range(0, b, BLOCK_B):
             ids = start + tl.arange(0, BLOCK_B)
             prefix_total += tl.sum(tl.load(seq_len_ptr + ids, mask=ids < b, other=0).to(tl.int64))
-    row_stride = seq_len + n
-    block_start = n * n * b.to(tl.int64) + n * prefix_total
+    row_stride = seq_len + N
+    block_start = N * N * b.to(tl.int64) + N * prefix_total
 
     if FILL_PREFIX:
         row_start = block_start + row * row_stride
@@ -65,14 +64,14 @@ def _build_tree_kernel(
 
     if row == 0:
         nodes = tl.arange(0, BLOCK_N)
-        is_draft = (nodes >= 1) & (nodes < n)
-        in_tree = nodes < n
-        # Node t >= 1 is flat id selected[t-1]; its parent's flat id is parent_list[flat // topk].
-        flat_id = tl.load(selected_ptr + b * (n - 1) + nodes - 1, mask=is_draft, other=-1)
-        parent_block = flat_id // topk
+        is_draft = (nodes >= 1) & (nodes < N)
+        in_tree = nodes < N
+        # Node t >= 1 is flat id selected[t-1]; its parent's flat id is parent_list[flat // TOPK].
+        flat_id = tl.load(selected_ptr + b * (N - 1) + nodes - 1, mask=is_draft, other=-1)
+        parent_block = flat_id // TOPK
         child_of_root = is_draft & (parent_block == 0)
-        has_parent_block = is_draft & (parent_block > 0) & (parent_block < parent_width)
-        parent_flat = tl.load(parent_list_ptr + b * parent_width + parent_block, mask=has_parent_block, other=-1)
+        has_parent_block = is_draft & (parent_block > 0) & (parent_block < PARENT_WIDTH)
+        parent_flat = tl.load(parent_list_ptr + b * PARENT_WIDTH + parent_block, mask=has_parent_block, other=-1)
         # Parent = first selected node (column) whose flat id matches; -1 when absent ("invalid tree").
         match = (parent_flat[:, None] == flat_id[None, :]) & has_parent_block[:, None] & is_draft[None, :]
         first_match = tl.min(tl.where(match, nodes[None, :], BLOCK_N), axis=1)
@@ -83,7 +82,7 @@ def _build_tree_kernel(
         first_child = tl.min(tl.where(is_child, nodes[None, :], BLOCK_N), axis=1)
         same_parent = (parent[None, :] == parent[:, None]) & (nodes[None, :] > nodes[:, None]) & (parent[:, None] >= 0)
         next_sibling = tl.min(tl.where(same_parent, nodes[None, :], BLOCK_N), axis=1)
-        links = b * n + nodes
+        links = b * N + nodes
         tl.store(retrive_index_ptr + links, links.to(tl.int64), mask=in_tree)
         tl.store(next_token_ptr + links, tl.where(first_child < BLOCK_N, first_child, -1).to(tl.int64), mask=in_tree)
         tl.store(next_sibling_ptr + links, tl.where(next_sibling < BLOCK_N, next_sibling, -1).to(tl.int64),
@@ -96,7 +95,7 @@ def _build_tree_kernel(
         cur = tl.where(is_draft, parent, 0)
         active = cur > 0
         steps = tl.full((), 1, tl.int32)
-        while (tl.max(active.to(tl.int32), axis=0) > 0) & (steps < n - 1):
+        while (tl.max(active.to(tl.int32), axis=0) > 0) & (steps < N - 1):
             in_chain |= (cur[:, None] == nodes[None, :]) & active[:, None]
             depth += active.to(tl.int32)
             grand_parent = tl.sum(tl.where(nodes[None, :] == cur[:, None], parent[None, :], 0), axis=1)
@@ -111,17 +110,17 @@ def _build_tree_kernel(
             weights = tl.reshape(1 << (nodes % 8), (1, BYTES_PER_ROW, 8))
             row_bytes = tl.sum(packed * weights, axis=2).to(tl.uint8)
             byte_ids = tl.arange(0, BYTES_PER_ROW)
-            offsets = (b * n + nodes)[:, None] * BYTES_PER_ROW + byte_ids[None, :]
+            offsets = (b * N + nodes)[:, None] * BYTES_PER_ROW + byte_ids[None, :]
             tl.store(mask_ptr + offsets, row_bytes, mask=in_tree[:, None])
         else:
             if MASK_MODE == 0:
                 offsets = block_start + nodes[:, None] * row_stride + seq_len + nodes[None, :]
             else:
-                offsets = n * n * b + nodes[:, None] * n + nodes[None, :]
+                offsets = N * N * b + nodes[:, None] * N + nodes[None, :]
             tl.store(mask_ptr + offsets, bits.to(tl.uint8), mask=in_tree[:, None] & in_tree[None, :])
 
         if WRITE_DRAFT_TOKENS:
-            drafts = tl.load(draft_in_ptr + b * (n - 1) + nodes - 1, mask=is_draft)
+            drafts = tl.load(draft_in_ptr + b * (N - 1) + nodes - 1, mask=is_draft)
             bonus = tl.load(bonus_ptr + b)
             tl.store(draft_out_ptr + links, tl.where(nodes == 0, bonus, drafts), mask=in_tree)
 
@@ -130,13 +129,17 @@ _build_tree = Launcher(_build_tree_kernel)
 
 
 @functools.lru_cache(maxsize=None)
-def _specialised(n: int, mode: int, fill_prefix: bool, write_drafts: bool, slab_outputs: bool = False):
-    """The kernel with one tree shape's compile-time constants bound (once: host time counts)."""
+def _specialised(topk: int, parent_width: int, n: int, mode: int, fill_prefix: bool, write_drafts: bool,
+                 slab_outputs: bool = False):
+    """The kernel with one tree shape's compile-time constants bound (once: host time counts).
+    The tree's sizes are constants too: fixed for a server's run, and each runtime argument costs
+    host time at every launch."""
     if n > MAX_DRAFT_TOKENS:
         raise ValueError(f"at most {MAX_DRAFT_TOKENS} draft tokens per request, got {n}")
     block_n = max(8, triton.next_power_of_2(n))
     return _build_tree.specialise(
-        MASK_MODE=mode, BYTES_PER_ROW=bitpacked_bytes_per_row(n) if mode == QLEN_ONLY_BITPACKING else 1,
+        TOPK=topk, PARENT_WIDTH=parent_width, N=n, MASK_MODE=mode,
+        BYTES_PER_ROW=bitpacked_bytes_per_row(n) if mode == QLEN_ONLY_BITPACKING else 1,
         FILL_PREFIX=fill_prefix, WRITE_DRAFT_TOKENS=write_drafts, SLAB_OUTPUTS=slab_outputs, BLOCK_N=block_n,
         BLOCK_B=1024, BLOCK_PREFIX=1024, num_warps=4 if block_n <= 64 else 8)
 
@@ -145,11 +148,10 @@ def _launch(parent_list, selected_index, verified_seq_len, tree_mask, positions,
             retrive_next_token, retrive_next_sibling, topk, n, mode, fill_prefix,
             bonus_tokens=None, draft_tokens=None, draft_tokens_out=None, slab_outputs=False):
     """Pointers a compile-time switch leaves unused are passed as None (no launch cost)."""
-    _specialised(n, mode, fill_prefix, bonus_tokens is not None, slab_outputs)(
+    _specialised(topk, parent_list.shape[1], n, mode, fill_prefix, bonus_tokens is not None, slab_outputs)(
         (selected_index.shape[0], n if fill_prefix else 1),
         parent_list, selected_index, verified_seq_len, tree_mask, positions,
-        retrive_index, retrive_next_token, retrive_next_sibling, bonus_tokens, draft_tokens, draft_tokens_out,
-        topk, parent_list.shape[1], n)
+        retrive_index, retrive_next_token, retrive_next_sibling, bonus_tokens, draft_tokens, draft_tokens_out)
 
 
 def build_tree_kernel_efficient(parent_list: torch.Tensor, selected_index: torch.Tensor,
@@ -213,27 +215,27 @@ def build_eagle_tree(bonus_tokens: torch.Tensor, parent_list: torch.Tensor,
     (bit-packed rows: all bytes of each row are written).
     """
     bs, n = seq_lens.shape[0], int(num_verify_tokens)
-    device = seq_lens.device
     mode = int(tree_mask_mode)
+    # new_empty (dtype and device from seq_lens) parses fewer arguments than torch.empty: every
+    # allocation and view costs host time, more than the kernel's GPU time.
     if tree_mask_buf is not None:
         tree_mask = tree_mask_buf
     elif mode == FULL_MASK:
-        tree_mask = torch.empty((seq_lens_sum * n + n * n * bs,), dtype=torch.bool, device=device)
+        tree_mask = seq_lens.new_empty((seq_lens_sum * n + n * n * bs,), dtype=torch.bool)
     elif mode == QLEN_ONLY:
-        tree_mask = torch.empty((n * n * bs,), dtype=torch.bool, device=device)
+        tree_mask = seq_lens.new_empty((n * n * bs,), dtype=torch.bool)
     else:
         dtype = {1: torch.uint8, 2: torch.uint16, 4: torch.uint32}[bitpacked_bytes_per_row(n)]
-        tree_mask = torch.empty((n * bs,), dtype=dtype, device=device)
-    # One int64 allocation for the links, positions and tokens, cut by one unbind: every
-    # allocation and view costs microseconds of host time, more than the kernel's GPU time.
+        tree_mask = seq_lens.new_empty((n * bs,), dtype=dtype)
+    # One int64 allocation for the links, positions and tokens, cut by one unbind.
     token_dtype = draft_tokens.dtype
     if bonus_tokens.dtype != token_dtype:
         token_dtype = torch.result_type(bonus_tokens, draft_tokens)
     slabs = 5 if token_dtype == torch.long else 4
-    retrieve_index, next_token, next_sibling, positions_slab, *tokens_slab = torch.empty(
-        (slabs, bs, n), dtype=torch.long, device=device).unbind(0)
-    positions = position_buf if position_buf is not None else positions_slab.view(-1)
-    tokens_out = tokens_slab[0].view(-1) if tokens_slab else torch.empty((bs * n,), dtype=token_dtype, device=device)
+    retrieve_index, next_token, next_sibling, positions_slab, *tokens_slab = seq_lens.new_empty(
+        (slabs, bs, n), dtype=torch.long).unbind(0)
+    positions = position_buf if position_buf is not None else positions_slab.ravel()
+    tokens_out = tokens_slab[0].ravel() if tokens_slab else seq_lens.new_empty((bs * n,), dtype=token_dtype)
     fill_prefix = mode == FULL_MASK and bool(fill_prefix_mask)
     if tokens_slab and position_buf is None:  # every output in the one buffer: pass its start only
         _launch(parent_list, top_scores_index, seq_lens, tree_mask, None, retrieve_index, None, None, int(topk),

@@ -19,6 +19,8 @@ Two entry points:
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import triton
 import triton.language as tl
@@ -96,11 +98,12 @@ def _draw_over_row(weights, weight_args, coin, vocab, BLOCK_V: tl.constexpr):
 
 @triton.jit
 def _residual(index, mask, rows):
-    """``relu(target - draft)`` over a tile; ``rows``: (target row, draft row, subtract the draft)."""
+    """``relu(target - draft)`` over a tile; ``rows``: (target row, draft row, subtract the draft).
+    The draft row is not read when it is not subtracted (after a full-depth accept): half the bytes."""
     target_row_ptr, draft_row_ptr, subtract_draft = rows
     target = tl.load(target_row_ptr + index, mask=mask, other=0.0)
-    draft = tl.load(draft_row_ptr + index, mask=mask, other=0.0)
-    return tl.maximum(target - tl.where(subtract_draft, draft, 0.0), 0.0)
+    draft = tl.load(draft_row_ptr + index, mask=tl.where(subtract_draft, mask, False), other=0.0)
+    return tl.maximum(target - draft, 0.0)
 
 
 @triton.jit
@@ -174,12 +177,16 @@ def tree_speculative_sampling_target_only(predicts: torch.Tensor, accept_index: 
     """
     del deterministic
     bs, n = candidates.shape
-    vocab = target_probs.shape[-1]
-    _launch_sampling_target_only(
+    _sampling_target_only_specialised(block_v)(
         (bs,), predicts, accept_index, accept_token_num, candidates, retrive_index, retrive_next_token,
         retrive_next_sibling, uniform_samples, uniform_samples_for_final_sampling, target_probs,
         draft_probs, float(threshold_single), max(float(threshold_acc), 1e-9), n,
-        accept_index.shape[1] - 1, vocab, BLOCK_V=block_v, num_warps=16)
+        accept_index.shape[1] - 1, target_probs.shape[-1])
+
+
+@functools.lru_cache(maxsize=None)
+def _sampling_target_only_specialised(block_v: int):
+    return _launch_sampling_target_only.specialise(BLOCK_V=block_v, num_warps=16)
 
 
 # ----------------------------------------------------------------------------- from logits

@@ -44,6 +44,23 @@ def test_equal_keys_mean_equal_triton_specialisation(pair):
             assert native(BaseBackend, a, False, specialize, align) == native(BaseBackend, b, False, specialize, align)
 
 
+@settings(max_examples=300, deadline=None)
+@given(st.lists(runtime_args, min_size=0, max_size=6), st.lists(runtime_args, min_size=0, max_size=6))
+def test_binder_matches_the_general_key_or_refuses(first, later):
+    """A binder made from one call gives the general function's key and launch arguments for every
+    later call whose argument kinds match, and raises for any other (the caller then falls back)."""
+    bind = launch._make_binder(first)
+    assert bind(*first) == launch.key_and_arguments(first)
+    try:
+        got = bind(*later)
+    except (AttributeError, TypeError, launch._Unsupported):
+        kinds_match = len(first) == len(later) and all(
+            isinstance(a, torch.Tensor) == isinstance(b, torch.Tensor) for a, b in zip(first, later))
+        assert not kinds_match
+    else:
+        assert got == launch.key_and_arguments(later)
+
+
 def test_unmodelled_arguments_are_refused():
     with pytest.raises(launch._Unsupported):
         launch.key_and_arguments([(1, 2)])
@@ -100,3 +117,6 @@ def test_cached_launch_passes_runtime_args_then_constexprs_in_parameter_order(mo
     fixed = run.specialise(B=64, A=7, num_warps=4)  # the same specialisation, keywords bound once
     fixed((5, 1, 2), x, y, 7)
     assert kernel.compiled.calls[-1][:3] == (5, 1, 2) and len(kernel.slow_calls) == 4
+    fixed((5,), None, y, 7)  # arguments of other kinds than the binder's: Triton's path, not a crash
+    fixed((5,), x, y, torch.zeros(2))
+    assert len(kernel.slow_calls) == 6 and len(kernel.compiled.calls) == 2
