@@ -5,8 +5,8 @@ Usage (on a CUDA machine with ``sglang-kernel`` importable)::
     python benchmarks/tree_kernels.py --out DIR [--quick]
 
 Writes ``DIR/tree_kernels.json`` (every number), ``DIR/tree_kernels.md`` (the table) and
-``DIR/tree_kernels.png`` (the plot). Times are medians of 5 CUDA-event-timed loops (each loop long
-enough to cover ~20 ms), in microseconds, after warm-up. Shapes: V = 128256 fp32 logits,
+``DIR/tree_kernels.png`` (the plot). Times are medians of 7 CUDA-event-timed loops (each loop long
+enough to cover ~20 ms), in microseconds, after warm-up; SGLang's and our loops alternate. Shapes: V = 128256 fp32 logits,
 ``seq_len`` 512 per request, (topk, steps, n) = (1,3,4), (4,3,8), (8,5,32), (8,5,64), bs 1..128.
 
 What is timed:
@@ -50,11 +50,12 @@ VOCAB = 128256
 SEQ_LEN = 512
 TEMPERATURE, TOP_K, TOP_P = 0.8, 50, 0.9
 CONFIGS = [(1, 3, 4), (4, 3, 8), (8, 5, 32), (8, 5, 64)]
+LOOPS = 7  # timed loops per call, alternating between SGLang's and ours
 BATCHES = [1, 8, 32, 64, 128]
 
 
-def median_us(fn, loops: int = 5, loop_ms: float = 20.0) -> float:
-    """Median over ``loops`` event-timed loops of the time per call, in microseconds."""
+def _loop_iters(fn, loop_ms: float) -> int:
+    """Calls of ``fn`` (warmed up) that fill a loop of about ``loop_ms``."""
     for _ in range(3):
         fn()
     torch.cuda.synchronize()
@@ -63,36 +64,47 @@ def median_us(fn, loops: int = 5, loop_ms: float = 20.0) -> float:
     fn()
     stop.record()
     torch.cuda.synchronize()
-    iters = int(min(200, max(3, loop_ms / max(start.elapsed_time(stop), 1e-3))))
-    per_call = []
-    for _ in range(loops):
-        start.record()
-        for _ in range(iters):
-            fn()
-        stop.record()
-        torch.cuda.synchronize()
-        per_call.append(start.elapsed_time(stop) / iters * 1000.0)
-    return statistics.median(per_call)
+    return int(min(200, max(3, loop_ms / max(start.elapsed_time(stop), 1e-3))))
 
 
-def host_us(fn, eager_us: float, loops: int = 5, loop_ms: float = 2.0) -> float:
-    """Median host time per call (the Python and launch work, without waiting for the GPU) over
-    ``loops`` short loops; short enough that the launch queue never fills and blocks."""
-    calls = int(min(50, max(3, loop_ms * 1000.0 / eager_us)))
-    per_call = []
+def medians_us(fns, loops: int = LOOPS, loop_ms: float = 20.0) -> list:
+    """Median over ``loops`` event-timed loops of the time per call of each function, in
+    microseconds. The functions' loops alternate (A B A B ...), so that a drift of host or clock
+    speed during the run falls on all of them alike."""
+    iters = [_loop_iters(fn, loop_ms) for fn in fns]
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    per_call = [[] for _ in fns]
     for _ in range(loops):
-        torch.cuda.synchronize()
-        start = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        per_call.append((time.perf_counter() - start) / calls * 1e6)
+        for fn, count, times in zip(fns, iters, per_call):
+            start.record()
+            for _ in range(count):
+                fn()
+            stop.record()
+            torch.cuda.synchronize()
+            times.append(start.elapsed_time(stop) / count * 1000.0)
+    return [statistics.median(times) for times in per_call]
+
+
+def host_medians_us(fns, eager_us, loops: int = LOOPS, loop_ms: float = 2.0) -> list:
+    """Median host time per call of each function (the Python and launch work, without waiting
+    for the GPU) over alternating short loops; short enough that the launch queue never fills
+    and blocks."""
+    calls = [int(min(50, max(3, loop_ms * 1000.0 / us))) for us in eager_us]
+    per_call = [[] for _ in fns]
+    for _ in range(loops):
+        for fn, count, times in zip(fns, calls, per_call):
+            torch.cuda.synchronize()
+            start = time.perf_counter()
+            for _ in range(count):
+                fn()
+            times.append((time.perf_counter() - start) / count * 1e6)
     torch.cuda.synchronize()
-    return statistics.median(per_call)
+    return [statistics.median(times) for times in per_call]
 
 
-def graph_median_us(fn, loops: int = 5, loop_ms: float = 20.0) -> float:
-    """The same, for replays of a CUDA graph holding one call: GPU time without host launch cost.
-    NaN when the call cannot be captured."""
+def captured(fn):
+    """``fn`` as the replay of a CUDA graph holding one call (GPU time without host launch cost),
+    or None when the call cannot be captured."""
     try:
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
@@ -104,15 +116,15 @@ def graph_median_us(fn, loops: int = 5, loop_ms: float = 20.0) -> float:
             fn()
     except Exception:  # e.g. an op that synchronises: no graph time for it
         torch.cuda.synchronize()
-        return float("nan")
-    return median_us(graph.replay, loops, loop_ms)
+        return None
+    return graph.replay
 
 
 def copy_bandwidth() -> float:
     """Device-to-device copy rate in bytes/s, counting bytes read plus bytes written."""
     src = torch.randn(256 * 2**20, device="cuda")  # 1 GiB
     dst = torch.empty_like(src)
-    us = median_us(lambda: dst.copy_(src))
+    (us,) = medians_us([lambda: dst.copy_(src)])
     return 2 * src.numel() * 4 / (us * 1e-6)
 
 
@@ -183,20 +195,21 @@ def bench_shape(sgl_kernel, bs, topk, steps, n, gen):
 
     row = {"topk": topk, "steps": steps, "n": n, "bs": bs, "rows": bs * n,
            "logits_MB": bs * n * VOCAB * 4 / 1e6}
-    timed = {
-        "build_sglang": lambda: sglang_build_wrapper(sgl_kernel, *tree_args),
-        "build_ours": lambda: tree_build.build_eagle_tree(*tree_args),
-        "greedy_sglang": theirs_greedy,
-        "greedy_ours": lambda: verify_greedy.verify_tree_greedy_from_logits(*outputs, *links, logits),
-        "sampling_op_sglang": theirs_op,
-        "sampling_op_ours": ours_op,
-        "pipeline_sglang": theirs_pipeline,
-        "pipeline_ours": ours_pipeline,
+    pairs = {  # SGLang's, ours: timed side by side
+        "build": (lambda: sglang_build_wrapper(sgl_kernel, *tree_args), lambda: tree_build.build_eagle_tree(*tree_args)),
+        "greedy": (theirs_greedy, lambda: verify_greedy.verify_tree_greedy_from_logits(*outputs, *links, logits)),
+        "sampling_op": (theirs_op, ours_op),
+        "pipeline": (theirs_pipeline, ours_pipeline),
     }
-    for name, fn in timed.items():
-        row[f"{name}_us"] = median_us(fn)
-        row[f"{name}_graph_us"] = graph_median_us(fn)
-        row[f"{name}_host_us"] = host_us(fn, row[f"{name}_us"])
+    for name, fns in pairs.items():
+        names = (f"{name}_sglang", f"{name}_ours")
+        eager = medians_us(fns)
+        replays = [captured(fn) for fn in fns]
+        graph = iter(medians_us([replay for replay in replays if replay is not None]))
+        host = host_medians_us(fns, eager)
+        for key, eager_us, replay, host_us in zip(names, eager, replays, host):
+            row[f"{key}_us"], row[f"{key}_host_us"] = eager_us, host_us
+            row[f"{key}_graph_us"] = next(graph) if replay is not None else float("nan")
     ours_pipeline()
     row["mean_accepted"] = float(accept_num.float().mean())
     return row
@@ -247,7 +260,7 @@ def markdown(meta, rows):
         f"Python {meta['python']}, sglang-kernel {meta['sgl_kernel']}",
         f"* **Floor** logits bytes (fp32 `[bs*n, V]`, V = {VOCAB}) over the measured copy rate "
         f"({meta['copy_bandwidth_TBps']:.2f} TB/s, bytes read + written): reading the logits once",
-        "* **Times** medians of 5 CUDA-event-timed loops (each ~20 ms) after warm-up, µs; `x` = SGLang / ours. "
+        "* **Times** medians of 7 CUDA-event-timed loops (each ~20 ms, SGLang's and ours alternating) after warm-up, µs; `x` = SGLang / ours. "
         "Eager: back-to-back calls as SGLang makes them (small shapes measure host cost); graph: replays of a "
         "CUDA graph holding one call (GPU time; SGLang's calls captured the same way); host: Python + launch "
         "time per call without waiting for the GPU.",
