@@ -34,6 +34,7 @@ CHUNK = 16384  # logits per program of the row pass
 TILE = 1024  # logits per loop step of a row-pass program
 CHUNK_PASS_WARPS = 4  # per row-pass program (H200 probes: 4 beat 8 and 16 at every shape tried)
 GROUPS = 256  # a chunk's tokens fall into this many groups (>= SELECT_MAX); their maxima bound its ranks
+HOT_GROUPS = 128  # groups whose lanes the shortlist sweep reads (SELECT_MAX plus ties); beyond: every lane
 
 
 @triton.jit
@@ -230,25 +231,38 @@ def _request_filters(temperatures_ptr, top_ks_ptr, top_ps_ptr, b, vocab):
 
 
 @triton.jit
+def _append_at_or_above(z, index, valid, floor, counter, base, shortlist_row_ptr, SLOTS: tl.constexpr):
+    """Append every valid token of a tile whose key is >= ``floor`` to a shortlist (slots from an
+    atomic counter, counted from ``base``); returns how many there were, per lane."""
+    key = _order_key32(z)
+    collect = valid & (key >= floor)
+    slot = tl.atomic_add(counter + index * 0, 1, mask=collect, sem="relaxed") - base
+    tl.store(shortlist_row_ptr + slot, (key.to(tl.int64) << 32) | index.to(tl.int64), mask=collect & (slot < SLOTS))
+    return collect.to(tl.int32)
+
+
+@triton.jit
 def _chunk_pass_kernel(logits_ptr, stride_row, temperatures_ptr, top_ks_ptr, top_ps_ptr, stats_ptr,
                        shortlist_ptr, counters_ptr, n, vocab, num_chunks, select_max, CHUNK: tl.constexpr,
-                       TILE: tl.constexpr, GROUPS: tl.constexpr, SLOTS: tl.constexpr):
+                       TILE: tl.constexpr, GROUPS: tl.constexpr, HOT_GROUPS: tl.constexpr, SLOTS: tl.constexpr):
     """Statistics and shortlist of one chunk of one row, reading its logits once from memory.
 
     Stats record (int32 x4): chunk max, ``sum exp2((z - chunk max) * scale)`` (both float bits),
     the shortlist floor (int32 key) and the number of tokens at or above it (may exceed SLOTS:
     the shortlist then overflowed). The shortlist holds, in no particular order, every token of
     the chunk whose key is >= the floor, packed ``key << 32 | index``. The floor is at most the
-    chunk's s-th largest key (s = top-k, or ``select_max`` for top-p alone): the chunk's tokens
-    fall into GROUPS groups, and the floor is the s-th largest group maximum, so s distinct
-    tokens are >= it.
+    chunk's s-th largest key (s = top-k, or ``select_max`` for top-p alone): lane j of a tile
+    holds the chunk's tokens j, j + TILE, ...; lanes fall into GROUPS groups of neighbours, and
+    the floor is the s-th largest group maximum, so s distinct tokens are >= it.
 
-    Two streaming sweeps of TILE tokens with no exchange between lanes inside the loops: the
-    first keeps a running max per lane (the memory read); the second, over the same tens of KB
-    just read (served from L2), accumulates the mass per lane against the chunk max and appends
-    each token at or above the floor (about s per chunk) to the shortlist through an atomic
-    counter. ``counters_ptr`` holds one int32 per record, any value on entry: slots are counted
-    from the value read first.
+    Streaming sweeps of TILE tokens with no exchange between lanes inside the loops: the first
+    keeps a running max per lane (the memory read); the second, over the tens of KB just read
+    (served from L2), accumulates the mass per lane against the chunk max. Only groups whose
+    maximum is >= the floor (the "hot" ones, about s) can hold a shortlisted token, so a third
+    sweep reads just their lanes (from L2) and appends each token at or above the floor through
+    an atomic counter; when more than HOT_GROUPS groups are hot (ties), it reads every lane.
+    ``counters_ptr`` holds one int32 per record, any value on entry: slots are counted from the
+    value read first.
     """
     row = tl.program_id(0)
     chunk = tl.program_id(1)
@@ -265,37 +279,60 @@ def _chunk_pass_kernel(logits_ptr, stride_row, temperatures_ptr, top_ks_ptr, top
     for start in range(0, CHUNK, TILE):
         index = first + start + lanes
         lane_max = tl.maximum(lane_max, _logits(row_ptr, index, index < vocab))
-    # Any partition of the chunk into groups works: here lane j's tokens, folded GROUPS-wide.
-    group_max = tl.max(tl.reshape(lane_max, (TILE // GROUPS, GROUPS)), axis=0)
+    group_max = tl.max(tl.reshape(lane_max, (GROUPS, TILE // GROUPS)), axis=1)
     chunk_max = tl.max(group_max, axis=0)
-    floor = tl.full((), 0x7FFFFFFF, tl.int32)
-    if cover > 0:
-        floor = pick(tl.sort(_order_key32(group_max), descending=True), tl.arange(0, GROUPS), cover - 1)
 
-    record = row.to(tl.int64) * num_chunks + chunk
-    counter = counters_ptr + record
-    base = tl.atomic_add(counter, 0, sem="relaxed")
     lane_mass = tl.zeros((TILE,), dtype=tl.float32)
-    lane_count = tl.zeros((TILE,), dtype=tl.int32)
     for start in range(0, CHUNK, TILE):
         index = first + start + lanes
-        valid = index < vocab
-        z = _logits(row_ptr, index, valid)
-        lane_mass += tl.exp2((z - chunk_max) * scale)
-        if cover > 0:
-            key = _order_key32(z)
-            collect = valid & (key >= floor)
-            slot = tl.atomic_add(counter + lanes * 0, 1, mask=collect, sem="relaxed") - base
-            tl.store(shortlist_ptr + record * SLOTS + slot, (key.to(tl.int64) << 32) | index.to(tl.int64),
-                     mask=collect & (slot < SLOTS))
-            lane_count += collect.to(tl.int32)
+        lane_mass += tl.exp2((_logits(row_ptr, index, index < vocab) - chunk_max) * scale)
     mass = tl.sum(lane_mass, axis=0)
     mass = tl.where(chunk_max > float("-inf"), mass, 0.0)  # an all -inf chunk holds no mass
+
+    record = row.to(tl.int64) * num_chunks + chunk
+    floor = tl.full((), 0x7FFFFFFF, tl.int32)
+    count = tl.zeros((), dtype=tl.int32)
+    if cover > 0:
+        group_key = _order_key32(group_max)
+        groups = tl.arange(0, GROUPS)
+        # Groups by descending maximum (key above, group id below): the floor is the cover-th
+        # maximum, and the hot groups come first.
+        ranked = tl.sort((group_key.to(tl.int64) << 32) | groups, descending=True)
+        floor = (pick(ranked, groups, cover - 1) >> 32).to(tl.int32)
+        hot = tl.sum((group_key >= floor).to(tl.int32), axis=0)
+        counter = counters_ptr + record
+        base = tl.atomic_add(counter, 0, sem="relaxed")
+        shortlist_row_ptr = shortlist_ptr + record * SLOTS
+        if hot <= HOT_GROUPS:
+            # The first HOT_GROUPS entries of the ranking: row 0 of it cut into rows of that length.
+            leading = tl.reshape(ranked, (GROUPS // HOT_GROUPS, HOT_GROUPS))
+            is_leading = (tl.arange(0, GROUPS // HOT_GROUPS) == 0)[:, None]
+            hot_group = (tl.sum(tl.where(is_leading, leading, 0), axis=0) & 0xFFFFFFFF).to(tl.int32)
+            members = tl.arange(0, TILE // GROUPS)
+            hot_lane = tl.reshape(hot_group[:, None] * (TILE // GROUPS) + members[None, :],
+                                  (HOT_GROUPS * (TILE // GROUPS),))
+            is_hot = tl.reshape((tl.arange(0, HOT_GROUPS) < hot)[:, None] & (members >= 0)[None, :],
+                                (HOT_GROUPS * (TILE // GROUPS),))
+            hot_count = tl.zeros((HOT_GROUPS * (TILE // GROUPS),), dtype=tl.int32)
+            for start in range(0, CHUNK, TILE):
+                index = first + start + hot_lane
+                valid = is_hot & (index < vocab)
+                hot_count += _append_at_or_above(_logits(row_ptr, index, valid), index, valid, floor, counter, base,
+                                                 shortlist_row_ptr, SLOTS)
+            count = tl.sum(hot_count, axis=0)
+        else:
+            lane_count = tl.zeros((TILE,), dtype=tl.int32)
+            for start in range(0, CHUNK, TILE):
+                index = first + start + lanes
+                valid = index < vocab
+                lane_count += _append_at_or_above(_logits(row_ptr, index, valid), index, valid, floor, counter, base,
+                                                  shortlist_row_ptr, SLOTS)
+            count = tl.sum(lane_count, axis=0)
     stats = stats_ptr + record * 4
     tl.store(stats, chunk_max.to(tl.int32, bitcast=True))
     tl.store(stats + 1, mass.to(tl.int32, bitcast=True))
     tl.store(stats + 2, floor)
-    tl.store(stats + 3, tl.sum(lane_count, axis=0))
+    tl.store(stats + 3, count)
 
 
 # --- pass 2: one program per request
@@ -646,11 +683,12 @@ def _warps(block_v: int) -> int:
 
 def chunk_pass(logits: torch.Tensor, n: int, temperatures: torch.Tensor, top_ks: torch.Tensor,
                top_ps: torch.Tensor, block_v: int = CHUNK, scratch_slots: int = SHORTLIST_SLOTS,
-               tile: int = TILE, num_warps: int = CHUNK_PASS_WARPS):
+               tile: int = TILE, num_warps: int = CHUNK_PASS_WARPS, hot_groups: int = HOT_GROUPS):
     """Launch 1 of :func:`tree_sampling_from_logits` alone (exposed for tests and tuning): returns
     the statistics ``[rows, chunks, 4]`` int32, the shortlists ``[rows, chunks, scratch_slots]``
     int64, the number of chunks and the coverage bound ``select_max`` the shortlists were built
-    for. ``tile`` (a power of two; capped at ``block_v``) and ``num_warps`` change speed only."""
+    for. ``tile`` (a power of two; capped at ``block_v``), ``num_warps`` and ``hot_groups`` (a power
+    of two) change speed only."""
     rows, vocab = logits.shape
     assert rows % n == 0 and logits.stride(1) == 1
     tile = min(tile, block_v)
@@ -662,6 +700,6 @@ def chunk_pass(logits: torch.Tensor, n: int, temperatures: torch.Tensor, top_ks:
     shortlists = torch.empty((rows, num_chunks, scratch_slots), dtype=torch.int64, device=logits.device)
     _launch_chunk_pass(
         (rows, num_chunks), logits, logits.stride(0), temperatures, top_ks, top_ps, stats, shortlists, counters, n, vocab,
-        num_chunks, select_max, CHUNK=block_v, TILE=tile, GROUPS=groups, SLOTS=scratch_slots,
-        num_warps=num_warps)
+        num_chunks, select_max, CHUNK=block_v, TILE=tile, GROUPS=groups, HOT_GROUPS=min(hot_groups, groups),
+        SLOTS=scratch_slots, num_warps=num_warps)
     return stats, shortlists, num_chunks, select_max
