@@ -256,11 +256,11 @@ def _chunk_pass_kernel(logits_ptr, stride_row, temperatures_ptr, top_ks_ptr, top
     the floor is the s-th largest group maximum, so s distinct tokens are >= it.
 
     Streaming sweeps of TILE tokens with no exchange between lanes inside the loops: the first
-    keeps a running max per lane (the memory read); the second, over the tens of KB just read
-    (served from L2), accumulates the mass per lane against the chunk max. Only groups whose
-    maximum is >= the floor (the "hot" ones, about s) can hold a shortlisted token, so a third
-    sweep reads just their lanes (from L2) and appends each token at or above the floor through
-    an atomic counter; when more than HOT_GROUPS groups are hot (ties), it reads every lane.
+    (the one memory read) keeps a running max per lane and the mass against it. Only groups whose
+    maximum is >= the floor (the "hot" ones, about s) can hold a shortlisted token, so the second
+    sweep reads just their lanes (tens of KB just read: from L2) and appends each token at or
+    above the floor through an atomic counter; when more than HOT_GROUPS groups are hot (ties),
+    it reads every lane.
     ``counters_ptr`` holds one int32 per record, any value on entry: slots are counted from the
     value read first.
     """
@@ -275,18 +275,22 @@ def _chunk_pass_kernel(logits_ptr, stride_row, temperatures_ptr, top_ks_ptr, top
     lanes = tl.arange(0, TILE)
     row_ptr = logits_ptr + row.to(tl.int64) * stride_row
     first = chunk * CHUNK
+    # Per lane, a running max and the mass against it, rescaled when the max grows: one exp2
+    # per token (of the smaller of token and max, against the larger).
     lane_max = tl.full((TILE,), float("-inf"), tl.float32)
-    for start in range(0, CHUNK, TILE):
-        index = first + start + lanes
-        lane_max = tl.maximum(lane_max, _logits(row_ptr, index, index < vocab))
-    group_max = tl.max(tl.reshape(lane_max, (GROUPS, TILE // GROUPS)), axis=1)
-    chunk_max = tl.max(group_max, axis=0)
-
     lane_mass = tl.zeros((TILE,), dtype=tl.float32)
     for start in range(0, CHUNK, TILE):
         index = first + start + lanes
-        lane_mass += tl.exp2((_logits(row_ptr, index, index < vocab) - chunk_max) * scale)
-    mass = tl.sum(lane_mass, axis=0)
+        z = _logits(row_ptr, index, index < vocab)
+        grows = z > lane_max
+        new_max = tl.maximum(lane_max, z)
+        # Against 0 while the lane holds only -inf: exp2(-inf) = 0, no mass. A NaN logit: NaN mass.
+        ratio = tl.exp2((tl.where(grows, lane_max, z) - tl.where(new_max > float("-inf"), new_max, 0.0)) * scale)
+        lane_mass = tl.where(grows, lane_mass * ratio + 1.0, lane_mass + ratio)
+        lane_max = new_max
+    group_max = tl.max(tl.reshape(lane_max, (GROUPS, TILE // GROUPS)), axis=1)
+    chunk_max = tl.max(group_max, axis=0)
+    mass = tl.sum(lane_mass * tl.exp2((lane_max - chunk_max) * scale), axis=0)
     mass = tl.where(chunk_max > float("-inf"), mass, 0.0)  # an all -inf chunk holds no mass
 
     record = row.to(tl.int64) * num_chunks + chunk
