@@ -35,7 +35,6 @@ TILE = 1024  # logits per loop step of a row-pass program
 CHUNK_PASS_WARPS = 4  # per row-pass program (H200 probes: 4 beat 8 and 16 at every shape tried)
 GROUPS = 256  # a chunk's tokens fall into this many groups (>= SELECT_MAX); their maxima bound its ranks
 HOT_GROUPS = 128  # groups whose lanes the shortlist sweep reads (SELECT_MAX plus ties); beyond: every lane
-HOT_TILES = 4  # tiles gathered per step of that sweep
 
 
 @triton.jit
@@ -245,8 +244,7 @@ def _append_at_or_above(z, index, valid, floor, counter, base, shortlist_row_ptr
 @triton.jit
 def _chunk_pass_kernel(logits_ptr, stride_row, temperatures_ptr, top_ks_ptr, top_ps_ptr, stats_ptr,
                        shortlist_ptr, counters_ptr, n, vocab, num_chunks, select_max, CHUNK: tl.constexpr,
-                       TILE: tl.constexpr, GROUPS: tl.constexpr, HOT_GROUPS: tl.constexpr, HOT_TILES: tl.constexpr,
-                       SLOTS: tl.constexpr):
+                       TILE: tl.constexpr, GROUPS: tl.constexpr, HOT_GROUPS: tl.constexpr, SLOTS: tl.constexpr):
     """Statistics and shortlist of one chunk of one row, reading its logits once from memory.
 
     Stats record (int32 x4): chunk max, ``sum exp2((z - chunk max) * scale)`` (both float bits),
@@ -319,15 +317,13 @@ def _chunk_pass_kernel(logits_ptr, stride_row, temperatures_ptr, top_ks_ptr, top
                                   (HOT_GROUPS * (TILE // GROUPS),))
             is_hot = tl.reshape((tl.arange(0, HOT_GROUPS) < hot)[:, None] & (members >= 0)[None, :],
                                 (HOT_GROUPS * (TILE // GROUPS),))
-            # HOT_TILES tiles per step as one gather: few round trips to L2, each with many loads.
-            tiles = tl.arange(0, HOT_TILES)[:, None] * TILE
-            hot_count = tl.zeros((HOT_TILES, HOT_GROUPS * (TILE // GROUPS)), dtype=tl.int32)
-            for start in range(0, CHUNK, HOT_TILES * TILE):
-                index = first + start + tiles + hot_lane[None, :]
-                valid = is_hot[None, :] & (index < vocab)
+            hot_count = tl.zeros((HOT_GROUPS * (TILE // GROUPS),), dtype=tl.int32)
+            for start in range(0, CHUNK, TILE):
+                index = first + start + hot_lane
+                valid = is_hot & (index < vocab)
                 hot_count += _append_at_or_above(_logits(row_ptr, index, valid), index, valid, floor, counter, base,
                                                  shortlist_row_ptr, SLOTS)
-            count = tl.sum(tl.sum(hot_count, axis=1), axis=0)
+            count = tl.sum(hot_count, axis=0)
         else:
             lane_count = tl.zeros((TILE,), dtype=tl.int32)
             for start in range(0, CHUNK, TILE):
@@ -691,13 +687,12 @@ def _warps(block_v: int) -> int:
 
 def chunk_pass(logits: torch.Tensor, n: int, temperatures: torch.Tensor, top_ks: torch.Tensor,
                top_ps: torch.Tensor, block_v: int = CHUNK, scratch_slots: int = SHORTLIST_SLOTS,
-               tile: int = TILE, num_warps: int = CHUNK_PASS_WARPS, hot_groups: int = HOT_GROUPS,
-               hot_tiles: int = HOT_TILES):
+               tile: int = TILE, num_warps: int = CHUNK_PASS_WARPS, hot_groups: int = HOT_GROUPS):
     """Launch 1 of :func:`tree_sampling_from_logits` alone (exposed for tests and tuning): returns
     the statistics ``[rows, chunks, 4]`` int32, the shortlists ``[rows, chunks, scratch_slots]``
     int64, the number of chunks and the coverage bound ``select_max`` the shortlists were built
-    for. ``tile`` (a power of two; capped at ``block_v``), ``num_warps``, ``hot_groups`` and
-    ``hot_tiles`` (powers of two) change speed only."""
+    for. ``tile`` (a power of two; capped at ``block_v``), ``num_warps`` and ``hot_groups`` (a power
+    of two) change speed only."""
     rows, vocab = logits.shape
     assert rows % n == 0 and logits.stride(1) == 1
     tile = min(tile, block_v)
@@ -710,5 +705,5 @@ def chunk_pass(logits: torch.Tensor, n: int, temperatures: torch.Tensor, top_ks:
     _launch_chunk_pass(
         (rows, num_chunks), logits, logits.stride(0), temperatures, top_ks, top_ps, stats, shortlists, counters, n, vocab,
         num_chunks, select_max, CHUNK=block_v, TILE=tile, GROUPS=groups, HOT_GROUPS=min(hot_groups, groups),
-        HOT_TILES=min(hot_tiles, block_v // tile), SLOTS=scratch_slots, num_warps=num_warps)
+        SLOTS=scratch_slots, num_warps=num_warps)
     return stats, shortlists, num_chunks, select_max
