@@ -242,9 +242,28 @@ def _append_at_or_above(z, index, valid, floor, counter, base, shortlist_row_ptr
 
 
 @triton.jit
+def _floor_by_bisection(group_key, cover, slack):
+    """``(floor, hot)``: a key with ``hot >= cover`` of the group keys at or above it, and, unless
+    ties prevent it, ``hot <= cover + slack``: bisection over the key range, stopping early."""
+    low = tl.min(group_key, axis=0).to(tl.int64)
+    high = tl.max(group_key, axis=0).to(tl.int64) + 1
+    hot = tl.sum(tl.full(group_key.shape, 1, tl.int32), axis=0)
+    while (hot > cover + slack) & (high - low > 1):
+        middle = low + (high - low) // 2
+        at_or_above = tl.sum((group_key >= middle).to(tl.int32), axis=0)
+        if at_or_above >= cover:
+            low = middle
+            hot = at_or_above
+        else:
+            high = middle
+    return low.to(tl.int32), hot
+
+
+@triton.jit
 def _chunk_pass_kernel(logits_ptr, stride_row, temperatures_ptr, top_ks_ptr, top_ps_ptr, stats_ptr,
-                       shortlist_ptr, counters_ptr, n, vocab, num_chunks, select_max, CHUNK: tl.constexpr,
-                       TILE: tl.constexpr, GROUPS: tl.constexpr, HOT_GROUPS: tl.constexpr, SLOTS: tl.constexpr):
+                       shortlist_ptr, counters_ptr, hot_list_ptr, n, vocab, num_chunks, select_max,
+                       CHUNK: tl.constexpr, TILE: tl.constexpr, GROUPS: tl.constexpr, HOT_GROUPS: tl.constexpr,
+                       SLOTS: tl.constexpr, FLOOR_BY_SORT: tl.constexpr):
     """Statistics and shortlist of one chunk of one row, reading its logits once from memory.
 
     Stats record (int32 x4): chunk max, ``sum exp2((z - chunk max) * scale)`` (both float bits),
@@ -299,23 +318,27 @@ def _chunk_pass_kernel(logits_ptr, stride_row, temperatures_ptr, top_ks_ptr, top
     if cover > 0:
         group_key = _order_key32(group_max)
         groups = tl.arange(0, GROUPS)
-        # Groups by descending maximum (key above, group id below): the floor is the cover-th
-        # maximum, and the hot groups come first.
-        ranked = tl.sort((group_key.to(tl.int64) << 32) | groups, descending=True)
-        floor = (pick(ranked, groups, cover - 1) >> 32).to(tl.int32)
-        hot = tl.sum((group_key >= floor).to(tl.int32), axis=0)
+        if FLOOR_BY_SORT:
+            floor = pick(tl.sort(group_key, descending=True), groups, cover - 1)
+            hot = tl.sum((group_key >= floor).to(tl.int32), axis=0)
+        else:
+            floor, hot = _floor_by_bisection(group_key, cover, HOT_GROUPS - cover)
         counter = counters_ptr + record
         base = tl.atomic_add(counter, 0, sem="relaxed")
         shortlist_row_ptr = shortlist_ptr + record * SLOTS
         if hot <= HOT_GROUPS:
-            # The first HOT_GROUPS entries of the ranking: row 0 of it cut into rows of that length.
-            leading = tl.reshape(ranked, (GROUPS // HOT_GROUPS, HOT_GROUPS))
-            is_leading = (tl.arange(0, GROUPS // HOT_GROUPS) == 0)[:, None]
-            hot_group = (tl.sum(tl.where(is_leading, leading, 0), axis=0) & 0xFFFFFFFF).to(tl.int32)
+            # The hot groups' ids, compacted through the append counter and a scratch row.
+            is_hot_group = group_key >= floor
+            position = tl.atomic_add(counter + groups * 0, 1, mask=is_hot_group, sem="relaxed") - base
+            tl.store(hot_list_ptr + record * HOT_GROUPS + position, groups, mask=is_hot_group)
+            base += hot
+            tl.debug_barrier()  # the ids stored by every lane are visible to every lane
+            hot_slots = tl.arange(0, HOT_GROUPS)
+            hot_group = tl.load(hot_list_ptr + record * HOT_GROUPS + hot_slots, mask=hot_slots < hot, other=0)
             members = tl.arange(0, TILE // GROUPS)
             hot_lane = tl.reshape(hot_group[:, None] * (TILE // GROUPS) + members[None, :],
                                   (HOT_GROUPS * (TILE // GROUPS),))
-            is_hot = tl.reshape((tl.arange(0, HOT_GROUPS) < hot)[:, None] & (members >= 0)[None, :],
+            is_hot = tl.reshape((hot_slots < hot)[:, None] & (members >= 0)[None, :],
                                 (HOT_GROUPS * (TILE // GROUPS),))
             hot_count = tl.zeros((HOT_GROUPS * (TILE // GROUPS),), dtype=tl.int32)
             for start in range(0, CHUNK, TILE):
@@ -687,7 +710,8 @@ def _warps(block_v: int) -> int:
 
 def chunk_pass(logits: torch.Tensor, n: int, temperatures: torch.Tensor, top_ks: torch.Tensor,
                top_ps: torch.Tensor, block_v: int = CHUNK, scratch_slots: int = SHORTLIST_SLOTS,
-               tile: int = TILE, num_warps: int = CHUNK_PASS_WARPS, hot_groups: int = HOT_GROUPS):
+               tile: int = TILE, num_warps: int = CHUNK_PASS_WARPS, hot_groups: int = HOT_GROUPS,
+               floor_by_sort: bool = False):
     """Launch 1 of :func:`tree_sampling_from_logits` alone (exposed for tests and tuning): returns
     the statistics ``[rows, chunks, 4]`` int32, the shortlists ``[rows, chunks, scratch_slots]``
     int64, the number of chunks and the coverage bound ``select_max`` the shortlists were built
@@ -699,11 +723,13 @@ def chunk_pass(logits: torch.Tensor, n: int, temperatures: torch.Tensor, top_ks:
     groups = min(GROUPS, max(block_v // 2, 1), tile)
     num_chunks = triton.cdiv(vocab, block_v)
     select_max = min(SELECT_MAX, groups, scratch_slots // 2)
+    hot_groups = min(hot_groups, groups)
     stats = torch.empty((rows, num_chunks, 4), dtype=torch.int32, device=logits.device)
+    hot_list = torch.empty((rows, num_chunks, hot_groups), dtype=torch.int32, device=logits.device)
     counters = torch.empty((rows, num_chunks), dtype=torch.int32, device=logits.device)  # any values: see the kernel
     shortlists = torch.empty((rows, num_chunks, scratch_slots), dtype=torch.int64, device=logits.device)
     _launch_chunk_pass(
-        (rows, num_chunks), logits, logits.stride(0), temperatures, top_ks, top_ps, stats, shortlists, counters, n, vocab,
-        num_chunks, select_max, CHUNK=block_v, TILE=tile, GROUPS=groups, HOT_GROUPS=min(hot_groups, groups),
-        SLOTS=scratch_slots, num_warps=num_warps)
+        (rows, num_chunks), logits, logits.stride(0), temperatures, top_ks, top_ps, stats, shortlists, counters,
+        hot_list, n, vocab, num_chunks, select_max, CHUNK=block_v, TILE=tile, GROUPS=groups, HOT_GROUPS=hot_groups,
+        SLOTS=scratch_slots, FLOOR_BY_SORT=floor_by_sort, num_warps=num_warps)
     return stats, shortlists, num_chunks, select_max
