@@ -34,7 +34,7 @@ CHUNK = 16384  # logits per program of the row pass
 TILE = 1024  # logits per loop step of a row-pass program
 CHUNK_PASS_WARPS = 4  # per row-pass program (H200 probes: 4 beat 8 and 16 at every shape tried)
 GROUPS = 256  # a chunk's tokens fall into this many groups (>= SELECT_MAX); their maxima bound its ranks
-HOT_GROUPS = 128  # groups whose lanes the shortlist sweep reads (SELECT_MAX plus ties); beyond: every lane
+HOT_LANES = 128  # lanes the shortlist sweep reads (about SELECT_MAX hold the best; ties); beyond: every lane
 
 
 @triton.jit
@@ -242,28 +242,10 @@ def _append_at_or_above(z, index, valid, floor, counter, base, shortlist_row_ptr
 
 
 @triton.jit
-def _floor_by_bisection(group_key, cover, slack):
-    """``(floor, hot)``: a key with ``hot >= cover`` of the group keys at or above it, and, unless
-    ties prevent it, ``hot <= cover + slack``: bisection over the key range, stopping early."""
-    low = tl.min(group_key, axis=0).to(tl.int64)
-    high = tl.max(group_key, axis=0).to(tl.int64) + 1
-    hot = tl.sum(tl.full(group_key.shape, 1, tl.int32), axis=0)
-    while (hot > cover + slack) & (high - low > 1):
-        middle = low + (high - low) // 2
-        at_or_above = tl.sum((group_key >= middle).to(tl.int32), axis=0)
-        if at_or_above >= cover:
-            low = middle
-            hot = at_or_above
-        else:
-            high = middle
-    return low.to(tl.int32), hot
-
-
-@triton.jit
 def _chunk_pass_kernel(logits_ptr, stride_row, temperatures_ptr, top_ks_ptr, top_ps_ptr, stats_ptr,
                        shortlist_ptr, counters_ptr, hot_list_ptr, n, vocab, num_chunks, select_max,
-                       CHUNK: tl.constexpr, TILE: tl.constexpr, GROUPS: tl.constexpr, HOT_GROUPS: tl.constexpr,
-                       SLOTS: tl.constexpr, FLOOR_BY_SORT: tl.constexpr):
+                       CHUNK: tl.constexpr, TILE: tl.constexpr, GROUPS: tl.constexpr, HOT_LANES: tl.constexpr,
+                       SLOTS: tl.constexpr):
     """Statistics and shortlist of one chunk of one row, reading its logits once from memory.
 
     Stats record (int32 x4): chunk max, ``sum exp2((z - chunk max) * scale)`` (both float bits),
@@ -275,11 +257,12 @@ def _chunk_pass_kernel(logits_ptr, stride_row, temperatures_ptr, top_ks_ptr, top
     the floor is the s-th largest group maximum, so s distinct tokens are >= it.
 
     Streaming sweeps of TILE tokens with no exchange between lanes inside the loops: the first
-    (the one memory read) keeps a running max per lane and the mass against it. Only groups whose
-    maximum is >= the floor (the "hot" ones, about s) can hold a shortlisted token, so the second
-    sweep reads just their lanes (tens of KB just read: from L2) and appends each token at or
-    above the floor through an atomic counter; when more than HOT_GROUPS groups are hot (ties),
-    it reads every lane.
+    (the one memory read) keeps a running max per lane and the mass against it. Only lanes whose
+    max is >= the floor (the "hot" ones, about s) hold a shortlisted token, so the second sweep
+    reads just those lanes (of the tens of KB just read: from L2) and appends each token at or
+    above the floor through an atomic counter; when more than HOT_LANES lanes are hot (ties), it
+    reads every lane. The hot lanes' ids are compacted through the same counter into
+    ``hot_list_ptr`` (``[records, HOT_LANES]`` int32 scratch, any contents on entry).
     ``counters_ptr`` holds one int32 per record, any value on entry: slots are counted from the
     value read first.
     """
@@ -316,34 +299,25 @@ def _chunk_pass_kernel(logits_ptr, stride_row, temperatures_ptr, top_ks_ptr, top
     floor = tl.full((), 0x7FFFFFFF, tl.int32)
     count = tl.zeros((), dtype=tl.int32)
     if cover > 0:
-        group_key = _order_key32(group_max)
-        groups = tl.arange(0, GROUPS)
-        if FLOOR_BY_SORT:
-            floor = pick(tl.sort(group_key, descending=True), groups, cover - 1)
-            hot = tl.sum((group_key >= floor).to(tl.int32), axis=0)
-        else:
-            floor, hot = _floor_by_bisection(group_key, cover, HOT_GROUPS - cover)
+        floor = pick(tl.sort(_order_key32(group_max), descending=True), tl.arange(0, GROUPS), cover - 1)
+        is_hot = _order_key32(lane_max) >= floor  # lanes that hold a token at or above the floor
+        hot = tl.sum(is_hot.to(tl.int32), axis=0)
         counter = counters_ptr + record
         base = tl.atomic_add(counter, 0, sem="relaxed")
         shortlist_row_ptr = shortlist_ptr + record * SLOTS
-        if hot <= HOT_GROUPS:
-            # The hot groups' ids, compacted through the append counter and a scratch row.
-            is_hot_group = group_key >= floor
-            position = tl.atomic_add(counter + groups * 0, 1, mask=is_hot_group, sem="relaxed") - base
-            tl.store(hot_list_ptr + record * HOT_GROUPS + position, groups, mask=is_hot_group)
+        if hot <= HOT_LANES:
+            # The hot lanes' ids, compacted through the append counter and a scratch row.
+            position = tl.atomic_add(counter + lanes * 0, 1, mask=is_hot, sem="relaxed") - base
+            tl.store(hot_list_ptr + record * HOT_LANES + position, lanes, mask=is_hot)
             base += hot
-            tl.debug_barrier()  # the ids stored by every lane are visible to every lane
-            hot_slots = tl.arange(0, HOT_GROUPS)
-            hot_group = tl.load(hot_list_ptr + record * HOT_GROUPS + hot_slots, mask=hot_slots < hot, other=0)
-            members = tl.arange(0, TILE // GROUPS)
-            hot_lane = tl.reshape(hot_group[:, None] * (TILE // GROUPS) + members[None, :],
-                                  (HOT_GROUPS * (TILE // GROUPS),))
-            is_hot = tl.reshape((hot_slots < hot)[:, None] & (members >= 0)[None, :],
-                                (HOT_GROUPS * (TILE // GROUPS),))
-            hot_count = tl.zeros((HOT_GROUPS * (TILE // GROUPS),), dtype=tl.int32)
+            tl.debug_barrier()  # the ids stored by every thread are visible to every thread
+            hot_slots = tl.arange(0, HOT_LANES)
+            live = hot_slots < hot
+            hot_lane = tl.load(hot_list_ptr + record * HOT_LANES + hot_slots, mask=live, other=0)
+            hot_count = tl.zeros((HOT_LANES,), dtype=tl.int32)
             for start in range(0, CHUNK, TILE):
                 index = first + start + hot_lane
-                valid = is_hot & (index < vocab)
+                valid = live & (index < vocab)
                 hot_count += _append_at_or_above(_logits(row_ptr, index, valid), index, valid, floor, counter, base,
                                                  shortlist_row_ptr, SLOTS)
             count = tl.sum(hot_count, axis=0)
@@ -710,12 +684,11 @@ def _warps(block_v: int) -> int:
 
 def chunk_pass(logits: torch.Tensor, n: int, temperatures: torch.Tensor, top_ks: torch.Tensor,
                top_ps: torch.Tensor, block_v: int = CHUNK, scratch_slots: int = SHORTLIST_SLOTS,
-               tile: int = TILE, num_warps: int = CHUNK_PASS_WARPS, hot_groups: int = HOT_GROUPS,
-               floor_by_sort: bool = False):
+               tile: int = TILE, num_warps: int = CHUNK_PASS_WARPS, hot_lanes: int = HOT_LANES):
     """Launch 1 of :func:`tree_sampling_from_logits` alone (exposed for tests and tuning): returns
     the statistics ``[rows, chunks, 4]`` int32, the shortlists ``[rows, chunks, scratch_slots]``
     int64, the number of chunks and the coverage bound ``select_max`` the shortlists were built
-    for. ``tile`` (a power of two; capped at ``block_v``), ``num_warps`` and ``hot_groups`` (a power
+    for. ``tile`` (a power of two; capped at ``block_v``), ``num_warps`` and ``hot_lanes`` (a power
     of two) change speed only."""
     rows, vocab = logits.shape
     assert rows % n == 0 and logits.stride(1) == 1
@@ -723,13 +696,13 @@ def chunk_pass(logits: torch.Tensor, n: int, temperatures: torch.Tensor, top_ks:
     groups = min(GROUPS, max(block_v // 2, 1), tile)
     num_chunks = triton.cdiv(vocab, block_v)
     select_max = min(SELECT_MAX, groups, scratch_slots // 2)
-    hot_groups = min(hot_groups, groups)
+    hot_lanes = min(hot_lanes, tile)
     stats = torch.empty((rows, num_chunks, 4), dtype=torch.int32, device=logits.device)
-    hot_list = torch.empty((rows, num_chunks, hot_groups), dtype=torch.int32, device=logits.device)
+    hot_list = torch.empty((rows, num_chunks, hot_lanes), dtype=torch.int32, device=logits.device)
     counters = torch.empty((rows, num_chunks), dtype=torch.int32, device=logits.device)  # any values: see the kernel
     shortlists = torch.empty((rows, num_chunks, scratch_slots), dtype=torch.int64, device=logits.device)
     _launch_chunk_pass(
         (rows, num_chunks), logits, logits.stride(0), temperatures, top_ks, top_ps, stats, shortlists, counters,
-        hot_list, n, vocab, num_chunks, select_max, CHUNK=block_v, TILE=tile, GROUPS=groups, HOT_GROUPS=hot_groups,
-        SLOTS=scratch_slots, FLOOR_BY_SORT=floor_by_sort, num_warps=num_warps)
+        hot_list, n, vocab, num_chunks, select_max, CHUNK=block_v, TILE=tile, GROUPS=groups, HOT_LANES=hot_lanes,
+        SLOTS=scratch_slots, num_warps=num_warps)
     return stats, shortlists, num_chunks, select_max
