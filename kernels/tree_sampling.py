@@ -30,9 +30,13 @@ from sglang_eagle_ext.kernels.tree_walk import pick, tree_entry, write_accept_sl
 
 SELECT_MAX = 64  # top-k up to this, and top-p alone within this many best tokens, decided from the shortlists
 SHORTLIST_SLOTS = 128  # (key, index) slots per chunk shortlist: the best SELECT_MAX tokens plus ties and slack
-CHUNK = 16384  # logits per program of the row pass
-TILE = 1024  # logits per loop step of a row-pass program
-CHUNK_PASS_WARPS = 4  # per row-pass program (H200 probes: 4 beat 8 and 16 at every shape tried)
+# Row pass: logits per program, per loop step, warps per program. H100 probes (V = 128256, the
+# benchmark's trees): 65536 / 2048 / 8 beat 16384 / 1024 / 4 by 7-13 % (fewer programs pay the
+# per-chunk floor and shortlist, and the walk merges fewer shortlists).
+CHUNK = 65536
+TILE = 2048
+CHUNK_PASS_WARPS = 8
+WALK_TILE = 16384  # logits per loop step of the walk's passes over a whole row
 GROUPS = 256  # a chunk's tokens fall into this many groups (>= SELECT_MAX); their maxima bound its ranks
 HOT_LANES = 128  # lanes the shortlist sweep reads (about SELECT_MAX hold the best; ties); beyond: every lane
 
@@ -674,8 +678,8 @@ def tree_sampling_from_logits(predicts: torch.Tensor, accept_index: torch.Tensor
         (bs,), predicts, accept_index, accept_token_num, candidates, retrive_index, retrive_next_token,
         retrive_next_sibling, uniform_samples, uniform_samples_for_final_sampling, logits, logits.stride(0),
         temperatures, top_ks, top_ps, stats, shortlists, float(threshold_single), max(float(threshold_acc), 1e-9), n,
-        accept_index.shape[1] - 1, logits.shape[1], num_chunks, select_max, BLOCK_V=block_v,
-        CHUNKS=triton.next_power_of_2(num_chunks), SLOTS=scratch_slots, num_warps=_warps(block_v))
+        accept_index.shape[1] - 1, logits.shape[1], num_chunks, select_max, BLOCK_V=min(block_v, WALK_TILE),
+        CHUNKS=triton.next_power_of_2(num_chunks), SLOTS=scratch_slots, num_warps=_warps(min(block_v, WALK_TILE)))
 
 
 def _warps(block_v: int) -> int:
