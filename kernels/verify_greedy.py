@@ -202,16 +202,9 @@ _verify_lazy = Launcher(_greedy_lazy_kernel)
 # with benchmarks/tree_kernels.py); it is chosen where the rows it skips would take longer to read:
 # more than this many bytes per level.
 LAZY_SKIPPED_BYTES_PER_LEVEL = 12_000_000
-_sm_counts: dict = {}
-
-
 def _multiprocessors(device: torch.device) -> int:
-    """SMs of a CUDA device (cached: the query costs host time); a small stand-in elsewhere."""
-    count = _sm_counts.get(device)
-    if count is None:
-        count = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 8
-        _sm_counts[device] = count
-    return count
+    """SMs of a CUDA device; a small stand-in elsewhere (the interpreter)."""
+    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 8
 
 
 def _block_n(n: int) -> int:
@@ -297,30 +290,38 @@ def verify_tree_greedy_from_logits(predicts: torch.Tensor, accept_index: torch.T
     bs, n = candidates.shape
     rows, vocab = logits.shape
     assert rows == bs * n and logits.stride(1) == 1
-    max_accepts = accept_index.shape[1] - 1
-    device = logits.device
+    launch, grid, leading, trailing = _greedy_plan(bs, n, vocab, logits.element_size(), accept_index.shape[1] - 1,
+                                                   logits.device, lazy, block_v, target_programs, num_warps,
+                                                   max_polls)
+    launch(grid, logits, logits.stride(0), *leading, predicts, accept_index, accept_token_num, candidates,
+           retrive_index, retrive_next_token, retrive_next_sibling, *trailing)
+
+
+@functools.lru_cache(maxsize=256)
+def _greedy_plan(bs: int, n: int, vocab: int, element_size: int, max_accepts: int, device: torch.device,
+                 lazy: Optional[bool], block_v: Optional[int], target_programs: Optional[int],
+                 num_warps: Optional[int], max_polls: Optional[int]):
+    """The launch of :func:`verify_tree_greedy_from_logits` for one call shape, worked out once
+    (host time counts at small batches): ``(kernel, grid, arguments after the logits' stride,
+    arguments after the tree's)``."""
+    rows = bs * n
     levels = max_accepts + 1
     if lazy is None:
-        skipped_bytes = bs * (n - levels) * vocab * logits.element_size()
-        lazy = skipped_bytes > levels * LAZY_SKIPPED_BYTES_PER_LEVEL
+        lazy = bs * (n - levels) * vocab * element_size > levels * LAZY_SKIPPED_BYTES_PER_LEVEL
     if lazy:
         block_v = block_v or 2048
         slices = triton.cdiv(vocab, block_v)
         parts = max(1, min(slices, (target_programs or 2 * _multiprocessors(device)) // bs))
         chunk = triton.cdiv(slices, parts) * block_v
         parts = triton.cdiv(vocab, chunk)
-        _specialised_lazy(n, levels, block_v, num_warps or 16)(
-            (parts, bs), logits, logits.stride(0), vocab, chunk, workspace.argmax_keys(device, bs * levels),
-            workspace.tickets(device, bs * (levels + 1)), predicts, accept_index, accept_token_num, candidates,
-            retrive_index, retrive_next_token, retrive_next_sibling, n, max_accepts,
-            max_polls or (1 << 16 if device.type == "cuda" else 2))
-        return
+        return (_specialised_lazy(n, levels, block_v, num_warps or 16), (parts, bs),
+                (vocab, chunk, workspace.argmax_keys(device, bs * levels), workspace.tickets(device, bs * (levels + 1))),
+                (n, max_accepts, max_polls or (1 << 16 if device.type == "cuda" else 2)))
     block_v = block_v or 1024
     slices = triton.cdiv(vocab, block_v)
     splits = max(1, min(slices, triton.cdiv(target_programs or 4 * _multiprocessors(device), rows)))
     chunk = triton.cdiv(slices, splits) * block_v
     splits = triton.cdiv(vocab, chunk)
-    _specialised_split(n, block_v, num_warps or 8)(
-        (rows, splits), logits, logits.stride(0), vocab, chunk, workspace.argmax_keys(device, rows),
-        workspace.tickets(device, bs), predicts, accept_index, accept_token_num, candidates,
-        retrive_index, retrive_next_token, retrive_next_sibling, n, max_accepts, n * splits)
+    return (_specialised_split(n, block_v, num_warps or 8), (rows, splits),
+            (vocab, chunk, workspace.argmax_keys(device, rows), workspace.tickets(device, bs)),
+            (n, max_accepts, n * splits))
