@@ -39,6 +39,7 @@ CHUNK_PASS_WARPS = 8
 WALK_TILE = 16384  # logits per loop step of the walk's passes over a whole row
 GROUPS = 256  # a chunk's tokens fall into this many groups (>= SELECT_MAX); their maxima bound its ranks
 HOT_LANES = 128  # lanes the shortlist sweep reads (about SELECT_MAX hold the best; ties); beyond: every lane
+HOT_TILES = 8  # tiles that sweep gathers per step
 
 
 @triton.jit
@@ -249,7 +250,7 @@ def _append_at_or_above(z, index, valid, floor, counter, base, shortlist_row_ptr
 def _chunk_pass_kernel(logits_ptr, stride_row, temperatures_ptr, top_ks_ptr, top_ps_ptr, stats_ptr,
                        shortlist_ptr, counters_ptr, hot_list_ptr, n, vocab, num_chunks, select_max,
                        CHUNK: tl.constexpr, TILE: tl.constexpr, GROUPS: tl.constexpr, HOT_LANES: tl.constexpr,
-                       SLOTS: tl.constexpr):
+                       HOT_TILES: tl.constexpr, SLOTS: tl.constexpr):
     """Statistics and shortlist of one chunk of one row, reading its logits once from memory.
 
     Stats record (int32 x4): chunk max, ``sum exp2((z - chunk max) * scale)`` (both float bits),
@@ -318,13 +319,15 @@ def _chunk_pass_kernel(logits_ptr, stride_row, temperatures_ptr, top_ks_ptr, top
             hot_slots = tl.arange(0, HOT_LANES)
             live = hot_slots < hot
             hot_lane = tl.load(hot_list_ptr + record * HOT_LANES + hot_slots, mask=live, other=0)
-            hot_count = tl.zeros((HOT_LANES,), dtype=tl.int32)
-            for start in range(0, CHUNK, TILE):
-                index = first + start + hot_lane
-                valid = live & (index < vocab)
+            # HOT_TILES tiles per step, gathered at once: each step costs a round trip to L2.
+            tiles = tl.arange(0, HOT_TILES)[:, None] * TILE
+            hot_count = tl.zeros((HOT_TILES, HOT_LANES), dtype=tl.int32)
+            for start in range(0, CHUNK, HOT_TILES * TILE):
+                index = first + start + tiles + hot_lane[None, :]
+                valid = live[None, :] & (index < vocab)
                 hot_count += _append_at_or_above(_logits(row_ptr, index, valid), index, valid, floor, counter, base,
                                                  shortlist_row_ptr, SLOTS)
-            count = tl.sum(hot_count, axis=0)
+            count = tl.sum(tl.sum(hot_count, axis=1), axis=0)
         else:
             lane_count = tl.zeros((TILE,), dtype=tl.int32)
             for start in range(0, CHUNK, TILE):
@@ -688,12 +691,13 @@ def _warps(block_v: int) -> int:
 
 def chunk_pass(logits: torch.Tensor, n: int, temperatures: torch.Tensor, top_ks: torch.Tensor,
                top_ps: torch.Tensor, block_v: int = CHUNK, scratch_slots: int = SHORTLIST_SLOTS,
-               tile: int = TILE, num_warps: int = CHUNK_PASS_WARPS, hot_lanes: int = HOT_LANES):
+               tile: int = TILE, num_warps: int = CHUNK_PASS_WARPS, hot_lanes: int = HOT_LANES,
+               hot_tiles: int = HOT_TILES):
     """Launch 1 of :func:`tree_sampling_from_logits` alone (exposed for tests and tuning): returns
     the statistics ``[rows, chunks, 4]`` int32, the shortlists ``[rows, chunks, scratch_slots]``
     int64, the number of chunks and the coverage bound ``select_max`` the shortlists were built
-    for. ``tile`` (a power of two; capped at ``block_v``), ``num_warps`` and ``hot_lanes`` (a power
-    of two) change speed only."""
+    for. ``tile`` (a power of two; capped at ``block_v``), ``num_warps``, ``hot_lanes`` and
+    ``hot_tiles`` (powers of two) change speed only."""
     rows, vocab = logits.shape
     assert rows % n == 0 and logits.stride(1) == 1
     tile = min(tile, block_v)
@@ -708,5 +712,5 @@ def chunk_pass(logits: torch.Tensor, n: int, temperatures: torch.Tensor, top_ks:
     _launch_chunk_pass(
         (rows, num_chunks), logits, logits.stride(0), temperatures, top_ks, top_ps, stats, shortlists, counters,
         hot_list, n, vocab, num_chunks, select_max, CHUNK=block_v, TILE=tile, GROUPS=groups, HOT_LANES=hot_lanes,
-        SLOTS=scratch_slots, num_warps=num_warps)
+        HOT_TILES=min(hot_tiles, block_v // tile), SLOTS=scratch_slots, num_warps=num_warps)
     return stats, shortlists, num_chunks, select_max
