@@ -79,13 +79,14 @@ def _drawn_token(sampled, last_positive, vocab):
 @triton.jit
 def _draw_over_row(weights, weight_args, coin, vocab, BLOCK_V: tl.constexpr):
     """Inverse-CDF draw over a whole row, two passes of BLOCK_V tiles: the total of
-    ``weights(index, mask, weight_args)`` (a JIT function and a tuple), then the first index whose
+    ``weights(offset, index, mask, weight_args)`` (a JIT function and a tuple; ``index`` is
+    ``offset + arange(BLOCK_V)``), then the first index whose
     running sum exceeds ``coin * total``, stopping there."""
     lanes = tl.arange(0, BLOCK_V)
     lane_total = tl.zeros((BLOCK_V,), dtype=tl.float32)  # one reduction at the end, not per tile
     for offset in range(0, vocab, BLOCK_V):
         index = offset + lanes
-        lane_total += weights(index, index < vocab, weight_args)
+        lane_total += weights(offset, index, index < vocab, weight_args)
     threshold = coin * tl.sum(lane_total, axis=0)
     running = tl.zeros((), dtype=tl.float32)
     sampled = tl.full((), -1, tl.int64)
@@ -93,7 +94,7 @@ def _draw_over_row(weights, weight_args, coin, vocab, BLOCK_V: tl.constexpr):
     offset = tl.zeros((), dtype=tl.int64)
     while (offset < vocab) & (sampled < 0):
         index = offset + lanes
-        w = weights(index, index < vocab, weight_args)
+        w = weights(offset, index, index < vocab, weight_args)
         running, sampled, last_positive = _draw_tile(w, index, threshold, running, sampled, last_positive, vocab)
         offset += BLOCK_V
     return _drawn_token(sampled, last_positive, vocab)
@@ -103,12 +104,15 @@ def _draw_over_row(weights, weight_args, coin, vocab, BLOCK_V: tl.constexpr):
 
 
 @triton.jit
-def _residual(index, mask, rows):
-    """``relu(target - draft)`` over a tile; ``rows``: (target row, draft row, subtract the draft).
-    The draft row is not read when it is not subtracted (after a full-depth accept): half the bytes."""
-    target_row_ptr, draft_row_ptr, subtract_draft = rows
+def _residual(offset, index, mask, rows):
+    """``relu(target - draft)`` over a tile; ``rows``: (target row, draft row, the tokens the walk
+    rejected there, which of those slots hold one). The draft row is zero on input and the walk
+    wrote only at rejected tokens, so it is read only in tiles holding one: one row read, not two."""
+    target_row_ptr, draft_row_ptr, rejected, is_rejected = rows
+    in_tile = is_rejected & (rejected >= offset) & (rejected < offset + index.shape[0])
+    draft_written = tl.max(in_tile.to(tl.int32), axis=0) > 0
     target = tl.load(target_row_ptr + index, mask=mask, other=0.0)
-    draft = tl.load(draft_row_ptr + index, mask=tl.where(subtract_draft, mask, False), other=0.0)
+    draft = tl.load(draft_row_ptr + index, mask=tl.where(draft_written, mask, False), other=0.0)
     return tl.maximum(target - draft, 0.0)
 
 
@@ -116,7 +120,7 @@ def _residual(index, mask, rows):
 def _sampling_target_only_kernel(predicts_ptr, accept_index_ptr, accept_num_ptr, cand_ptr,
                                  retrive_index_ptr, next_token_ptr, next_sibling_ptr, coins_ptr,
                                  final_coins_ptr, target_ptr, draft_ptr, threshold_single, threshold_acc,
-                                 n, max_accepts, vocab, BLOCK_V: tl.constexpr):
+                                 n, max_accepts, vocab, BLOCK_V: tl.constexpr, BLOCK_N: tl.constexpr):
     b = tl.program_id(0)
     last_row = tree_entry(retrive_index_ptr, b, n, 0)
     write_accept_slot(accept_index_ptr, b, max_accepts, 0, last_row)
@@ -125,6 +129,9 @@ def _sampling_target_only_kernel(predicts_ptr, accept_index_ptr, accept_num_ptr,
     accepted = tl.zeros((), dtype=tl.int32)
     cur = tree_entry(next_token_ptr, b, n, 0)
     steps = tl.zeros((), dtype=tl.int32)
+    slots = tl.arange(0, BLOCK_N)
+    rejected = tl.full((BLOCK_N,), -1, tl.int64)  # tokens rejected at the current row, in order
+    rejected_count = tl.zeros((), dtype=tl.int32)
     while (cur != -1) & (accepted < max_accepts) & (steps < n):
         token = tree_entry(cand_ptr, b, n, cur)
         q = tl.load(target_ptr + last_row * vocab + token)
@@ -133,17 +140,20 @@ def _sampling_target_only_kernel(predicts_ptr, accept_index_ptr, accept_num_ptr,
             prob_acc = 0.0
             coin, accepted, last_row = _take_child(coins_ptr, predicts_ptr, accept_index_ptr, retrive_index_ptr, b, n,
                                                    max_accepts, accepted, last_row, cur, token)
+            rejected_count = 0
             cur = tree_entry(next_token_ptr, b, n, cur)
         else:
             tl.store(draft_ptr + last_row * vocab + token, q)
+            rejected = tl.where(slots == rejected_count, token.to(tl.int64), rejected)
+            rejected_count += 1
             cur = tree_entry(next_sibling_ptr, b, n, cur)
         steps += 1
     tl.store(accept_num_ptr + b, accepted)
 
-    # The bonus token: relu(target - draft) at the last accepted row; after a full-depth accept
-    # there were no tried siblings there, so the draft row is not subtracted.
+    # The bonus token: relu(target - draft) at the last accepted row (where the draft row holds
+    # the rejected children's probabilities; none after a full-depth accept).
     tl.debug_barrier()  # the rejected-sibling stores above must be visible to every lane
-    rows = (target_ptr + last_row * vocab, draft_ptr + last_row * vocab, accepted != max_accepts)
+    rows = (target_ptr + last_row * vocab, draft_ptr + last_row * vocab, rejected, slots < rejected_count)
     token = _draw_over_row(_residual, rows, tl.load(final_coins_ptr + b), vocab, BLOCK_V)
     tl.store(predicts_ptr + last_row, token.to(tl.int32))
 
@@ -169,7 +179,8 @@ def tree_speculative_sampling_target_only(predicts: torch.Tensor, accept_index: 
     ``uniform_samples`` ``[bs, n]`` float32 (the coin of node t), ``uniform_samples_for_final_sampling``
     ``[bs]`` float32; ``target_probs`` ``[bs, n, V]`` float32; ``draft_probs`` ``[bs, n, V]``
     float32, zeros on input, used as scratch: the target probability of each rejected child is
-    written at its parent's row.
+    written at its parent's row (and only what the op wrote is read back: the bonus draw reads the
+    draft row just in the tiles that hold a rejected child of the last accepted node).
 
     Semantics (SGLang's): walking from the root, child c of the current node (tried in sibling
     order) with target probability ``q`` adds ``q`` to a running sum ``acc``; it is accepted when
@@ -183,7 +194,7 @@ def tree_speculative_sampling_target_only(predicts: torch.Tensor, accept_index: 
     """
     del deterministic
     bs, n = candidates.shape
-    _sampling_target_only_specialised(block_v)(
+    _sampling_target_only_specialised(block_v, n)(
         (bs,), predicts, accept_index, accept_token_num, candidates, retrive_index, retrive_next_token,
         retrive_next_sibling, uniform_samples, uniform_samples_for_final_sampling, target_probs,
         draft_probs, float(threshold_single), max(float(threshold_acc), 1e-9), n,
@@ -191,8 +202,9 @@ def tree_speculative_sampling_target_only(predicts: torch.Tensor, accept_index: 
 
 
 @functools.lru_cache(maxsize=None)
-def _sampling_target_only_specialised(block_v: int):
-    return _launch_sampling_target_only.specialise(BLOCK_V=block_v, num_warps=16)
+def _sampling_target_only_specialised(block_v: int, n: int):
+    return _launch_sampling_target_only.specialise(BLOCK_V=block_v, BLOCK_N=max(16, triton.next_power_of_2(n)),
+                                                   num_warps=16)
 
 
 # ----------------------------------------------------------------------------- from logits
@@ -524,7 +536,7 @@ def _without_tried_children(p, index, cand_ptr, next_token_ptr, next_sibling_ptr
 
 
 @triton.jit
-def _filtered_residual(index, mask, row_filter):
+def _filtered_residual(offset, index, mask, row_filter):
     """Filtered target probabilities of a tile, without the tried children (see above);
     ``row_filter``: the row and its filter, then the tree pointers and the children to drop."""
     (row_ptr, scale, row_max, floor_key, total, cand_ptr, next_token_ptr, next_sibling_ptr, b, n, parent,
