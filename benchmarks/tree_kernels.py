@@ -6,8 +6,9 @@ Usage (on a CUDA machine with ``sglang-kernel`` importable)::
 
 Writes ``DIR/tree_kernels.json`` (every number), ``DIR/tree_kernels.md`` (the table) and
 ``DIR/tree_kernels.png`` (the plot). Times are medians of 7 CUDA-event-timed loops (each loop long
-enough to cover ~20 ms), in microseconds, after warm-up; SGLang's and our loops alternate. Shapes: V = 128256 fp32 logits,
-``seq_len`` 512 per request, (topk, steps, n) = (1,3,4), (4,3,8), (8,5,32), (8,5,64), bs 1..128.
+enough to cover ~20 ms), in microseconds, after warm-up; SGLang's and our loops alternate.
+Shapes: V = 128256 fp32 logits, ``seq_len`` 512 per request, (topk, steps, n) = (1,3,4), (4,3,8),
+(8,5,32), (8,5,64), bs 1..128.
 
 What is timed:
 
@@ -196,7 +197,8 @@ def bench_shape(sgl_kernel, bs, topk, steps, n, gen):
     row = {"topk": topk, "steps": steps, "n": n, "bs": bs, "rows": bs * n,
            "logits_MB": bs * n * VOCAB * 4 / 1e6}
     pairs = {  # SGLang's, ours: timed side by side
-        "build": (lambda: sglang_build_wrapper(sgl_kernel, *tree_args), lambda: tree_build.build_eagle_tree(*tree_args)),
+        "build": (lambda: sglang_build_wrapper(sgl_kernel, *tree_args),
+                  lambda: tree_build.build_eagle_tree(*tree_args)),
         "greedy": (theirs_greedy, lambda: verify_greedy.verify_tree_greedy_from_logits(*outputs, *links, logits)),
         "sampling_op": (theirs_op, ours_op),
         "pipeline": (theirs_pipeline, ours_pipeline),
@@ -260,7 +262,8 @@ def markdown(meta, rows):
         f"Python {meta['python']}, sglang-kernel {meta['sgl_kernel']}",
         f"* **Floor** logits bytes (fp32 `[bs*n, V]`, V = {VOCAB}) over the measured copy rate "
         f"({meta['copy_bandwidth_TBps']:.2f} TB/s, bytes read + written): reading the logits once",
-        "* **Times** medians of 7 CUDA-event-timed loops (each ~20 ms, SGLang's and ours alternating) after warm-up, µs; `x` = SGLang / ours. "
+        "* **Times** medians of 7 CUDA-event-timed loops (each ~20 ms, SGLang's and ours alternating) after "
+        "warm-up, µs; `x` = SGLang / ours. "
         "Eager: back-to-back calls as SGLang makes them (small shapes measure host cost); graph: replays of a "
         "CUDA graph holding one call (GPU time; SGLang's calls captured the same way); host: Python + launch "
         "time per call without waiting for the GPU.",

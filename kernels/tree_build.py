@@ -3,7 +3,8 @@
 One Triton program per request builds the whole ``n x n`` tree in registers: parent lookup, child
 and sibling links and the ancestor closure are all vector operations over the request's ``n``
 nodes, so there is one launch, no host synchronisation, and no recompilation for a new batch size
-(only ``n``, the mask mode and the fill switches are compile-time constants).
+(the tree's sizes, the mask mode and the fill switches are compile-time constants; none depends
+on the batch size).
 """
 
 from __future__ import annotations
@@ -31,8 +32,8 @@ def _build_tree_kernel(
     parent_list_ptr, selected_ptr, seq_len_ptr, mask_ptr, positions_ptr,
     retrive_index_ptr, next_token_ptr, next_sibling_ptr, bonus_ptr, draft_in_ptr, draft_out_ptr,
     TOPK: tl.constexpr, PARENT_WIDTH: tl.constexpr, N: tl.constexpr, MASK_MODE: tl.constexpr,
-    BYTES_PER_ROW: tl.constexpr, FILL_PREFIX: tl.constexpr, WRITE_DRAFT_TOKENS: tl.constexpr, SLAB_OUTPUTS: tl.constexpr, BLOCK_N: tl.constexpr,
-    BLOCK_B: tl.constexpr, BLOCK_PREFIX: tl.constexpr,
+    BYTES_PER_ROW: tl.constexpr, FILL_PREFIX: tl.constexpr, WRITE_DRAFT_TOKENS: tl.constexpr,
+    SLAB_OUTPUTS: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_B: tl.constexpr, BLOCK_PREFIX: tl.constexpr,
 ):
     if SLAB_OUTPUTS:
         # build_eagle_tree's outputs are the slabs of one [5, bs, n] int64 buffer: one pointer

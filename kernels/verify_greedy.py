@@ -202,6 +202,8 @@ _verify_lazy = Launcher(_greedy_lazy_kernel)
 # with benchmarks/tree_kernels.py); it is chosen where the rows it skips would take longer to read:
 # more than this many bytes per level.
 LAZY_SKIPPED_BYTES_PER_LEVEL = 12_000_000
+
+
 def _multiprocessors(device: torch.device) -> int:
     """SMs of a CUDA device; a small stand-in elsewhere (the interpreter)."""
     return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 8
@@ -315,7 +317,8 @@ def _greedy_plan(bs: int, n: int, vocab: int, element_size: int, max_accepts: in
         chunk = triton.cdiv(slices, parts) * block_v
         parts = triton.cdiv(vocab, chunk)
         return (_specialised_lazy(n, levels, block_v, num_warps or 16), (parts, bs),
-                (vocab, chunk, workspace.argmax_keys(device, bs * levels), workspace.tickets(device, bs * (levels + 1))),
+                (vocab, chunk, workspace.argmax_keys(device, bs * levels),
+                 workspace.tickets(device, bs * (levels + 1))),
                 (n, max_accepts, max_polls or (1 << 16 if device.type == "cuda" else 2)))
     block_v = block_v or 1024
     slices = triton.cdiv(vocab, block_v)
