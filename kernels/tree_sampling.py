@@ -37,7 +37,6 @@ CHUNK = 65536
 TILE = 2048
 CHUNK_PASS_WARPS = 8
 WALK_TILE = 16384  # logits per loop step of the walk's passes over a whole row
-ROW_FILTER_WARPS = 4  # per program of launch 2 (a row's shortlists: a few hundred entries)
 GROUPS = 256  # a chunk's tokens fall into this many groups (>= SELECT_MAX); their maxima bound its ranks
 HOT_LANES = 128  # lanes the shortlist sweep reads (about SELECT_MAX hold the best; ties); beyond: every lane
 HOT_TILES = 8  # tiles that sweep gathers per step
@@ -422,14 +421,14 @@ def _filter_from_shortlists(shortlist_ptr, first_record, num_chunks, counts, com
 
 
 @triton.jit
-def _shortlist_filter(stats_ptr, shortlist_ptr, first_record, num_chunks, scale, top_k, top_p, top_k_active,
-                      top_p_active, select_max, CHUNKS: tl.constexpr, SLOTS: tl.constexpr):
-    """Filter of one row from its shortlists: ``(row_max, row_mass, floor_key, total, decided,
-    in_shortlists)``; token i keeps ``exp2((z_i - row_max) * scale) / total`` when
-    ``key(z_i) >= floor_key``, else 0. Unfiltered rows are decided (floor 0, the row's mass);
-    ``in_shortlists``: filtered, and top-k / top-p were decided there, so every kept token is in
-    them. Other filtered rows (top-k above ``select_max``, an overflowed shortlist, a top-p pivot
-    below the covered tokens) are not decided: :func:`_exact_filter` takes them."""
+def _row_filter(row_ptr, stats_ptr, shortlist_ptr, first_record, num_chunks, vocab, scale, top_k, top_p,
+                top_k_active, top_p_active, select_max,
+                BLOCK_V: tl.constexpr, CHUNKS: tl.constexpr, SLOTS: tl.constexpr):
+    """Filter of one row: ``(row_max, floor_key, total, in_shortlists)``; token i keeps
+    ``exp2((z_i - row_max) * scale) / total`` when ``key(z_i) >= floor_key``, else 0.
+    ``in_shortlists``: top-k / top-p were decided there, so every kept token is in them. Rows the
+    shortlists cannot decide (top-k above ``select_max``, an overflowed shortlist, a top-p pivot
+    below the covered tokens) take exact passes over the row: radix select and bisection."""
     row_max, row_mass, complete_key, counts = _row_stats(stats_ptr, first_record, num_chunks, scale, CHUNKS)
     floor_key = tl.zeros((), dtype=tl.int64)
     total = row_mass
@@ -439,60 +438,16 @@ def _shortlist_filter(stats_ptr, shortlist_ptr, first_record, num_chunks, scale,
         in_shortlists, floor_key, total = _filter_from_shortlists(
             shortlist_ptr, first_record, num_chunks, counts, complete_key, row_max, row_mass, scale, top_k, top_p,
             top_k_active, top_p_active, CHUNKS, SLOTS)
-    return row_max, row_mass, floor_key, total, ~filtered | in_shortlists, in_shortlists
-
-
-@triton.jit
-def _exact_filter(row_ptr, vocab, scale, row_max, row_mass, top_k, top_p, top_k_active, top_p_active,
-                  BLOCK_V: tl.constexpr):
-    """``(floor_key, total)`` of a filtered row by passes over the whole row: radix select for
-    top-k, bisection for top-p (nothing the shortlists left behind is used)."""
-    floor_key = tl.zeros((), dtype=tl.int64)
-    total = row_mass
-    if top_k_active:
-        floor_key = _kth_largest_key_in_row(row_ptr, vocab, top_k, BLOCK_V)
-        total = _mass_at_or_above(row_ptr, vocab, scale, row_max, floor_key, BLOCK_V)
-    if top_p_active:
-        floor_key, total = _top_p_by_bisection(row_ptr, vocab, scale, row_max, floor_key, top_p * total, total,
-                                               BLOCK_V)
-    return floor_key, total
-
-
-@triton.jit
-def _row_filter_kernel(stats_ptr, shortlist_ptr, temperatures_ptr, top_ks_ptr, top_ps_ptr, filters_ptr, n, vocab,
-                       num_chunks, select_max, CHUNKS: tl.constexpr, SLOTS: tl.constexpr):
-    """Launch 2: the shortlist filter of every row at once (one program per row), so that the
-    walk, which visits rows one after another, only reads it. Record (int64 x5): row max, row
-    mass, total (float bits), floor key, flags (1: decided, 2: in the shortlists)."""
-    row = tl.program_id(0)
-    scale, top_k, top_p, top_k_active, top_p_active = _request_filters(
-        temperatures_ptr, top_ks_ptr, top_ps_ptr, row // n, vocab)
-    row_max, row_mass, floor_key, total, decided, in_shortlists = _shortlist_filter(
-        stats_ptr, shortlist_ptr, row.to(tl.int64) * num_chunks, num_chunks, scale, top_k, top_p, top_k_active,
-        top_p_active, select_max, CHUNKS, SLOTS)
-    record = filters_ptr + row.to(tl.int64) * 5
-    tl.store(record, row_max.to(tl.int32, bitcast=True).to(tl.int64))
-    tl.store(record + 1, row_mass.to(tl.int32, bitcast=True).to(tl.int64))
-    tl.store(record + 2, total.to(tl.int32, bitcast=True).to(tl.int64))
-    tl.store(record + 3, floor_key)
-    tl.store(record + 4, decided.to(tl.int64) | (in_shortlists.to(tl.int64) << 1))
-
-
-@triton.jit
-def _row_filter(row_ptr, filters_ptr, row, vocab, scale, top_k, top_p, top_k_active, top_p_active,
-                BLOCK_V: tl.constexpr):
-    """``(row_max, floor_key, total, in_shortlists)`` of a row: its record from launch 2, or
-    exact passes over the row where the shortlists did not decide it."""
-    record = filters_ptr + row * 5
-    row_max = tl.load(record).to(tl.int32).to(tl.float32, bitcast=True)
-    total = tl.load(record + 2).to(tl.int32).to(tl.float32, bitcast=True)
-    floor_key = tl.load(record + 3)
-    flags = tl.load(record + 4)
-    if (flags & 1) == 0:
-        row_mass = tl.load(record + 1).to(tl.int32).to(tl.float32, bitcast=True)
-        floor_key, total = _exact_filter(row_ptr, vocab, scale, row_max, row_mass, top_k, top_p, top_k_active,
-                                         top_p_active, BLOCK_V)
-    return row_max, floor_key, total, (flags & 2) != 0
+    if filtered & ~in_shortlists:  # start over: nothing the shortlists left behind is used
+        floor_key = tl.zeros((), dtype=tl.int64)
+        total = row_mass
+        if top_k_active:
+            floor_key = _kth_largest_key_in_row(row_ptr, vocab, top_k, BLOCK_V)
+            total = _mass_at_or_above(row_ptr, vocab, scale, row_max, floor_key, BLOCK_V)
+        if top_p_active:
+            floor_key, total = _top_p_by_bisection(row_ptr, vocab, scale, row_max, floor_key,
+                                                   top_p * total, total, BLOCK_V)
+    return row_max, floor_key, total, in_shortlists
 
 
 @triton.jit
@@ -615,8 +570,9 @@ def _draw_from_shortlists(shortlist_ptr, stats_ptr, first_record, num_chunks, ro
 @triton.jit
 def _walk_kernel(predicts_ptr, accept_index_ptr, accept_num_ptr, cand_ptr, retrive_index_ptr, next_token_ptr,
                  next_sibling_ptr, coins_ptr, final_coins_ptr, logits_ptr, stride_row, temperatures_ptr, top_ks_ptr,
-                 top_ps_ptr, stats_ptr, shortlist_ptr, filters_ptr, threshold_single, threshold_acc, n, max_accepts,
-                 vocab, num_chunks, BLOCK_V: tl.constexpr, CHUNKS: tl.constexpr, SLOTS: tl.constexpr):
+                 top_ps_ptr, stats_ptr, shortlist_ptr, threshold_single, threshold_acc, n, max_accepts, vocab,
+                 num_chunks, select_max, BLOCK_V: tl.constexpr, CHUNKS: tl.constexpr,
+                 SLOTS: tl.constexpr):
     b = tl.program_id(0)
     scale, top_k, top_p, top_k_active, top_p_active = _request_filters(
         temperatures_ptr, top_ks_ptr, top_ps_ptr, b, vocab)
@@ -641,7 +597,8 @@ def _walk_kernel(predicts_ptr, accept_index_ptr, accept_num_ptr, cand_ptr, retri
     while unfiltered | ((cur != -1) & (accepted < max_accepts) & (steps < n)):
         if unfiltered:
             row_max, floor_key, total, in_shortlists = _row_filter(
-                row_ptr, filters_ptr, last_row, vocab, scale, top_k, top_p, top_k_active, top_p_active, BLOCK_V)
+                row_ptr, stats_ptr, shortlist_ptr, last_row * num_chunks, num_chunks, vocab, scale, top_k, top_p,
+                top_k_active, top_p_active, select_max, BLOCK_V, CHUNKS, SLOTS)
             unfiltered = False
         else:
             token = tree_entry(cand_ptr, b, n, cur)
@@ -677,7 +634,6 @@ def _walk_kernel(predicts_ptr, accept_index_ptr, accept_num_ptr, cand_ptr, retri
 
 
 _launch_chunk_pass = Launcher(_chunk_pass_kernel)
-_launch_row_filters = Launcher(_row_filter_kernel)
 _launch_walk = Launcher(_walk_kernel)
 
 
@@ -718,16 +674,14 @@ def tree_sampling_from_logits(predicts: torch.Tensor, accept_index: torch.Tensor
     chunk its max, its mass and a shortlist of ``scratch_slots`` slots holding every token at or
     above a floor that is at most the chunk's s-th best (s = top-k, or ``SELECT_MAX`` for top-p
     alone). Then every token at or above the highest floor of a row is in its shortlists, and
-    launch 2 (one program per row) decides top-k (k <= ``SELECT_MAX``) and a top-p pivot among
-    the covered tokens in registers. Launch 3 (one program per request) walks the tree with those
-    filters and draws the bonus token from the shortlists. Rows the shortlists cannot decide
-    (top-k above ``SELECT_MAX``, more than ``scratch_slots`` tokens of a chunk at its floor, e.g.
-    ties; a top-p pivot below the covered tokens) take exact radix-select and bisection passes
-    over the row in the walk instead, as do unfiltered rows for the bonus draw. Scratch:
-    ``[bs*n, chunks, 4]`` int32 statistics, ``[bs*n, chunks]`` int32 append counters,
-    ``[bs*n, chunks, min(HOT_LANES, tile)]`` int32 lane ids, ``[bs*n, chunks, scratch_slots]``
-    int64 shortlists (``chunks = ceil(V / block_v)``) and ``[bs*n, 5]`` int64 row filters,
-    allocated per call; no host sync, one compilation per vocabulary size.
+    launch 2 (one program per request, walking its tree) decides top-k (k <= ``SELECT_MAX``) and a
+    top-p pivot among the covered tokens in registers, and draws the bonus token from the
+    shortlists. Rows they cannot decide (top-k above ``SELECT_MAX``, more than ``scratch_slots``
+    tokens of a chunk at its floor, e.g. ties; a top-p pivot below the covered tokens) take exact
+    radix-select and bisection passes over the row instead, as do unfiltered rows for the bonus
+    draw. Scratch: ``[bs*n, chunks, 4]`` int32 statistics, ``[bs*n, chunks]`` int32 append
+    counters and ``[bs*n, chunks, scratch_slots]`` int64 shortlists (``chunks = ceil(V /
+    block_v)``), allocated per call; no host sync, one compilation per vocabulary size.
     ``block_v`` (a power of two >= 2), ``scratch_slots`` and ``tile`` (powers of two; the row
     pass's loop step) change speed only, never results.
     """
@@ -735,17 +689,12 @@ def tree_sampling_from_logits(predicts: torch.Tensor, accept_index: torch.Tensor
     temperatures, top_ks, top_ps = temperatures.reshape(-1), top_ks.reshape(-1), top_ps.reshape(-1)
     stats, shortlists, num_chunks, select_max = chunk_pass(logits, n, temperatures, top_ks, top_ps, block_v,
                                                            scratch_slots, tile)
-    rows, vocab = logits.shape
-    chunks = triton.next_power_of_2(num_chunks)
-    filters = torch.empty((rows, 5), dtype=torch.int64, device=logits.device)
-    _launch_row_filters((rows,), stats, shortlists, temperatures, top_ks, top_ps, filters, n, vocab, num_chunks,
-                        select_max, CHUNKS=chunks, SLOTS=scratch_slots, num_warps=ROW_FILTER_WARPS)
     _launch_walk(
         (bs,), predicts, accept_index, accept_token_num, candidates, retrive_index, retrive_next_token,
         retrive_next_sibling, uniform_samples, uniform_samples_for_final_sampling, logits, logits.stride(0),
-        temperatures, top_ks, top_ps, stats, shortlists, filters, float(threshold_single),
-        max(float(threshold_acc), 1e-9), n, accept_index.shape[1] - 1, vocab, num_chunks,
-        BLOCK_V=min(block_v, WALK_TILE), CHUNKS=chunks, SLOTS=scratch_slots, num_warps=_warps(min(block_v, WALK_TILE)))
+        temperatures, top_ks, top_ps, stats, shortlists, float(threshold_single), max(float(threshold_acc), 1e-9), n,
+        accept_index.shape[1] - 1, logits.shape[1], num_chunks, select_max, BLOCK_V=min(block_v, WALK_TILE),
+        CHUNKS=triton.next_power_of_2(num_chunks), SLOTS=scratch_slots, num_warps=_warps(min(block_v, WALK_TILE)))
 
 
 def _warps(block_v: int) -> int:
