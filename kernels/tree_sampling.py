@@ -680,8 +680,9 @@ def tree_sampling_from_logits(predicts: torch.Tensor, accept_index: torch.Tensor
     tokens of a chunk at its floor, e.g. ties; a top-p pivot below the covered tokens) take exact
     radix-select and bisection passes over the row instead, as do unfiltered rows for the bonus
     draw. Scratch: ``[bs*n, chunks, 4]`` int32 statistics, ``[bs*n, chunks]`` int32 append
-    counters and ``[bs*n, chunks, scratch_slots]`` int64 shortlists (``chunks = ceil(V /
-    block_v)``), allocated per call; no host sync, one compilation per vocabulary size.
+    counters, ``[bs*n, chunks, min(HOT_LANES, tile)]`` int32 lane ids and ``[bs*n, chunks,
+    scratch_slots]`` int64 shortlists (``chunks = ceil(V / block_v)``), allocated per call; no
+    host sync, one compilation per vocabulary size.
     ``block_v`` (a power of two >= 2), ``scratch_slots`` and ``tile`` (powers of two; the row
     pass's loop step) change speed only, never results.
     """
