@@ -20,12 +20,13 @@ Two entry points:
 from __future__ import annotations
 
 import functools
+from typing import NamedTuple
 
 import torch
 import triton
 import triton.language as tl
 
-from sglang_eagle_ext.kernels.launch import Launcher
+from sglang_eagle_ext.kernels.launch import Launcher, Specialised
 from sglang_eagle_ext.kernels.tree_walk import pick, tree_entry, write_accept_slot
 
 SELECT_MAX = 64  # top-k up to this, and top-p alone within this many best tokens, decided from the shortlists
@@ -37,6 +38,7 @@ CHUNK = 65536
 TILE = 2048
 CHUNK_PASS_WARPS = 8
 WALK_TILE = 16384  # logits per loop step of the walk's passes over a whole row
+ROW_FILTER_WARPS = 4  # per program of launch 2 (a row's shortlists: a few hundred entries)
 GROUPS = 256  # a chunk's tokens fall into this many groups (>= SELECT_MAX); their maxima bound its ranks
 HOT_LANES = 128  # lanes the shortlist sweep reads (about SELECT_MAX hold the best; ties); beyond: every lane
 HOT_TILES = 8  # tiles that sweep gathers per step
@@ -260,7 +262,7 @@ def _append_at_or_above(z, index, valid, floor, counter, base, shortlist_row_ptr
 
 @triton.jit
 def _chunk_pass_kernel(logits_ptr, stride_row, temperatures_ptr, top_ks_ptr, top_ps_ptr, stats_ptr,
-                       shortlist_ptr, counters_ptr, hot_list_ptr, n, vocab, num_chunks, select_max,
+                       shortlist_ptr, n, vocab, num_chunks, select_max,
                        CHUNK: tl.constexpr, TILE: tl.constexpr, GROUPS: tl.constexpr, HOT_LANES: tl.constexpr,
                        HOT_TILES: tl.constexpr, SLOTS: tl.constexpr):
     """Statistics and shortlist of one chunk of one row, reading its logits once from memory.
@@ -278,10 +280,11 @@ def _chunk_pass_kernel(logits_ptr, stride_row, temperatures_ptr, top_ks_ptr, top
     max is >= the floor (the "hot" ones, about s) hold a shortlisted token, so the second sweep
     reads just those lanes (of the tens of KB just read: from L2) and appends each token at or
     above the floor through an atomic counter; when more than HOT_LANES lanes are hot (ties), it
-    reads every lane. The hot lanes' ids are compacted through the same counter into
-    ``hot_list_ptr`` (``[records, HOT_LANES]`` int32 scratch, any contents on entry).
-    ``counters_ptr`` holds one int32 per record, any value on entry: slots are counted from the
-    value read first.
+    reads every lane. The hot lanes' ids are compacted through the same counter.
+
+    ``stats_ptr`` starts the int32 scratch of :func:`_scratch_sizes` (stats records, then one
+    append counter per record, any value on entry: slots are counted from the value read first,
+    then HOT_LANES lane ids per record); ``shortlist_ptr`` starts the int64 one.
     """
     row = tl.program_id(0)
     chunk = tl.program_id(1)
@@ -313,6 +316,9 @@ def _chunk_pass_kernel(logits_ptr, stride_row, temperatures_ptr, top_ks_ptr, top
     mass = tl.where(chunk_max > float("-inf"), mass, 0.0)  # an all -inf chunk holds no mass
 
     record = row.to(tl.int64) * num_chunks + chunk
+    records = tl.num_programs(0).to(tl.int64) * num_chunks
+    counters_ptr = stats_ptr + 4 * records
+    hot_list_ptr = stats_ptr + 5 * records
     floor = tl.full((), 0x7FFFFFFF, tl.int32)
     count = tl.zeros((), dtype=tl.int32)
     if cover > 0:
@@ -421,14 +427,14 @@ def _filter_from_shortlists(shortlist_ptr, first_record, num_chunks, counts, com
 
 
 @triton.jit
-def _row_filter(row_ptr, stats_ptr, shortlist_ptr, first_record, num_chunks, vocab, scale, top_k, top_p,
-                top_k_active, top_p_active, select_max,
-                BLOCK_V: tl.constexpr, CHUNKS: tl.constexpr, SLOTS: tl.constexpr):
-    """Filter of one row: ``(row_max, floor_key, total, in_shortlists)``; token i keeps
-    ``exp2((z_i - row_max) * scale) / total`` when ``key(z_i) >= floor_key``, else 0.
-    ``in_shortlists``: top-k / top-p were decided there, so every kept token is in them. Rows the
-    shortlists cannot decide (top-k above ``select_max``, an overflowed shortlist, a top-p pivot
-    below the covered tokens) take exact passes over the row: radix select and bisection."""
+def _shortlist_filter(stats_ptr, shortlist_ptr, first_record, num_chunks, scale, top_k, top_p, top_k_active,
+                      top_p_active, select_max, CHUNKS: tl.constexpr, SLOTS: tl.constexpr):
+    """Filter of one row from its shortlists: ``(row_max, row_mass, floor_key, total, decided,
+    in_shortlists)``; token i keeps ``exp2((z_i - row_max) * scale) / total`` when
+    ``key(z_i) >= floor_key``, else 0. Unfiltered rows are decided (floor 0, the row's mass);
+    ``in_shortlists``: filtered, and top-k / top-p were decided there, so every kept token is in
+    them. Other filtered rows (top-k above ``select_max``, an overflowed shortlist, a top-p pivot
+    below the covered tokens) are not decided: :func:`_exact_filter` takes them."""
     row_max, row_mass, complete_key, counts = _row_stats(stats_ptr, first_record, num_chunks, scale, CHUNKS)
     floor_key = tl.zeros((), dtype=tl.int64)
     total = row_mass
@@ -438,16 +444,67 @@ def _row_filter(row_ptr, stats_ptr, shortlist_ptr, first_record, num_chunks, voc
         in_shortlists, floor_key, total = _filter_from_shortlists(
             shortlist_ptr, first_record, num_chunks, counts, complete_key, row_max, row_mass, scale, top_k, top_p,
             top_k_active, top_p_active, CHUNKS, SLOTS)
-    if filtered & ~in_shortlists:  # start over: nothing the shortlists left behind is used
-        floor_key = tl.zeros((), dtype=tl.int64)
-        total = row_mass
-        if top_k_active:
-            floor_key = _kth_largest_key_in_row(row_ptr, vocab, top_k, BLOCK_V)
-            total = _mass_at_or_above(row_ptr, vocab, scale, row_max, floor_key, BLOCK_V)
-        if top_p_active:
-            floor_key, total = _top_p_by_bisection(row_ptr, vocab, scale, row_max, floor_key,
-                                                   top_p * total, total, BLOCK_V)
-    return row_max, floor_key, total, in_shortlists
+    return row_max, row_mass, floor_key, total, ~filtered | in_shortlists, in_shortlists
+
+
+@triton.jit
+def _exact_filter(row_ptr, vocab, scale, row_max, row_mass, top_k, top_p, top_k_active, top_p_active,
+                  BLOCK_V: tl.constexpr):
+    """``(floor_key, total)`` of a filtered row by passes over the whole row: radix select for
+    top-k, bisection for top-p (nothing the shortlists left behind is used)."""
+    floor_key = tl.zeros((), dtype=tl.int64)
+    total = row_mass
+    if top_k_active:
+        floor_key = _kth_largest_key_in_row(row_ptr, vocab, top_k, BLOCK_V)
+        total = _mass_at_or_above(row_ptr, vocab, scale, row_max, floor_key, BLOCK_V)
+    if top_p_active:
+        floor_key, total = _top_p_by_bisection(row_ptr, vocab, scale, row_max, floor_key, top_p * total, total,
+                                               BLOCK_V)
+    return floor_key, total
+
+
+@triton.jit
+def _filters_ptr(shortlist_ptr, rows, num_chunks, SLOTS: tl.constexpr):
+    """Start of the row filters in the int64 scratch: after the shortlists of every record."""
+    return shortlist_ptr + rows.to(tl.int64) * num_chunks * SLOTS
+
+
+@triton.jit
+def _row_filter_kernel(stats_ptr, shortlist_ptr, temperatures_ptr, top_ks_ptr, top_ps_ptr, n, vocab,
+                       num_chunks, select_max, CHUNKS: tl.constexpr, SLOTS: tl.constexpr):
+    """Launch 2: the shortlist filter of every row at once (one program per row), so that the
+    walk, which visits rows one after another, only reads it. Record (int64 x5): row max, row
+    mass, total (float bits), floor key, flags (1: decided, 2: in the shortlists), in the int64
+    scratch after the shortlists."""
+    row = tl.program_id(0)
+    scale, top_k, top_p, top_k_active, top_p_active = _request_filters(
+        temperatures_ptr, top_ks_ptr, top_ps_ptr, row // n, vocab)
+    row_max, row_mass, floor_key, total, decided, in_shortlists = _shortlist_filter(
+        stats_ptr, shortlist_ptr, row.to(tl.int64) * num_chunks, num_chunks, scale, top_k, top_p, top_k_active,
+        top_p_active, select_max, CHUNKS, SLOTS)
+    record = _filters_ptr(shortlist_ptr, tl.num_programs(0), num_chunks, SLOTS) + row.to(tl.int64) * 5
+    tl.store(record, row_max.to(tl.int32, bitcast=True).to(tl.int64))
+    tl.store(record + 1, row_mass.to(tl.int32, bitcast=True).to(tl.int64))
+    tl.store(record + 2, total.to(tl.int32, bitcast=True).to(tl.int64))
+    tl.store(record + 3, floor_key)
+    tl.store(record + 4, decided.to(tl.int64) | (in_shortlists.to(tl.int64) << 1))
+
+
+@triton.jit
+def _row_filter(row_ptr, filters_ptr, row, vocab, scale, top_k, top_p, top_k_active, top_p_active,
+                BLOCK_V: tl.constexpr):
+    """``(row_max, floor_key, total, in_shortlists)`` of a row: its record from launch 2, or
+    exact passes over the row where the shortlists did not decide it."""
+    record = filters_ptr + row * 5
+    row_max = tl.load(record).to(tl.int32).to(tl.float32, bitcast=True)
+    total = tl.load(record + 2).to(tl.int32).to(tl.float32, bitcast=True)
+    floor_key = tl.load(record + 3)
+    flags = tl.load(record + 4)
+    if (flags & 1) == 0:
+        row_mass = tl.load(record + 1).to(tl.int32).to(tl.float32, bitcast=True)
+        floor_key, total = _exact_filter(row_ptr, vocab, scale, row_max, row_mass, top_k, top_p, top_k_active,
+                                         top_p_active, BLOCK_V)
+    return row_max, floor_key, total, (flags & 2) != 0
 
 
 @triton.jit
@@ -571,11 +628,11 @@ def _draw_from_shortlists(shortlist_ptr, stats_ptr, first_record, num_chunks, ro
 def _walk_kernel(predicts_ptr, accept_index_ptr, accept_num_ptr, cand_ptr, retrive_index_ptr, next_token_ptr,
                  next_sibling_ptr, coins_ptr, final_coins_ptr, logits_ptr, stride_row, temperatures_ptr, top_ks_ptr,
                  top_ps_ptr, stats_ptr, shortlist_ptr, threshold_single, threshold_acc, n, max_accepts, vocab,
-                 num_chunks, select_max, BLOCK_V: tl.constexpr, CHUNKS: tl.constexpr,
-                 SLOTS: tl.constexpr):
+                 num_chunks, BLOCK_V: tl.constexpr, CHUNKS: tl.constexpr, SLOTS: tl.constexpr):
     b = tl.program_id(0)
     scale, top_k, top_p, top_k_active, top_p_active = _request_filters(
         temperatures_ptr, top_ks_ptr, top_ps_ptr, b, vocab)
+    filters_ptr = _filters_ptr(shortlist_ptr, tl.num_programs(0) * n, num_chunks, SLOTS)
 
     last_row = tree_entry(retrive_index_ptr, b, n, 0)
     last_local = tl.zeros((), dtype=tl.int64)
@@ -597,8 +654,7 @@ def _walk_kernel(predicts_ptr, accept_index_ptr, accept_num_ptr, cand_ptr, retri
     while unfiltered | ((cur != -1) & (accepted < max_accepts) & (steps < n)):
         if unfiltered:
             row_max, floor_key, total, in_shortlists = _row_filter(
-                row_ptr, stats_ptr, shortlist_ptr, last_row * num_chunks, num_chunks, vocab, scale, top_k, top_p,
-                top_k_active, top_p_active, select_max, BLOCK_V, CHUNKS, SLOTS)
+                row_ptr, filters_ptr, last_row, vocab, scale, top_k, top_p, top_k_active, top_p_active, BLOCK_V)
             unfiltered = False
         else:
             token = tree_entry(cand_ptr, b, n, cur)
@@ -634,6 +690,7 @@ def _walk_kernel(predicts_ptr, accept_index_ptr, accept_num_ptr, cand_ptr, retri
 
 
 _launch_chunk_pass = Launcher(_chunk_pass_kernel)
+_launch_row_filters = Launcher(_row_filter_kernel)
 _launch_walk = Launcher(_walk_kernel)
 
 
@@ -674,28 +731,76 @@ def tree_sampling_from_logits(predicts: torch.Tensor, accept_index: torch.Tensor
     chunk its max, its mass and a shortlist of ``scratch_slots`` slots holding every token at or
     above a floor that is at most the chunk's s-th best (s = top-k, or ``SELECT_MAX`` for top-p
     alone). Then every token at or above the highest floor of a row is in its shortlists, and
-    launch 2 (one program per request, walking its tree) decides top-k (k <= ``SELECT_MAX``) and a
-    top-p pivot among the covered tokens in registers, and draws the bonus token from the
-    shortlists. Rows they cannot decide (top-k above ``SELECT_MAX``, more than ``scratch_slots``
-    tokens of a chunk at its floor, e.g. ties; a top-p pivot below the covered tokens) take exact
-    radix-select and bisection passes over the row instead, as do unfiltered rows for the bonus
-    draw. Scratch: ``[bs*n, chunks, 4]`` int32 statistics, ``[bs*n, chunks]`` int32 append
-    counters, ``[bs*n, chunks, min(HOT_LANES, tile)]`` int32 lane ids and ``[bs*n, chunks,
-    scratch_slots]`` int64 shortlists (``chunks = ceil(V / block_v)``), allocated per call; no
-    host sync, one compilation per vocabulary size.
+    launch 2 (one program per row) decides top-k (k <= ``SELECT_MAX``) and a top-p pivot among
+    the covered tokens in registers. Launch 3 (one program per request) walks the tree with those
+    filters and draws the bonus token from the shortlists. Rows the shortlists cannot decide
+    (top-k above ``SELECT_MAX``, more than ``scratch_slots`` tokens of a chunk at its floor, e.g.
+    ties; a top-p pivot below the covered tokens) take exact radix-select and bisection passes
+    over the row in the walk instead, as do unfiltered rows for the bonus draw. Scratch:
+    ``[bs*n, chunks, 4]`` int32 statistics, ``[bs*n, chunks]`` int32 append counters,
+    ``[bs*n, chunks, min(HOT_LANES, tile)]`` int32 lane ids, ``[bs*n, chunks, scratch_slots]``
+    int64 shortlists (``chunks = ceil(V / block_v)``) and ``[bs*n, 5]`` int64 row filters, in
+    two allocations per call (one int32, one int64; each kernel finds its parts); no host sync,
+    one compilation per vocabulary size.
     ``block_v`` (a power of two >= 2), ``scratch_slots`` and ``tile`` (powers of two; the row
     pass's loop step) change speed only, never results.
     """
     bs, n = candidates.shape
+    rows, vocab = logits.shape
+    assert rows == bs * n and logits.stride(1) == 1
+    plan = _plan(rows, n, vocab, block_v, scratch_slots, tile, CHUNK_PASS_WARPS, HOT_LANES, HOT_TILES)
     temperatures, top_ks, top_ps = temperatures.reshape(-1), top_ks.reshape(-1), top_ps.reshape(-1)
-    stats, shortlists, num_chunks, select_max = chunk_pass(logits, n, temperatures, top_ks, top_ps, block_v,
-                                                           scratch_slots, tile)
-    _launch_walk(
+    stats, shortlists = _row_pass(logits, n, temperatures, top_ks, top_ps, plan)
+    plan.row_filters((rows,), stats, shortlists, temperatures, top_ks, top_ps, n, vocab, plan.num_chunks,
+                     plan.select_max)
+    plan.walk(
         (bs,), predicts, accept_index, accept_token_num, candidates, retrive_index, retrive_next_token,
         retrive_next_sibling, uniform_samples, uniform_samples_for_final_sampling, logits, logits.stride(0),
         temperatures, top_ks, top_ps, stats, shortlists, float(threshold_single), max(float(threshold_acc), 1e-9), n,
-        accept_index.shape[1] - 1, logits.shape[1], num_chunks, select_max, BLOCK_V=min(block_v, WALK_TILE),
-        CHUNKS=triton.next_power_of_2(num_chunks), SLOTS=scratch_slots, num_warps=_warps(min(block_v, WALK_TILE)))
+        accept_index.shape[1] - 1, vocab, plan.num_chunks)
+
+
+class _Plan(NamedTuple):
+    """The launches of :func:`tree_sampling_from_logits` for one call shape, and their sizes."""
+
+    chunk_pass: Specialised
+    row_filters: Specialised
+    walk: Specialised
+    num_chunks: int
+    select_max: int
+    int32_words: int  # stats records (4 each), append counters (1 each), lane ids (hot_lanes each)
+    int64_words: int  # shortlists (scratch_slots per record), row filters (5 per row)
+
+
+@functools.lru_cache(maxsize=256)
+def _plan(rows: int, n: int, vocab: int, block_v: int, scratch_slots: int, tile: int, num_warps: int,
+          hot_lanes: int, hot_tiles: int) -> _Plan:
+    """Worked out once per call shape: host time counts at small batches."""
+    tile = min(tile, block_v)
+    groups = min(GROUPS, max(block_v // 2, 1), tile)
+    hot_lanes = min(hot_lanes, tile)
+    num_chunks = triton.cdiv(vocab, block_v)
+    chunks = triton.next_power_of_2(num_chunks)
+    walk_tile = min(block_v, WALK_TILE)
+    records = rows * num_chunks
+    return _Plan(
+        _launch_chunk_pass.specialise(CHUNK=block_v, TILE=tile, GROUPS=groups, HOT_LANES=hot_lanes,
+                                      HOT_TILES=min(hot_tiles, block_v // tile), SLOTS=scratch_slots,
+                                      num_warps=num_warps),
+        _launch_row_filters.specialise(CHUNKS=chunks, SLOTS=scratch_slots, num_warps=ROW_FILTER_WARPS),
+        _launch_walk.specialise(BLOCK_V=walk_tile, CHUNKS=chunks, SLOTS=scratch_slots, num_warps=_warps(walk_tile)),
+        num_chunks, min(SELECT_MAX, groups, scratch_slots // 2), records * (5 + hot_lanes),
+        records * scratch_slots + rows * 5)
+
+
+def _row_pass(logits, n, temperatures, top_ks, top_ps, plan: _Plan):
+    """Launch 1 into fresh scratch (two allocations, no views: the kernels find their parts):
+    returns the int32 and the int64 scratch."""
+    stats = logits.new_empty((plan.int32_words,), dtype=torch.int32)
+    shortlists = logits.new_empty((plan.int64_words,), dtype=torch.int64)
+    plan.chunk_pass((logits.shape[0], plan.num_chunks), logits, logits.stride(0), temperatures, top_ks, top_ps,
+                    stats, shortlists, n, logits.shape[1], plan.num_chunks, plan.select_max)
+    return stats, shortlists
 
 
 def _warps(block_v: int) -> int:
@@ -713,17 +818,9 @@ def chunk_pass(logits: torch.Tensor, n: int, temperatures: torch.Tensor, top_ks:
     ``hot_tiles`` (powers of two) change speed only."""
     rows, vocab = logits.shape
     assert rows % n == 0 and logits.stride(1) == 1
-    tile = min(tile, block_v)
-    groups = min(GROUPS, max(block_v // 2, 1), tile)
-    num_chunks = triton.cdiv(vocab, block_v)
-    select_max = min(SELECT_MAX, groups, scratch_slots // 2)
-    hot_lanes = min(hot_lanes, tile)
-    stats = torch.empty((rows, num_chunks, 4), dtype=torch.int32, device=logits.device)
-    hot_list = torch.empty((rows, num_chunks, hot_lanes), dtype=torch.int32, device=logits.device)
-    counters = torch.empty((rows, num_chunks), dtype=torch.int32, device=logits.device)  # any values: see the kernel
-    shortlists = torch.empty((rows, num_chunks, scratch_slots), dtype=torch.int64, device=logits.device)
-    _launch_chunk_pass(
-        (rows, num_chunks), logits, logits.stride(0), temperatures, top_ks, top_ps, stats, shortlists, counters,
-        hot_list, n, vocab, num_chunks, select_max, CHUNK=block_v, TILE=tile, GROUPS=groups, HOT_LANES=hot_lanes,
-        HOT_TILES=min(hot_tiles, block_v // tile), SLOTS=scratch_slots, num_warps=num_warps)
-    return stats, shortlists, num_chunks, select_max
+    plan = _plan(rows, n, vocab, block_v, scratch_slots, tile, num_warps, hot_lanes, hot_tiles)
+    stats, shortlists = _row_pass(logits, n, temperatures, top_ks, top_ps, plan)
+    records = rows * plan.num_chunks
+    return (stats[:records * 4].view(rows, plan.num_chunks, 4),
+            shortlists[:records * scratch_slots].view(rows, plan.num_chunks, scratch_slots),
+            plan.num_chunks, plan.select_max)
