@@ -282,7 +282,7 @@ def _chunk_pass_kernel(logits_ptr, stride_row, temperatures_ptr, top_ks_ptr, top
     above the floor through an atomic counter; when more than HOT_LANES lanes are hot (ties), it
     reads every lane. The hot lanes' ids are compacted through the same counter.
 
-    ``stats_ptr`` starts the int32 scratch of :func:`_scratch_sizes` (stats records, then one
+    ``stats_ptr`` starts the int32 scratch sized by :class:`_Plan` (stats records, then one
     append counter per record, any value on entry: slots are counted from the value read first,
     then HOT_LANES lane ids per record); ``shortlist_ptr`` starts the int64 one.
     """
