@@ -8,13 +8,14 @@ Two entry points:
   request walks the tree; the residual draw is vectorised over the vocabulary.
 * :func:`tree_sampling_from_logits`: temperature, top-k, top-p, the accept/reject walk and the
   residual draw straight from the logits, with no probability tensor and no ``[bs, n, V]``
-  scratch (rejected children are the tried children of the last node). Two launches: a
+  scratch (rejected children are the tried children of the last node). Three launches: a
   row-parallel pass reads every logits element once, each row split over several programs
-  (chunks), and leaves per-chunk statistics and shortlists of each chunk's best tokens; then one
-  program per request merges the shortlists of the rows its walk visits, decides top-k / top-p
-  there in registers and draws the bonus token from the shortlists (it loads single logits only:
-  those of the draft tokens it tries). Rows the shortlists cannot decide take exact passes over
-  the row in the walk program (slow: one program per row).
+  (chunks), and leaves per-chunk statistics and shortlists of each chunk's best tokens; one
+  program per row merges its shortlists and decides top-k / top-p there in registers; one
+  program per request walks its tree with those filters and draws the bonus token from the
+  shortlists (it loads single logits only: those of the draft tokens it tries). Rows the
+  shortlists cannot decide take exact passes over the row in the walk program (slow: one
+  program per row).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ SELECT_MAX = 64  # top-k up to this, and top-p alone within this many best token
 SHORTLIST_SLOTS = 128  # (key, index) slots per chunk shortlist: the best SELECT_MAX tokens plus ties and slack
 # Row pass: logits per program, per loop step, warps per program. H100 probes (V = 128256, the
 # benchmark's trees): 65536 / 2048 / 8 beat 16384 / 1024 / 4 by 7-13 % (fewer programs pay the
-# per-chunk floor and shortlist, and the walk merges fewer shortlists).
+# per-chunk floor and shortlist, and each row filter merges fewer shortlists).
 CHUNK = 65536
 TILE = 2048
 CHUNK_PASS_WARPS = 8
@@ -82,8 +83,8 @@ def _drawn_token(sampled, last_positive, vocab):
 def _draw_over_row(weights, weight_args, coin, vocab, BLOCK_V: tl.constexpr):
     """Inverse-CDF draw over a whole row, two passes of BLOCK_V tiles: the total of
     ``weights(offset, index, mask, weight_args)`` (a JIT function and a tuple; ``index`` is
-    ``offset + arange(BLOCK_V)``), then the first index whose
-    running sum exceeds ``coin * total``, stopping there."""
+    ``offset + arange(BLOCK_V)``), then the first index whose running sum exceeds
+    ``coin * total``, stopping there."""
     lanes = tl.arange(0, BLOCK_V)
     lane_total = tl.zeros((BLOCK_V,), dtype=tl.float32)  # one reduction at the end, not per tile
     for offset in range(0, vocab, BLOCK_V):
@@ -361,7 +362,7 @@ def _chunk_pass_kernel(logits_ptr, stride_row, temperatures_ptr, top_ks_ptr, top
     tl.store(stats + 3, count)
 
 
-# --- pass 2: one program per request
+# --- pass 2: one program per row (its filter from the shortlists)
 
 
 @triton.jit
@@ -572,6 +573,9 @@ def _top_p_by_bisection(row_ptr, vocab, scale, row_max, low, target_mass, low_ma
     return low, low_mass
 
 
+# --- pass 3: one program per request (the walk)
+
+
 @triton.jit
 def _token_prob(row_ptr, token, scale, row_max, floor_key, total):
     z = tl.load(row_ptr + token).to(tl.float32)
@@ -748,7 +752,7 @@ def tree_sampling_from_logits(predicts: torch.Tensor, accept_index: torch.Tensor
     bs, n = candidates.shape
     rows, vocab = logits.shape
     assert rows == bs * n and logits.stride(1) == 1
-    plan = _plan(rows, n, vocab, block_v, scratch_slots, tile, CHUNK_PASS_WARPS, HOT_LANES, HOT_TILES)
+    plan = _plan(rows, vocab, block_v, scratch_slots, tile, CHUNK_PASS_WARPS, HOT_LANES, HOT_TILES)
     temperatures, top_ks, top_ps = temperatures.reshape(-1), top_ks.reshape(-1), top_ps.reshape(-1)
     stats, shortlists = _row_pass(logits, n, temperatures, top_ks, top_ps, plan)
     plan.row_filters((rows,), stats, shortlists, temperatures, top_ks, top_ps, n, vocab, plan.num_chunks,
@@ -773,8 +777,8 @@ class _Plan(NamedTuple):
 
 
 @functools.lru_cache(maxsize=256)
-def _plan(rows: int, n: int, vocab: int, block_v: int, scratch_slots: int, tile: int, num_warps: int,
-          hot_lanes: int, hot_tiles: int) -> _Plan:
+def _plan(rows: int, vocab: int, block_v: int, scratch_slots: int, tile: int, num_warps: int, hot_lanes: int,
+          hot_tiles: int) -> _Plan:
     """Worked out once per call shape: host time counts at small batches."""
     tile = min(tile, block_v)
     groups = min(GROUPS, max(block_v // 2, 1), tile)
@@ -818,7 +822,7 @@ def chunk_pass(logits: torch.Tensor, n: int, temperatures: torch.Tensor, top_ks:
     ``hot_tiles`` (powers of two) change speed only."""
     rows, vocab = logits.shape
     assert rows % n == 0 and logits.stride(1) == 1
-    plan = _plan(rows, n, vocab, block_v, scratch_slots, tile, num_warps, hot_lanes, hot_tiles)
+    plan = _plan(rows, vocab, block_v, scratch_slots, tile, num_warps, hot_lanes, hot_tiles)
     stats, shortlists = _row_pass(logits, n, temperatures, top_ks, top_ps, plan)
     records = rows * plan.num_chunks
     return (stats[:records * 4].view(rows, plan.num_chunks, 4),
