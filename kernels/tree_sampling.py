@@ -37,12 +37,13 @@ SHORTLIST_SLOTS = 128  # (key, index) slots per chunk shortlist: the best SELECT
 # per-chunk floor and shortlist, and each row filter merges fewer shortlists).
 CHUNK = 65536
 TILE = 2048
-CHUNK_PASS_WARPS = 8
+CHUNK_PASS_WARPS = 4
 WALK_TILE = 16384  # logits per loop step of the walk's passes over a whole row
 ROW_FILTER_WARPS = 4  # per program of launch 2 (a row's shortlists: a few hundred entries)
-GROUPS = 256  # a chunk's tokens fall into this many groups (>= SELECT_MAX); their maxima bound its ranks
-HOT_LANES = 128  # lanes the shortlist sweep reads (about SELECT_MAX hold the best; ties); beyond: every lane
-HOT_TILES = 8  # tiles that sweep gathers per step
+SEGMENT = 32  # neighbouring tokens whose max the row pass keeps: a 128-byte line of float32 logits
+GROUPS = 256  # a chunk's segments fall into this many groups (>= SELECT_MAX); their maxima bound its ranks
+HOT_SEGMENTS = 128  # segments the shortlist gather reads (about SELECT_MAX hold the best; ties); beyond: a sweep
+GATHER_SEGMENTS = 32  # segments it reads per step
 
 
 @triton.jit
@@ -251,110 +252,149 @@ def _request_filters(temperatures_ptr, top_ks_ptr, top_ps_ptr, b, vocab):
 
 
 @triton.jit
-def _append_at_or_above(z, index, valid, floor, counter, base, shortlist_row_ptr, SLOTS: tl.constexpr):
-    """Append every valid token of a tile whose key is >= ``floor`` to a shortlist (slots from an
-    atomic counter, counted from ``base``); returns how many there were, per lane."""
+def _append_at_or_above(z, index, valid, floor, base, shortlist_row_ptr, SLOTS: tl.constexpr):
+    """Store every valid token of ``z`` (1-D) whose key is >= ``floor`` in a shortlist, in the
+    order of ``index``, from slot ``base`` on; returns ``base`` plus how many there were."""
     key = _order_key32(z)
-    collect = valid & (key >= floor)
-    slot = tl.atomic_add(counter + index * 0, 1, mask=collect, sem="relaxed") - base
-    tl.store(shortlist_row_ptr + slot, (key.to(tl.int64) << 32) | index.to(tl.int64), mask=collect & (slot < SLOTS))
-    return collect.to(tl.int32)
+    collect = (valid & (key >= floor)).to(tl.int32)
+    slot = base + tl.cumsum(collect, axis=0) - 1
+    tl.store(shortlist_row_ptr + slot, (key.to(tl.int64) << 32) | index.to(tl.int64),
+             mask=(collect > 0) & (slot < SLOTS))
+    return base + tl.sum(collect, axis=0)
 
 
 @triton.jit
-def _chunk_pass_kernel(logits_ptr, stride_row, temperatures_ptr, top_ks_ptr, top_ps_ptr, stats_ptr,
-                       shortlist_ptr, n, vocab, num_chunks, select_max,
-                       CHUNK: tl.constexpr, TILE: tl.constexpr, GROUPS: tl.constexpr, HOT_LANES: tl.constexpr,
-                       HOT_TILES: tl.constexpr, SLOTS: tl.constexpr):
-    """Statistics and shortlist of one chunk of one row, reading its logits once from memory.
-
-    Stats record (int32 x4): chunk max, ``sum exp2((z - chunk max) * scale)`` (both float bits),
-    the shortlist floor (int32 key) and the number of tokens at or above it (may exceed SLOTS:
-    the shortlist then overflowed). The shortlist holds, in no particular order, every token of
-    the chunk whose key is >= the floor, packed ``key << 32 | index``. The floor is at most the
-    chunk's s-th largest key (s = top-k, or ``select_max`` for top-p alone): lane j of a tile
-    holds the chunk's tokens j, j + TILE, ...; lanes fall into GROUPS groups of neighbours, and
-    the floor is the s-th largest group maximum, so s distinct tokens are >= it.
-
-    Streaming sweeps of TILE tokens with no exchange between lanes inside the loops: the first
-    (the one memory read) keeps a running max per lane and the mass against it. Only lanes whose
-    max is >= the floor (the "hot" ones, about s) hold a shortlisted token, so the second sweep
-    reads just those lanes (of the tens of KB just read: from L2) and appends each token at or
-    above the floor through an atomic counter; when more than HOT_LANES lanes are hot (ties), it
-    reads every lane. The hot lanes' ids are compacted through the same counter.
-
-    ``stats_ptr`` starts the int32 scratch sized by :class:`_Plan` (stats records, then one
-    append counter per record, any value on entry: slots are counted from the value read first,
-    then HOT_LANES lane ids per record); ``shortlist_ptr`` starts the int64 one.
-    """
-    row = tl.program_id(0)
-    chunk = tl.program_id(1)
-    scale, top_k, top_p, top_k_active, top_p_active = _request_filters(
-        temperatures_ptr, top_ks_ptr, top_ps_ptr, row // n, vocab)
-    # How many best tokens the shortlists must cover; 0: the row is unfiltered, or top-k is
-    # beyond what shortlists decide, and nothing is collected.
-    cover = tl.where(top_k_active, tl.where(top_k <= select_max, top_k, 0), tl.where(top_p_active, select_max, 0))
-
-    lanes = tl.arange(0, TILE)
-    row_ptr = logits_ptr + row.to(tl.int64) * stride_row
-    first = chunk * CHUNK
+def _sweep(row_ptr, first, vocab, scale, segment_max_ptr, CHUNK: tl.constexpr, TILE: tl.constexpr,
+           SEGMENT: tl.constexpr, KEEP_SEGMENTS: tl.constexpr):
+    """One streaming read of a chunk: ``(chunk max, sum exp2((z - chunk max) * scale))``; with
+    KEEP_SEGMENTS, the int32 key of each segment's max is stored at ``segment_max_ptr``."""
+    tile_segments = tl.arange(0, TILE // SEGMENT)
+    # A tile as [segments, SEGMENT]: each segment's max is a reduction along its row, in registers.
+    lanes = tile_segments[:, None] * SEGMENT + tl.arange(0, SEGMENT)[None, :]
     # Per lane, a running max and the mass against it, rescaled when the max grows: one exp2
     # per token (of the smaller of token and max, against the larger).
-    lane_max = tl.full((TILE,), float("-inf"), tl.float32)
-    lane_mass = tl.zeros((TILE,), dtype=tl.float32)
+    lane_max = tl.full((TILE // SEGMENT, SEGMENT), float("-inf"), tl.float32)
+    lane_mass = tl.zeros((TILE // SEGMENT, SEGMENT), dtype=tl.float32)
     for start in range(0, CHUNK, TILE):
         index = first + start + lanes
         z = _logits(row_ptr, index, index < vocab)
+        if KEEP_SEGMENTS:
+            tl.store(segment_max_ptr + start // SEGMENT + tile_segments, _order_key32(tl.max(z, axis=1)))
         grows = z > lane_max
         new_max = tl.maximum(lane_max, z)
         # Against 0 while the lane holds only -inf: exp2(-inf) = 0, no mass. A NaN logit: NaN mass.
         ratio = tl.exp2((tl.where(grows, lane_max, z) - tl.where(new_max > float("-inf"), new_max, 0.0)) * scale)
         lane_mass = tl.where(grows, lane_mass * ratio + 1.0, lane_mass + ratio)
         lane_max = new_max
-    group_max = tl.max(tl.reshape(lane_max, (GROUPS, TILE // GROUPS)), axis=1)
-    chunk_max = tl.max(group_max, axis=0)
-    mass = tl.sum(lane_mass * tl.exp2((lane_max - chunk_max) * scale), axis=0)
-    mass = tl.where(chunk_max > float("-inf"), mass, 0.0)  # an all -inf chunk holds no mass
+    chunk_max = tl.max(tl.max(lane_max, axis=1), axis=0)
+    mass = tl.sum(tl.sum(lane_mass * tl.exp2((lane_max - chunk_max) * scale), axis=1), axis=0)
+    return chunk_max, tl.where(chunk_max > float("-inf"), mass, 0.0)  # an all -inf chunk holds no mass
 
+
+@triton.jit
+def _floor_of_rank(keys, rank, ROUNDS: tl.constexpr = 3, FANOUT: tl.constexpr = 16):
+    """An int32 key ``t`` with at least ``rank`` (>= 1) of ``keys`` >= ``t``, just below the
+    rank-th largest: each round counts the keys at or above FANOUT evenly spaced values at once
+    and keeps the interval where the count falls below ``rank`` (a few reductions, where a sort
+    takes dozens of exchange steps). The search runs over the float values between the smallest
+    finite and the largest key (order keys are far from even in value, and -inf would widen
+    the range), so it ends within ``(max - min) / FANOUT**ROUNDS`` of the rank-th largest."""
+    values = tl.where(keys >= 0, keys, keys ^ 0x7FFFFFFF).to(tl.float32, bitcast=True)
+    finite = values > float("-inf")
+    low = tl.min(tl.where(finite, values, float("inf")), axis=0)  # count at or above: >= rank (checked below)
+    high = tl.max(values, axis=0)
+    steps = tl.arange(0, FANOUT)
+    for _ in tl.static_range(ROUNDS):
+        thresholds = low + (high - low) * (steps.to(tl.float32) / FANOUT)  # thresholds[0] == low
+        counts = tl.sum((values[:, None] >= thresholds[None, :]).to(tl.int32), axis=0)
+        step = tl.max(tl.where(counts >= rank, steps, 0), axis=0)  # counts fall as thresholds rise
+        high = tl.where(step == FANOUT - 1, high, pick(thresholds, steps, step + 1))
+        low = pick(thresholds, steps, step)
+    # Fewer finite keys than rank: every key counts. A zero floor takes -0.0's key, the smaller.
+    low = tl.where(tl.sum(finite.to(tl.int32), axis=0) >= rank, tl.where(low == 0.0, -0.0, low), float("-inf"))
+    return _order_key32(low)
+
+
+@triton.jit
+def _chunk_pass_kernel(logits_ptr, stride_row, temperatures_ptr, top_ks_ptr, top_ps_ptr, scratch_ptr, n, vocab,
+                       num_chunks, select_max,
+                       CHUNK: tl.constexpr, TILE: tl.constexpr, SEGMENT: tl.constexpr, GROUPS: tl.constexpr,
+                       HOT: tl.constexpr, GATHER: tl.constexpr, SLOTS: tl.constexpr):
+    """Statistics and shortlist of one chunk of one row, reading its logits once from memory.
+
+    Stats record (int32 x4): chunk max, ``sum exp2((z - chunk max) * scale)`` (both float bits),
+    the shortlist floor (int32 key) and the number of tokens at or above it (may exceed SLOTS:
+    the shortlist then overflowed). The shortlist holds every token of the chunk whose key is >=
+    the floor, packed ``key << 32 | index``, in token order. The floor is at most the chunk's
+    s-th largest key (s = top-k, or ``select_max`` for top-p alone): the chunk is cut into
+    segments of SEGMENT neighbouring tokens (a cache line of float32 logits at 32), segments into
+    GROUPS groups of neighbours, and the floor is a key with at least s group maxima at or above
+    it (just below the s-th largest), so s distinct tokens are >= it.
+
+    One streaming sweep of TILE tokens, with no exchange between lanes but the segment maxima:
+    it keeps a running max per lane and the mass against it, and stores the maximum of each
+    segment (filtered rows only). Only segments whose max is >= the floor (the "hot" ones, about
+    s) hold a shortlisted token, so the shortlist comes from a gather of just those segments
+    (whole cache lines, GATHER per step); when more than HOT segments are hot (ties), from a
+    second sweep of the chunk.
+
+    ``scratch_ptr``: the scratch sized by :class:`_Plan`; its int32 part holds the stats
+    records, then ``CHUNK // SEGMENT`` segment maxima per record, then HOT hot segment ids per
+    record.
+    """
+    row = tl.program_id(0)
+    chunk = tl.program_id(1)
+    shortlist_ptr = scratch_ptr
+    stats_ptr = _int32_scratch(scratch_ptr, tl.num_programs(0), num_chunks, SLOTS)
+    scale, top_k, top_p, top_k_active, top_p_active = _request_filters(
+        temperatures_ptr, top_ks_ptr, top_ps_ptr, row // n, vocab)
+    # How many best tokens the shortlists must cover; 0: the row is unfiltered, or top-k is
+    # beyond what shortlists decide, and nothing is collected.
+    cover = tl.where(top_k_active, tl.where(top_k <= select_max, top_k, 0), tl.where(top_p_active, select_max, 0))
+
+    SEGMENTS: tl.constexpr = CHUNK // SEGMENT
     record = row.to(tl.int64) * num_chunks + chunk
     records = tl.num_programs(0).to(tl.int64) * num_chunks
-    counters_ptr = stats_ptr + 4 * records
-    hot_list_ptr = stats_ptr + 5 * records
+    segment_max_ptr = stats_ptr + 4 * records + record * SEGMENTS
+    hot_list_ptr = stats_ptr + (4 + SEGMENTS) * records + record * HOT
+    row_ptr = logits_ptr + row.to(tl.int64) * stride_row
+    first = chunk * CHUNK
+    # Unfiltered rows need no segment maxima: a sweep without them (the same helper).
+    if cover > 0:
+        chunk_max, mass = _sweep(row_ptr, first, vocab, scale, segment_max_ptr, CHUNK, TILE, SEGMENT, True)
+    else:
+        chunk_max, mass = _sweep(row_ptr, first, vocab, scale, segment_max_ptr, CHUNK, TILE, SEGMENT, False)
+
     floor = tl.full((), 0x7FFFFFFF, tl.int32)
     count = tl.zeros((), dtype=tl.int32)
     if cover > 0:
-        floor = pick(tl.sort(_order_key32(group_max), descending=True), tl.arange(0, GROUPS), cover - 1)
-        is_hot = _order_key32(lane_max) >= floor  # lanes that hold a token at or above the floor
-        hot = tl.sum(is_hot.to(tl.int32), axis=0)
-        counter = counters_ptr + record
-        base = tl.atomic_add(counter, 0, sem="relaxed")
         shortlist_row_ptr = shortlist_ptr + record * SLOTS
-        if hot <= HOT_LANES:
-            # The hot lanes' ids, compacted through the append counter and a scratch row.
-            position = tl.atomic_add(counter + lanes * 0, 1, mask=is_hot, sem="relaxed") - base
-            tl.store(hot_list_ptr + record * HOT_LANES + position, lanes, mask=is_hot)
-            base += hot
-            tl.debug_barrier()  # the ids stored by every thread are visible to every thread
-            hot_slots = tl.arange(0, HOT_LANES)
-            live = hot_slots < hot
-            hot_lane = tl.load(hot_list_ptr + record * HOT_LANES + hot_slots, mask=live, other=0)
-            # HOT_TILES tiles per step, gathered at once: each step costs a round trip to L2.
-            tiles = tl.arange(0, HOT_TILES)[:, None] * TILE
-            hot_count = tl.zeros((HOT_TILES, HOT_LANES), dtype=tl.int32)
-            for start in range(0, CHUNK, HOT_TILES * TILE):
-                index = first + start + tiles + hot_lane[None, :]
-                valid = live[None, :] & (index < vocab)
-                hot_count += _append_at_or_above(_logits(row_ptr, index, valid), index, valid, floor, counter, base,
-                                                 shortlist_row_ptr, SLOTS)
-            count = tl.sum(tl.sum(hot_count, axis=1), axis=0)
+        tl.debug_barrier()  # the segment maxima stored by every thread are visible to every thread
+        segment_keys = tl.load(segment_max_ptr + tl.arange(0, SEGMENTS))
+        floor = _floor_of_rank(tl.max(tl.reshape(segment_keys, (GROUPS, SEGMENTS // GROUPS)), axis=1), cover)
+        is_hot = (segment_keys >= floor).to(tl.int32)  # segments that hold a token at or above the floor
+        hot = tl.sum(is_hot, axis=0)
+        if hot <= HOT:
+            # The hot segments' ids in order, compacted through a scratch row, then read at once.
+            tl.store(hot_list_ptr + tl.cumsum(is_hot, axis=0) - 1, tl.arange(0, SEGMENTS), mask=is_hot > 0)
+            tl.debug_barrier()
+            # GATHER segments per step: a few steps, in few registers (the sweep's occupancy).
+            for gathered in range(0, hot, GATHER):
+                hot_slots = gathered + tl.arange(0, GATHER)
+                live = hot_slots < hot
+                hot_segment = tl.load(hot_list_ptr + hot_slots, mask=live, other=0)
+                index = first + hot_segment[:, None] * SEGMENT + tl.arange(0, SEGMENT)[None, :]
+                valid = live[:, None] & (index < vocab)
+                z = _logits(row_ptr, index, valid)
+                count = _append_at_or_above(tl.reshape(z, (GATHER * SEGMENT,)), tl.reshape(index, (GATHER * SEGMENT,)),
+                                            tl.reshape(valid, (GATHER * SEGMENT,)), floor, count, shortlist_row_ptr,
+                                            SLOTS)
         else:
-            lane_count = tl.zeros((TILE,), dtype=tl.int32)
             for start in range(0, CHUNK, TILE):
-                index = first + start + lanes
+                index = first + start + tl.arange(0, TILE)
                 valid = index < vocab
-                lane_count += _append_at_or_above(_logits(row_ptr, index, valid), index, valid, floor, counter, base,
-                                                  shortlist_row_ptr, SLOTS)
-            count = tl.sum(lane_count, axis=0)
+                count = _append_at_or_above(_logits(row_ptr, index, valid), index, valid, floor, count,
+                                            shortlist_row_ptr, SLOTS)
     stats = stats_ptr + record * 4
     tl.store(stats, chunk_max.to(tl.int32, bitcast=True))
     tl.store(stats + 1, mass.to(tl.int32, bitcast=True))
@@ -465,19 +505,28 @@ def _exact_filter(row_ptr, vocab, scale, row_max, row_mass, top_k, top_p, top_k_
 
 
 @triton.jit
-def _filters_ptr(shortlist_ptr, rows, num_chunks, SLOTS: tl.constexpr):
-    """Start of the row filters in the int64 scratch: after the shortlists of every record."""
-    return shortlist_ptr + rows.to(tl.int64) * num_chunks * SLOTS
+def _filters_ptr(scratch_ptr, rows, num_chunks, SLOTS: tl.constexpr):
+    """Start of the row filters in the scratch (int64): after the shortlists of every record,
+    which start it."""
+    return scratch_ptr + rows.to(tl.int64) * num_chunks * SLOTS
 
 
 @triton.jit
-def _row_filter_kernel(stats_ptr, shortlist_ptr, temperatures_ptr, top_ks_ptr, top_ps_ptr, n, vocab,
+def _int32_scratch(scratch_ptr, rows, num_chunks, SLOTS: tl.constexpr):
+    """Start of the int32 part of the scratch (stats records first): after the row filters."""
+    return (_filters_ptr(scratch_ptr, rows, num_chunks, SLOTS) + rows.to(tl.int64) * 5).to(tl.pointer_type(tl.int32))
+
+
+@triton.jit
+def _row_filter_kernel(scratch_ptr, temperatures_ptr, top_ks_ptr, top_ps_ptr, n, vocab,
                        num_chunks, select_max, CHUNKS: tl.constexpr, SLOTS: tl.constexpr):
     """Launch 2: the shortlist filter of every row at once (one program per row), so that the
     walk, which visits rows one after another, only reads it. Record (int64 x5): row max, row
     mass, total (float bits), floor key, flags (1: decided, 2: in the shortlists), in the int64
     scratch after the shortlists."""
     row = tl.program_id(0)
+    shortlist_ptr = scratch_ptr
+    stats_ptr = _int32_scratch(scratch_ptr, tl.num_programs(0), num_chunks, SLOTS)
     scale, top_k, top_p, top_k_active, top_p_active = _request_filters(
         temperatures_ptr, top_ks_ptr, top_ps_ptr, row // n, vocab)
     row_max, row_mass, floor_key, total, decided, in_shortlists = _shortlist_filter(
@@ -612,15 +661,13 @@ def _draw_from_shortlists(shortlist_ptr, stats_ptr, first_record, num_chunks, ro
                           coin, vocab, cand_ptr, next_token_ptr, next_sibling_ptr, b, n, parent, drop_children,
                           CHUNKS: tl.constexpr, SLOTS: tl.constexpr):
     """The residual draw when every kept token is in the row's shortlists: the inverse CDF in
-    registers, over the entries sorted by token (the draw runs in vocabulary order)."""
+    registers. Each shortlist lists its chunk's tokens in token order and the chunks follow each
+    other, so the present entries are in vocabulary order already (absent ones weigh nothing)."""
     counts = tl.load(stats_ptr + (first_record + tl.arange(0, CHUNKS)) * 4 + 3, mask=tl.arange(0, CHUNKS) < num_chunks,
                      other=0)
     packed, present = _shortlist(shortlist_ptr, first_record, num_chunks, counts, CHUNKS, SLOTS)
-    absent: tl.constexpr = 0x7FFFFFFFFFFFFFFF  # sorts last
-    by_token = tl.sort(tl.where(present, ((packed & 0xFFFFFFFF) << 32) | ((packed >> 32) & 0xFFFFFFFF), absent))
-    present = by_token != absent
-    keys = (by_token & 0xFFFFFFFF).to(tl.int32).to(tl.int64) + 0x80000000
-    index = tl.where(present, by_token >> 32, vocab)
+    keys = (packed >> 32).to(tl.int32).to(tl.int64) + 0x80000000
+    index = tl.where(present, packed & 0xFFFFFFFF, vocab)
     w = tl.where(present & (keys >= floor_key), tl.exp2((_key_value(keys) - row_max) * scale) / total, 0.0)
     w = _without_tried_children(w, index, cand_ptr, next_token_ptr, next_sibling_ptr, b, n, parent, drop_children)
     running, sampled, last_positive = _draw_tile(w, index, coin * tl.sum(w, axis=0), tl.zeros((), tl.float32),
@@ -631,12 +678,14 @@ def _draw_from_shortlists(shortlist_ptr, stats_ptr, first_record, num_chunks, ro
 @triton.jit
 def _walk_kernel(predicts_ptr, accept_index_ptr, accept_num_ptr, cand_ptr, retrive_index_ptr, next_token_ptr,
                  next_sibling_ptr, coins_ptr, final_coins_ptr, logits_ptr, stride_row, temperatures_ptr, top_ks_ptr,
-                 top_ps_ptr, stats_ptr, shortlist_ptr, threshold_single, threshold_acc, n, max_accepts, vocab,
+                 top_ps_ptr, scratch_ptr, threshold_single, threshold_acc, n, max_accepts, vocab,
                  num_chunks, BLOCK_V: tl.constexpr, CHUNKS: tl.constexpr, SLOTS: tl.constexpr):
     b = tl.program_id(0)
     scale, top_k, top_p, top_k_active, top_p_active = _request_filters(
         temperatures_ptr, top_ks_ptr, top_ps_ptr, b, vocab)
-    filters_ptr = _filters_ptr(shortlist_ptr, tl.num_programs(0) * n, num_chunks, SLOTS)
+    shortlist_ptr = scratch_ptr
+    filters_ptr = _filters_ptr(scratch_ptr, tl.num_programs(0) * n, num_chunks, SLOTS)
+    stats_ptr = _int32_scratch(scratch_ptr, tl.num_programs(0) * n, num_chunks, SLOTS)
 
     last_row = tree_entry(retrive_index_ptr, b, n, 0)
     last_local = tl.zeros((), dtype=tl.int64)
@@ -741,26 +790,27 @@ def tree_sampling_from_logits(predicts: torch.Tensor, accept_index: torch.Tensor
     (top-k above ``SELECT_MAX``, more than ``scratch_slots`` tokens of a chunk at its floor, e.g.
     ties; a top-p pivot below the covered tokens) take exact radix-select and bisection passes
     over the row in the walk instead, as do unfiltered rows for the bonus draw. Scratch:
-    ``[bs*n, chunks, 4]`` int32 statistics, ``[bs*n, chunks]`` int32 append counters,
-    ``[bs*n, chunks, min(HOT_LANES, tile)]`` int32 lane ids, ``[bs*n, chunks, scratch_slots]``
-    int64 shortlists (``chunks = ceil(V / block_v)``) and ``[bs*n, 5]`` int64 row filters, in
-    two allocations per call (one int32, one int64; each kernel finds its parts); no host sync,
-    one compilation per vocabulary size.
+    ``[bs*n, chunks, scratch_slots]`` int64 shortlists (``chunks = ceil(V / block_v)``),
+    ``[bs*n, 5]`` int64 row filters, then ``[bs*n, chunks, 4]`` int32 statistics,
+    ``[bs*n, chunks, block_v / 32]`` int32 segment maxima and ``[bs*n, chunks, HOT_SEGMENTS]``
+    int32 hot segment ids, in one allocation per call (each kernel finds its parts); no host
+    sync, one compilation per vocabulary size. ``temperatures``, ``top_ks`` and ``top_ps`` are
+    read as contiguous ``[bs]`` vectors (a ``[bs, 1]`` one is the same memory).
     ``block_v`` (a power of two >= 2), ``scratch_slots`` and ``tile`` (powers of two; the row
     pass's loop step) change speed only, never results.
     """
     bs, n = candidates.shape
     rows, vocab = logits.shape
     assert rows == bs * n and logits.stride(1) == 1
-    plan = _plan(rows, vocab, block_v, scratch_slots, tile, CHUNK_PASS_WARPS, HOT_LANES, HOT_TILES)
-    temperatures, top_ks, top_ps = temperatures.reshape(-1), top_ks.reshape(-1), top_ps.reshape(-1)
-    stats, shortlists = _row_pass(logits, n, temperatures, top_ks, top_ps, plan)
-    plan.row_filters((rows,), stats, shortlists, temperatures, top_ks, top_ps, n, vocab, plan.num_chunks,
-                     plan.select_max)
+    plan = _plan(rows, vocab, block_v, scratch_slots, tile, CHUNK_PASS_WARPS, HOT_SEGMENTS, GATHER_SEGMENTS)
+    # No reshape of the per-request vectors: the kernels index them as flat memory, and every
+    # view costs host time (a few us each, more than a launch's GPU time at small batches).
+    scratch = _row_pass(logits, n, temperatures, top_ks, top_ps, plan)
+    plan.row_filters((rows,), scratch, temperatures, top_ks, top_ps, n, vocab, plan.num_chunks, plan.select_max)
     plan.walk(
         (bs,), predicts, accept_index, accept_token_num, candidates, retrive_index, retrive_next_token,
         retrive_next_sibling, uniform_samples, uniform_samples_for_final_sampling, logits, logits.stride(0),
-        temperatures, top_ks, top_ps, stats, shortlists, float(threshold_single), max(float(threshold_acc), 1e-9), n,
+        temperatures, top_ks, top_ps, scratch, float(threshold_single), max(float(threshold_acc), 1e-9), n,
         accept_index.shape[1] - 1, vocab, plan.num_chunks)
 
 
@@ -772,39 +822,40 @@ class _Plan(NamedTuple):
     walk: Specialised
     num_chunks: int
     select_max: int
-    int32_words: int  # stats records (4 each), append counters (1 each), lane ids (hot_lanes each)
     int64_words: int  # shortlists (scratch_slots per record), row filters (5 per row)
+    scratch_words: int  # int64 words in all: then stats records (4 int32 each), segment maxima, hot segment ids
 
 
 @functools.lru_cache(maxsize=256)
-def _plan(rows: int, vocab: int, block_v: int, scratch_slots: int, tile: int, num_warps: int, hot_lanes: int,
-          hot_tiles: int) -> _Plan:
+def _plan(rows: int, vocab: int, block_v: int, scratch_slots: int, tile: int, num_warps: int, hot_segments: int,
+          gather_segments: int) -> _Plan:
     """Worked out once per call shape: host time counts at small batches."""
     tile = min(tile, block_v)
-    groups = min(GROUPS, max(block_v // 2, 1), tile)
-    hot_lanes = min(hot_lanes, tile)
+    groups = min(GROUPS, max(block_v // 2, 1))
+    segment = min(SEGMENT, tile, block_v // groups)
+    segments = block_v // segment
+    hot = min(hot_segments, segments)
     num_chunks = triton.cdiv(vocab, block_v)
     chunks = triton.next_power_of_2(num_chunks)
     walk_tile = min(block_v, WALK_TILE)
     records = rows * num_chunks
+    int64_words = records * scratch_slots + rows * 5
     return _Plan(
-        _launch_chunk_pass.specialise(CHUNK=block_v, TILE=tile, GROUPS=groups, HOT_LANES=hot_lanes,
-                                      HOT_TILES=min(hot_tiles, block_v // tile), SLOTS=scratch_slots,
-                                      num_warps=num_warps),
+        _launch_chunk_pass.specialise(CHUNK=block_v, TILE=tile, SEGMENT=segment, GROUPS=groups, HOT=hot,
+                                      GATHER=min(gather_segments, hot), SLOTS=scratch_slots, num_warps=num_warps),
         _launch_row_filters.specialise(CHUNKS=chunks, SLOTS=scratch_slots, num_warps=ROW_FILTER_WARPS),
         _launch_walk.specialise(BLOCK_V=walk_tile, CHUNKS=chunks, SLOTS=scratch_slots, num_warps=_warps(walk_tile)),
-        num_chunks, min(SELECT_MAX, groups, scratch_slots // 2), records * (5 + hot_lanes),
-        records * scratch_slots + rows * 5)
+        num_chunks, min(SELECT_MAX, groups, scratch_slots // 2), int64_words,
+        int64_words + triton.cdiv(records * (4 + segments + hot), 2))
 
 
-def _row_pass(logits, n, temperatures, top_ks, top_ps, plan: _Plan):
-    """Launch 1 into fresh scratch (two allocations, no views: the kernels find their parts):
-    returns the int32 and the int64 scratch."""
-    stats = logits.new_empty((plan.int32_words,), dtype=torch.int32)
-    shortlists = logits.new_empty((plan.int64_words,), dtype=torch.int64)
+def _row_pass(logits, n, temperatures, top_ks, top_ps, plan: _Plan) -> torch.Tensor:
+    """Launch 1 into fresh scratch (one int64 allocation, no views: the kernels find their
+    parts); returns the scratch."""
+    scratch = logits.new_empty((plan.scratch_words,), dtype=torch.int64)
     plan.chunk_pass((logits.shape[0], plan.num_chunks), logits, logits.stride(0), temperatures, top_ks, top_ps,
-                    stats, shortlists, n, logits.shape[1], plan.num_chunks, plan.select_max)
-    return stats, shortlists
+                    scratch, n, logits.shape[1], plan.num_chunks, plan.select_max)
+    return scratch
 
 
 def _warps(block_v: int) -> int:
@@ -813,18 +864,18 @@ def _warps(block_v: int) -> int:
 
 def chunk_pass(logits: torch.Tensor, n: int, temperatures: torch.Tensor, top_ks: torch.Tensor,
                top_ps: torch.Tensor, block_v: int = CHUNK, scratch_slots: int = SHORTLIST_SLOTS,
-               tile: int = TILE, num_warps: int = CHUNK_PASS_WARPS, hot_lanes: int = HOT_LANES,
-               hot_tiles: int = HOT_TILES):
+               tile: int = TILE, num_warps: int = CHUNK_PASS_WARPS, hot_segments: int = HOT_SEGMENTS,
+               gather_segments: int = GATHER_SEGMENTS):
     """Launch 1 of :func:`tree_sampling_from_logits` alone (exposed for tests and tuning): returns
     the statistics ``[rows, chunks, 4]`` int32, the shortlists ``[rows, chunks, scratch_slots]``
     int64, the number of chunks and the coverage bound ``select_max`` the shortlists were built
-    for. ``tile`` (a power of two; capped at ``block_v``), ``num_warps``, ``hot_lanes`` and
-    ``hot_tiles`` (powers of two) change speed only."""
+    for. ``tile`` (a power of two; capped at ``block_v``), ``num_warps``, ``hot_segments`` and
+    ``gather_segments`` (powers of two) change speed only."""
     rows, vocab = logits.shape
     assert rows % n == 0 and logits.stride(1) == 1
-    plan = _plan(rows, vocab, block_v, scratch_slots, tile, num_warps, hot_lanes, hot_tiles)
-    stats, shortlists = _row_pass(logits, n, temperatures, top_ks, top_ps, plan)
+    plan = _plan(rows, vocab, block_v, scratch_slots, tile, num_warps, hot_segments, gather_segments)
+    scratch = _row_pass(logits, n, temperatures, top_ks, top_ps, plan)
     records = rows * plan.num_chunks
-    return (stats[:records * 4].view(rows, plan.num_chunks, 4),
-            shortlists[:records * scratch_slots].view(rows, plan.num_chunks, scratch_slots),
+    return (scratch[plan.int64_words:].view(torch.int32)[:records * 4].view(rows, plan.num_chunks, 4),
+            scratch[:records * scratch_slots].view(rows, plan.num_chunks, scratch_slots),
             plan.num_chunks, plan.select_max)

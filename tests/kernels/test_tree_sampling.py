@@ -91,14 +91,16 @@ def _key(x: torch.Tensor) -> torch.Tensor:
 
 @settings(max_examples=60, deadline=None)
 @given(st.integers(0, 2**31 - 1), st.sampled_from(TILINGS), st.sampled_from([-1, 1, 3, 4, 8, 9]),
-       st.sampled_from([1.0, 0.5]), st.booleans(), st.sampled_from([2, 4, 64]), st.sampled_from([1, 2, 256]))
+       st.sampled_from([1.0, 0.5]), st.booleans(), st.sampled_from([2, 4, 64]), st.sampled_from([1, 2, 256]),
+       st.sampled_from([1, 2, 32]))
 def test_chunk_pass_shortlists_every_token_at_or_above_a_valid_floor(seed, tiling, top_k, top_p, ties, tile,
-                                                                     hot_lanes):
+                                                                     hot_segments, gather_segments):
     """Launch 1 alone: per chunk, the max and mass are the chunk's; the shortlist is exactly the
-    chunk's tokens at or above the floor (in any order); the floor is at most the chunk's
-    s-th largest logit (s = top-k, or the coverage for top-p alone), so no better token is missed.
-    Tiles of 2 and 4 tokens make each chunk several loop steps (appends from several tiles); room
-    for 1 or 2 hot lanes sends most chunks through the every-lane sweep, for 256 none."""
+    chunk's tokens at or above the floor, in token order (the walk's bonus draw relies on it); the
+    floor is at most the chunk's s-th largest logit (s = top-k, or the coverage for top-p alone),
+    so no better token is missed. Tiles of 2 and 4 tokens make each chunk several loop steps;
+    room for 1 or 2 hot segments sends most chunks through the second sweep (appends from several
+    tiles), for 256 none; gathers of 1 or 2 segments take several steps."""
     block_v, slots = tiling
     gen = torch.Generator().manual_seed(seed)
     rows, vocab = 3, 37
@@ -108,7 +110,8 @@ def test_chunk_pass_shortlists_every_token_at_or_above_a_valid_floor(seed, tilin
     temperature = 0.7
     stats, shortlists, chunks, select_max = tree_sampling.chunk_pass(
         logits, 1, torch.full((rows,), temperature), torch.full((rows,), top_k, dtype=torch.int32),
-        torch.full((rows,), top_p), block_v, slots, tile=tile, hot_lanes=hot_lanes)
+        torch.full((rows,), top_p), block_v, slots, tile=tile, hot_segments=hot_segments,
+        gather_segments=gather_segments)
     cover = (top_k if top_k <= select_max else 0) if 0 < top_k < vocab else (select_max if top_p < 1 else 0)
     for r in range(rows):
         for c in range(chunks):
@@ -127,7 +130,7 @@ def test_chunk_pass_shortlists_every_token_at_or_above_a_valid_floor(seed, tilin
             assert count == len(above)
             if count <= slots:
                 packed = (keys[above].long() << 32) | (above + c * block_v)
-                assert torch.equal(shortlists[r, c, :count].sort().values, packed.sort().values)
+                assert torch.equal(shortlists[r, c, :count], packed)
 
 
 def test_filtered_probs_reference_semantics():
