@@ -133,6 +133,26 @@ def test_chunk_pass_shortlists_every_token_at_or_above_a_valid_floor(seed, tilin
                 assert torch.equal(shortlists[r, c, :count], packed)
 
 
+def test_chunk_floor_is_tight_on_full_and_padded_chunks():
+    """The floor's counting search ends just below the s-th largest group maximum (one segment
+    of 16 tokens per group at this chunk length), also on a last chunk padded with -inf beyond
+    the vocabulary: few more tokens are shortlisted than those at or above that maximum, so rows stay on the fast
+    path (an overflowing shortlist would send them through exact passes)."""
+    gen = torch.Generator().manual_seed(7)
+    block_v, vocab, top_k = 4096, 2 * 4096 + 1000, 50
+    logits = torch.randn(2, vocab, generator=gen) * 3
+    stats, _, chunks, _ = tree_sampling.chunk_pass(
+        logits, 1, torch.full((2,), 1.0), torch.full((2,), top_k, dtype=torch.int32), torch.full((2,), 1.0),
+        block_v, 128)
+    for r in range(2):
+        for c in range(chunks):
+            z = logits[r, c * block_v:(c + 1) * block_v]
+            best = _key(torch.cat([z, z.new_full((block_v - z.numel(),), float("-inf"))]).reshape(256, 16).amax(1))
+            exact = best.sort(descending=True).values[top_k - 1]
+            at_or_above_exact = int((_key(z) >= exact).sum())
+            assert int(stats[r, c, 2]) <= exact and at_or_above_exact <= int(stats[r, c, 3]) <= at_or_above_exact + 4
+
+
 def test_filtered_probs_reference_semantics():
     """The reference's top-k / top-p rules, checked by hand on a row with ties."""
     z = torch.tensor([2.0, 1.0, 1.0, 0.0, 3.0, -1.0])
