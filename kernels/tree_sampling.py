@@ -428,8 +428,8 @@ def _row_stats(stats_ptr, first_record, num_chunks, scale, CHUNKS: tl.constexpr)
 
 @triton.jit
 def _shortlist(shortlist_ptr, first_record, num_chunks, counts, CHUNKS: tl.constexpr, SLOTS: tl.constexpr):
-    """A row's shortlists side by side, ``[CHUNKS * SLOTS]`` packed entries (in no particular
-    order), and which slots hold one."""
+    """A row's shortlists side by side, ``[CHUNKS * SLOTS]`` packed entries (present ones in token
+    order, absent ones between the chunks'), and which slots hold one."""
     chunks = tl.arange(0, CHUNKS)
     slots = tl.arange(0, SLOTS)
     present = (chunks < num_chunks)[:, None] & (slots[None, :] < counts[:, None])
