@@ -230,9 +230,15 @@ def _order_key(x):
 
 
 @triton.jit
+def _key_value32(key):
+    """The float32 whose int32 order key is ``key`` (the inverse of :func:`_order_key32`)."""
+    return tl.where(key >= 0, key, key ^ 0x7FFFFFFF).to(tl.float32, bitcast=True)
+
+
+@triton.jit
 def _key_value(key):
-    ordered = (key - 0x80000000).to(tl.int32)
-    return tl.where(ordered >= 0, ordered, ordered ^ 0x7FFFFFFF).to(tl.float32, bitcast=True)
+    """The same from the unsigned order held in int64 (the inverse of :func:`_order_key`)."""
+    return _key_value32((key - 0x80000000).to(tl.int32))
 
 
 @triton.jit
@@ -304,7 +310,7 @@ def _floor_of_rank(keys, rank, ROUNDS: tl.constexpr = 3, FANOUT: tl.constexpr = 
     takes dozens of exchange steps). The search runs over the float values between the smallest
     finite and the largest key (order keys are far from even in value, and -inf would widen
     the range), so it ends within ``(max - min) / FANOUT**ROUNDS`` of the rank-th largest."""
-    values = tl.where(keys >= 0, keys, keys ^ 0x7FFFFFFF).to(tl.float32, bitcast=True)
+    values = _key_value32(keys)
     finite = values > float("-inf")
     low = tl.min(tl.where(finite, values, float("inf")), axis=0)  # count at or above: >= rank (checked below)
     high = tl.max(values, axis=0)
