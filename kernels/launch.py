@@ -6,15 +6,19 @@ and checks its globals on each call: about 20 us of host time for a kernel with 
 Triton compile and launch the first call of a specialisation as usual, keeps the
 ``CompiledKernel`` it returns, and launches later calls of that specialisation through the
 compiled kernel's own launcher on the current stream (what ``kernel[grid]`` ends with), passing
-tensors as device addresses.
+tensors as device addresses. Where the launcher's Python wrapper is one this module knows (by a
+digest of its source), the wrapper's native ``launch`` is called with what the wrapper would pass
+it, sparing its per-call closures (about 2 us of an 8 us launch on a slow host).
 
-The key of a call is finer than Triton's specialisation, so a kept kernel is only reused where
-Triton itself would pick the same binary: per tensor its dtype, 16-byte alignment and whether it
-is on the GPU; per integer whether it is 1, divisible by 16 and which of int32 / int64 / uint64
-holds it; per float or bool its type; plus the device and the compile-time keywords. Anything
-else (another argument type, launch hooks installed by a profiler, the interpreter, a Triton
-older than 3.3 whose launcher takes other arguments) goes through ``kernel[grid]``, so results
-never depend on the path.
+The key of a call is finer than Triton's specialisation wherever a kept kernel is reused, so a
+kept kernel is only reused where Triton itself would pick the same binary: per tensor its dtype;
+per integer whether it is 1, divisible by 16 and which of int32 / int64 / uint64 holds it; per
+float, bool or None its type; plus the device, the compile-time keywords, and whether the first
+tensor is on the GPU. Kernels are kept and reused only for calls whose tensors are all 16-byte
+aligned (Triton specialises on each pointer's alignment; SGLang's buffers always are, and one OR
+of the addresses checks them all). Anything else (other argument kinds, a misaligned tensor,
+launch hooks installed by a profiler, the interpreter, a Triton older than 3.3 whose launcher
+takes other arguments) goes through ``kernel[grid]``, so results never depend on the path.
 
 Launches stay asynchronous and capturable in CUDA graphs; nothing recompiles per batch size.
 
@@ -23,13 +27,15 @@ Use::
     _my_kernel_launcher = Launcher(_my_kernel)
     _my_kernel_launcher(grid, *runtime_args, BLOCK=128, num_warps=4)   # like _my_kernel[grid](...)
     fixed = _my_kernel_launcher.specialise(BLOCK=128, num_warps=4)     # keep for repeated calls:
-    fixed(grid, *runtime_args)                                          # skips the keyword handling
+    fixed.launch(grid, *runtime_args)                                   # skips the keyword handling
 """
 
 from __future__ import annotations
 
+import hashlib
+import inspect
 import os
-from typing import Any, Dict, Tuple
+from typing import Any, Callable, Dict, Tuple
 
 import torch
 import triton
@@ -41,6 +47,15 @@ except ImportError:  # Triton < 3.3: launched through kernel[grid] only
     knobs = None
 
 _INT32_MIN, _INT32_MAX, _UINT64_FROM = -(2**31), 2**31 - 1, 2**63
+_NONE_TYPE = type(None)
+
+# SHA-256 of the whitespace-free source of launcher wrappers (``CompiledKernel.run.__call__``) that
+# allocate scratch only when the kernel needs it and then call their native ``launch`` with
+# ``(grid x, y, z, stream, function, cooperative, pdl, global scratch, profile scratch,
+# *the wrapper's arguments after the function)``. Triton 3.6.0's CUDA launcher.
+_NATIVE_LAUNCH_WRAPPERS = frozenset({
+    "0ff2b3219ec9f5067def7f5b72cf4ed0f1b544e98655c5e548c7e933e3ab3a19",
+})
 
 
 class _Unsupported(Exception):
@@ -61,108 +76,171 @@ def _fast_path_available() -> bool:
 
 
 def _scalar_key(arg: Any):
+    """The key of a non-tensor argument (see the module docstring)."""
     kind = type(arg)
     if kind is int:
-        width = 0 if _INT32_MIN <= arg <= _INT32_MAX else (1 if arg < _UINT64_FROM else 2)
-        return arg == 1, arg % 16 == 0, width
+        return arg == 1, arg % 16 == 0, _INT32_MIN <= arg <= _INT32_MAX, arg >= _UINT64_FROM
     if kind is float or kind is bool or arg is None:
         return kind
     raise _Unsupported(kind)
 
 
 def key_and_arguments(args) -> Tuple[tuple, list]:
-    """The specialisation key of a call's runtime arguments (what Triton's specialisation depends
-    on, or finer) and the arguments as the compiled launcher takes them (tensors as addresses,
-    which spares the launcher a ``data_ptr()`` call and a driver query per pointer)."""
-    key, launch_args = [], []
+    """The key of a call's runtime arguments and the arguments as the compiled launcher takes
+    them (tensors as addresses, which spares the launcher a ``data_ptr()`` call and a driver query
+    per pointer).
+
+    The key: whether the first tensor is on the GPU (``None`` without tensors), then per argument
+    its dtype (tensors) or :func:`_scalar_key`, then the OR of the tensors' addresses modulo 16
+    (0: all aligned, the only keys that kept kernels are stored under)."""
+    slots, launch_args, first_on_gpu, misaligned = [], [], None, 0
     for arg in args:
         if isinstance(arg, torch.Tensor):
             address = arg.data_ptr()
-            key.append((arg.dtype, address % 16 == 0, arg.is_cuda))
+            if first_on_gpu is None:
+                first_on_gpu = arg.is_cuda
+            misaligned |= address
+            slots.append(arg.dtype)
             launch_args.append(address)
         else:
-            key.append(_scalar_key(arg))
+            slots.append(_scalar_key(arg))
             launch_args.append(arg)
-    return tuple(key), launch_args
+    return (first_on_gpu, *slots, misaligned & 15), launch_args
 
 
-def _make_binder(args):
-    """A function that returns what :func:`key_and_arguments` returns for calls whose arguments
-    are of the kinds of ``args`` (tensor or not, per position), as straight-line code: about half
-    the host time of the loop. It raises ``AttributeError`` (a tensor slot given something else)
-    or :class:`_Unsupported` (a scalar slot given a tensor) for calls of other kinds."""
-    names, lines, keys, launch_args = [], [], [], []
-    for i, arg in enumerate(args):
-        names.append(f"a{i}")
-        if isinstance(arg, torch.Tensor):
-            lines.append(f"    p{i} = a{i}.data_ptr()\n")
-            keys.append(f"(a{i}.dtype, p{i} % 16 == 0, a{i}.is_cuda), ")
-            launch_args.append(f"p{i}")
-        else:
-            keys.append(f"_scalar_key(a{i}), ")
-            launch_args.append(f"a{i}")
-    source = (f"def bind({', '.join(names)}):\n" + "".join(lines)
-              + f"    return ({''.join(keys)}), [{', '.join(launch_args)}]\n")
-    namespace = {"_scalar_key": _scalar_key}
-    exec(compile(source, "<sglang_eagle_ext.kernels.launch binder>", "exec"), namespace)
-    return namespace["bind"]
+def _scalar_slot(name: str, arg: Any) -> str:
+    """Source of the key of scalar slot ``name``: inline for the kind ``arg`` has (the kind a
+    kernel's calls keep), :func:`_scalar_key` for any other."""
+    if type(arg) is int:
+        return (f"(({name} == 1, {name} % 16 == 0, {_INT32_MIN} <= {name} <= {_INT32_MAX}, "
+                f"{name} >= {_UINT64_FROM}) if type({name}) is int else _scalar_key({name}))")
+    if arg is None:
+        return f"(_NONE_TYPE if {name} is None else _scalar_key({name}))"
+    if type(arg) in (float, bool):
+        return f"({type(arg).__name__} if type({name}) is {type(arg).__name__} else _scalar_key({name}))"
+    raise _Unsupported(type(arg))
+
+
+def _generate(args) -> Callable:
+    """``make_launch`` for calls whose arguments are of the kinds of ``args`` (tensor or not, per
+    position): the key and the launch as straight-line code in one frame (a third of the host time
+    of a loop over the arguments).
+
+    ``make_launch(compiled, miss, constexprs, device, stream, hooks)`` returns ``launch(grid,
+    *args)``. It computes the call's key, ``(device(), *key_and_arguments(args)[0])``, and launches
+    the entry of ``compiled`` under it (``(native function, arguments before the kernel's own)``),
+    or calls ``miss(grid, args, key)``: when there is no entry or ``hooks()`` is true, and with
+    ``key=None`` when the call's kinds differ (a tensor slot given something else, a scalar slot
+    given a tensor, another count)."""
+    names = [f"a{i}" for i in range(len(args))]
+    tensors = [name for name, arg in zip(names, args) if isinstance(arg, torch.Tensor)]
+    slots = [f"{name}.dtype" if name in tensors else _scalar_slot(name, arg) for name, arg in zip(names, args)]
+    first_on_gpu = f"{tensors[0]}.is_cuda" if tensors else "None"
+    misaligned = f"({' | '.join('p' + name for name in tensors)}) & 15" if tensors else "0"
+    launch_args = "".join(("p" + name if name in tensors else name) + ", " for name in names)
+    params = "".join(name + ", " for name in names)
+    source = (
+        "def make_launch(compiled, miss, constexprs, device, stream, hooks):\n"
+        f"    def launch(grid, {params}):\n"
+        "        try:\n"
+        + "".join(f"            p{name} = {name}.data_ptr()\n" for name in tensors)
+        + f"            key = (device(), {first_on_gpu}, {', '.join(slots + [misaligned])})\n"
+        "        except (AttributeError, TypeError, _Unsupported):\n"
+        f"            return miss(grid, ({params}), None)\n"
+        "        entry = compiled.get(key)\n"
+        "        if entry is None or hooks():\n"
+        f"            return miss(grid, ({params}), key)\n"
+        "        native, leading = entry\n"
+        "        grid = grid + (1, 1)\n"
+        f"        native(grid[0], grid[1], grid[2], stream(key[0]), *leading, {launch_args}*constexprs)\n"
+        "    return launch\n")
+    namespace = {"_scalar_key": _scalar_key, "_Unsupported": _Unsupported, "_NONE_TYPE": _NONE_TYPE}
+    exec(compile(source, "<sglang_eagle_ext.kernels.launch>", "exec"), namespace)
+    return namespace["make_launch"]
 
 
 def _hooks_installed() -> bool:
-    for hook in (knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook):
-        if hook is not None and getattr(hook, "calls", True):
-            return True
-    return False
+    """Whether a launch hook is set: a function (older Triton) or a non-empty ``HookChain`` (newer)."""
+    runtime = knobs.runtime
+    enter, leave = runtime.launch_enter_hook, runtime.launch_exit_hook
+    if enter is None and leave is None:
+        return False
+    return bool(getattr(enter, "calls", enter)) or bool(getattr(leave, "calls", leave))
+
+
+def _device_and_stream() -> Tuple[Callable[[], int], Callable[[int], int]]:
+    """The current CUDA device's index, and a device's current stream handle (Triton's own query)."""
+    return getattr(torch._C, "_cuda_getDevice", torch.cuda.current_device), driver.active.get_current_stream
+
+
+def _source_digest(function) -> str:
+    try:
+        source = inspect.getsource(function)
+    except (OSError, TypeError):
+        return ""
+    return hashlib.sha256("".join(source.split()).encode()).hexdigest()
+
+
+_native_wrappers: Dict[type, bool] = {}
+
+
+def _launch_entry(compiled) -> Tuple[Callable, tuple]:
+    """How to launch ``compiled``: its launcher's native function and the arguments it takes before
+    the kernel's own, where the launcher's wrapper is a known one and the kernel needs no scratch
+    memory; else the launcher itself and its leading arguments."""
+    run = compiled.run
+    wrapper = type(run)
+    if wrapper not in _native_wrappers:
+        _native_wrappers[wrapper] = _source_digest(wrapper.__call__) in _NATIVE_LAUNCH_WRAPPERS
+    if (_native_wrappers[wrapper] and not getattr(run, "global_scratch_size", 1)
+            and not getattr(run, "profile_scratch_size", 1)):
+        return run.launch, (compiled.function, run.launch_cooperative_grid, run.launch_pdl, None, None,
+                            compiled.packed_metadata, None, None, None)
+    return run, (compiled.function, compiled.packed_metadata, None, None, None)
 
 
 class Specialised:
-    """A kernel with its compile-time keywords fixed: ``(grid, *runtime_args)`` launches it."""
+    """A kernel with its compile-time keywords fixed: ``launch(grid, *runtime_args)`` launches it."""
 
     def __init__(self, kernel, kwargs: Dict[str, Any], fast: bool):
-        self.kernel, self.kwargs, self.fast = kernel, kwargs, fast
+        self.kernel, self.kwargs = kernel, kwargs
         names = list(getattr(kernel, "arg_names", ()))
         self._runtime_count = len(names) - sum(name in kwargs for name in names)
         # Parameters after the runtime ones, in order: what the compiled launcher takes after them.
         constexpr_names = names[self._runtime_count:]
         if not names or any(name not in kwargs for name in constexpr_names):
-            self.fast = False  # keywords that are not the trailing parameters: Triton's path only
+            fast = False  # keywords that are not the trailing parameters: Triton's path only
         self._constexprs = tuple(kwargs.get(name) for name in constexpr_names)
-        # (device, argument key) -> (launcher, function handle, packed metadata)
+        # (device, argument key) -> (native launch function, arguments before the kernel's own)
         self._compiled: Dict[tuple, tuple] = {}
-        self._bind = None  # made from the first call's argument kinds
+        self.launch: Callable[..., None] = self._first_launch if fast else self._triton_launch
 
-    def __call__(self, grid: Tuple[int, ...], *args) -> None:
-        if not self.fast:
-            self.kernel[grid](*args, **self.kwargs)
-            return
-        device = driver.active.get_current_device()
+    def _triton_launch(self, grid: Tuple[int, ...], *args) -> None:
+        self.kernel[grid](*args, **self.kwargs)
+
+    def _first_launch(self, grid: Tuple[int, ...], *args) -> None:
+        """Make the fast launch from this call's argument kinds, then launch through it."""
         try:
-            arg_key, launch_args = self._bind(*args)
-        except (AttributeError, TypeError, _Unsupported):  # no binder yet, or arguments of other kinds
-            try:
-                arg_key, launch_args = key_and_arguments(args)
-            except _Unsupported:
-                self.kernel[grid](*args, **self.kwargs)
-                return
-            if self._bind is None and len(args) == self._runtime_count:
-                self._bind = _make_binder(args)
-        entry = self._compiled.get((device, arg_key))
-        if entry is None or _hooks_installed():
-            compiled = self.kernel[grid](*args, **self.kwargs)  # compiles on a miss, launches either way
-            if entry is None and len(args) == self._runtime_count:
-                self._keep((device, arg_key), compiled)
+            make_launch = _generate(args)
+        except _Unsupported:
+            make_launch = None
+        if make_launch is None or len(args) != self._runtime_count:
+            self._triton_launch(grid, *args)
             return
-        run, function, metadata = entry
-        grid_1 = grid[1] if len(grid) > 1 else 1
-        grid_2 = grid[2] if len(grid) > 2 else 1
-        run(grid[0], grid_1, grid_2, driver.active.get_current_stream(device), function, metadata,
-            None, None, None, *launch_args, *self._constexprs)
+        device, stream = _device_and_stream()
+        self.launch = make_launch(self._compiled, self._miss, self._constexprs, device, stream, _hooks_installed)
+        self.launch(grid, *args)
 
-    def _keep(self, key, compiled) -> None:
+    def _miss(self, grid: Tuple[int, ...], args: tuple, key) -> None:
+        """Launch through Triton (compiling on a first call); keep the kernel under ``key`` when the
+        call is one the fast launch can repeat (its kinds, all tensors aligned, no hooks)."""
+        compiled = self.kernel[grid](*args, **self.kwargs)
+        if key is None or key[-1] != 0 or key in self._compiled or _hooks_installed():
+            return
         if hasattr(compiled, "result"):  # Triton versions that compile asynchronously
             compiled = compiled.result()
         if all(hasattr(compiled, attr) for attr in ("run", "function", "packed_metadata")):
-            self._compiled[key] = (compiled.run, compiled.function, compiled.packed_metadata)
+            self._compiled[key] = _launch_entry(compiled)
 
 
 class Launcher:
@@ -188,4 +266,4 @@ class Launcher:
         return fixed
 
     def __call__(self, grid: Tuple[int, ...], *args, **kwargs) -> None:
-        self.specialise(**kwargs)(grid, *args)
+        self.specialise(**kwargs).launch(grid, *args)

@@ -149,7 +149,7 @@ def _launch(parent_list, selected_index, verified_seq_len, tree_mask, positions,
             retrive_next_token, retrive_next_sibling, topk, n, mode, fill_prefix,
             bonus_tokens=None, draft_tokens=None, draft_tokens_out=None, slab_outputs=False):
     """Pointers a compile-time switch leaves unused are passed as None (no launch cost)."""
-    _specialised(topk, parent_list.shape[1], n, mode, fill_prefix, bonus_tokens is not None, slab_outputs)(
+    _specialised(topk, parent_list.shape[1], n, mode, fill_prefix, bonus_tokens is not None, slab_outputs).launch(
         (selected_index.shape[0], n if fill_prefix else 1),
         parent_list, selected_index, verified_seq_len, tree_mask, positions,
         retrive_index, retrive_next_token, retrive_next_sibling, bonus_tokens, draft_tokens, draft_tokens_out)
@@ -228,15 +228,16 @@ def build_eagle_tree(bonus_tokens: torch.Tensor, parent_list: torch.Tensor,
     else:
         dtype = {1: torch.uint8, 2: torch.uint16, 4: torch.uint32}[bitpacked_bytes_per_row(n)]
         tree_mask = seq_lens.new_empty((n * bs,), dtype=dtype)
-    # One int64 allocation for the links, positions and tokens, cut by one unbind.
+    # One int64 allocation for the links, positions and tokens, cut by one unbind; flat views by
+    # view(-1), half the host time of ravel().
     token_dtype = draft_tokens.dtype
     if bonus_tokens.dtype != token_dtype:
         token_dtype = torch.result_type(bonus_tokens, draft_tokens)
     slabs = 5 if token_dtype == torch.long else 4
     retrieve_index, next_token, next_sibling, positions_slab, *tokens_slab = seq_lens.new_empty(
         (slabs, bs, n), dtype=torch.long).unbind(0)
-    positions = position_buf if position_buf is not None else positions_slab.ravel()
-    tokens_out = tokens_slab[0].ravel() if tokens_slab else seq_lens.new_empty((bs * n,), dtype=token_dtype)
+    positions = position_buf if position_buf is not None else positions_slab.view(-1)
+    tokens_out = tokens_slab[0].view(-1) if tokens_slab else seq_lens.new_empty((bs * n,), dtype=token_dtype)
     fill_prefix = mode == FULL_MASK and bool(fill_prefix_mask)
     if tokens_slab and position_buf is None:  # every output in the one buffer: pass its start only
         _launch(parent_list, top_scores_index, seq_lens, tree_mask, None, retrieve_index, None, None, int(topk),

@@ -126,33 +126,34 @@ def _residual(offset, index, mask, rows):
 def _sampling_target_only_kernel(predicts_ptr, accept_index_ptr, accept_num_ptr, cand_ptr,
                                  retrive_index_ptr, next_token_ptr, next_sibling_ptr, coins_ptr,
                                  final_coins_ptr, target_ptr, draft_ptr, threshold_single, threshold_acc,
-                                 n, max_accepts, vocab, BLOCK_V: tl.constexpr, BLOCK_N: tl.constexpr):
+                                 vocab, N: tl.constexpr, MAX_ACCEPTS: tl.constexpr, BLOCK_V: tl.constexpr,
+                                 BLOCK_N: tl.constexpr):
     b = tl.program_id(0)
-    last_row = tree_entry(retrive_index_ptr, b, n, 0)
-    write_accept_slot(accept_index_ptr, b, max_accepts, 0, last_row)
-    coin = tl.load(coins_ptr + b.to(tl.int64) * n)
+    last_row = tree_entry(retrive_index_ptr, b, N, 0)
+    write_accept_slot(accept_index_ptr, b, MAX_ACCEPTS, 0, last_row)
+    coin = tl.load(coins_ptr + b.to(tl.int64) * N)
     prob_acc = tl.zeros((), dtype=tl.float32)
     accepted = tl.zeros((), dtype=tl.int32)
-    cur = tree_entry(next_token_ptr, b, n, 0)
+    cur = tree_entry(next_token_ptr, b, N, 0)
     steps = tl.zeros((), dtype=tl.int32)
     slots = tl.arange(0, BLOCK_N)
     rejected = tl.full((BLOCK_N,), -1, tl.int64)  # tokens rejected at the current row, in order
     rejected_count = tl.zeros((), dtype=tl.int32)
-    while (cur != -1) & (accepted < max_accepts) & (steps < n):
-        token = tree_entry(cand_ptr, b, n, cur)
+    while (cur != -1) & (accepted < MAX_ACCEPTS) & (steps < N):
+        token = tree_entry(cand_ptr, b, N, cur)
         q = tl.load(target_ptr + last_row * vocab + token)
         prob_acc += q
         if _accept(coin, prob_acc, q, threshold_single, threshold_acc):
             prob_acc = 0.0
-            coin, accepted, last_row = _take_child(coins_ptr, predicts_ptr, accept_index_ptr, retrive_index_ptr, b, n,
-                                                   max_accepts, accepted, last_row, cur, token)
+            coin, accepted, last_row = _take_child(coins_ptr, predicts_ptr, accept_index_ptr, retrive_index_ptr, b, N,
+                                                   MAX_ACCEPTS, accepted, last_row, cur, token)
             rejected_count = 0
-            cur = tree_entry(next_token_ptr, b, n, cur)
+            cur = tree_entry(next_token_ptr, b, N, cur)
         else:
             tl.store(draft_ptr + last_row * vocab + token, q)
             rejected = tl.where(slots == rejected_count, token.to(tl.int64), rejected)
             rejected_count += 1
-            cur = tree_entry(next_sibling_ptr, b, n, cur)
+            cur = tree_entry(next_sibling_ptr, b, N, cur)
         steps += 1
     tl.store(accept_num_ptr + b, accepted)
 
@@ -200,17 +201,18 @@ def tree_speculative_sampling_target_only(predicts: torch.Tensor, accept_index: 
     """
     del deterministic
     bs, n = candidates.shape
-    _sampling_target_only_specialised(block_v, n)(
+    _sampling_target_only_specialised(block_v, n, accept_index.shape[1] - 1).launch(
         (bs,), predicts, accept_index, accept_token_num, candidates, retrive_index, retrive_next_token,
         retrive_next_sibling, uniform_samples, uniform_samples_for_final_sampling, target_probs,
-        draft_probs, float(threshold_single), max(float(threshold_acc), 1e-9), n,
-        accept_index.shape[1] - 1, target_probs.shape[-1])
+        draft_probs, float(threshold_single), max(float(threshold_acc), 1e-9), target_probs.shape[-1])
 
 
 @functools.lru_cache(maxsize=None)
-def _sampling_target_only_specialised(block_v: int, n: int):
-    return _launch_sampling_target_only.specialise(BLOCK_V=block_v, BLOCK_N=max(16, triton.next_power_of_2(n)),
-                                                   num_warps=16)
+def _sampling_target_only_specialised(block_v: int, n: int, max_accepts: int):
+    """The tree's sizes are compile-time constants: fixed for a server's run, and each runtime
+    argument costs host time at every launch."""
+    return _launch_sampling_target_only.specialise(N=n, MAX_ACCEPTS=max_accepts, BLOCK_V=block_v,
+                                                   BLOCK_N=max(16, triton.next_power_of_2(n)), num_warps=16)
 
 
 # ----------------------------------------------------------------------------- from logits
@@ -813,8 +815,8 @@ def tree_sampling_from_logits(predicts: torch.Tensor, accept_index: torch.Tensor
     # No reshape of the per-request vectors: the kernels index them as flat memory, and every
     # view costs host time (a few us each, more than a launch's GPU time at small batches).
     scratch = _row_pass(logits, n, temperatures, top_ks, top_ps, plan)
-    plan.row_filters((rows,), scratch, temperatures, top_ks, top_ps, n, vocab, plan.num_chunks, plan.select_max)
-    plan.walk(
+    plan.row_filters.launch((rows,), scratch, temperatures, top_ks, top_ps, n, vocab, plan.num_chunks, plan.select_max)
+    plan.walk.launch(
         (bs,), predicts, accept_index, accept_token_num, candidates, retrive_index, retrive_next_token,
         retrive_next_sibling, uniform_samples, uniform_samples_for_final_sampling, logits, logits.stride(0),
         temperatures, top_ks, top_ps, scratch, float(threshold_single), max(float(threshold_acc), 1e-9), n,
@@ -860,8 +862,8 @@ def _row_pass(logits, n, temperatures, top_ks, top_ps, plan: _Plan) -> torch.Ten
     """Launch 1 into fresh scratch (one int64 allocation, no views: the kernels find their
     parts); returns the scratch."""
     scratch = logits.new_empty((plan.scratch_words,), dtype=torch.int64)
-    plan.chunk_pass((logits.shape[0], plan.num_chunks), logits, logits.stride(0), temperatures, top_ks, top_ps,
-                    scratch, n, logits.shape[1], plan.num_chunks, plan.select_max)
+    plan.chunk_pass.launch((logits.shape[0], plan.num_chunks), logits, logits.stride(0), temperatures, top_ks,
+                           top_ps, scratch, n, logits.shape[1], plan.num_chunks, plan.select_max)
     return scratch
 
 

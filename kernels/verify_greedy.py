@@ -254,7 +254,7 @@ def verify_tree_greedy(predicts: torch.Tensor, accept_index: torch.Tensor, accep
     target token at every accepted node, including the last (the bonus token).
     """
     bs, n = candidates.shape
-    _specialised_walk(n)((bs,), predicts, accept_index, accept_token_num, candidates, retrive_index,
+    _specialised_walk(n).launch((bs,), predicts, accept_index, accept_token_num, candidates, retrive_index,
                          retrive_next_token, retrive_next_sibling, target_predict, n, accept_index.shape[1] - 1)
 
 
@@ -292,11 +292,11 @@ def verify_tree_greedy_from_logits(predicts: torch.Tensor, accept_index: torch.T
     bs, n = candidates.shape
     rows, vocab = logits.shape
     assert rows == bs * n and logits.stride(1) == 1
-    launch, grid, leading, trailing = _greedy_plan(bs, n, vocab, logits.element_size(), accept_index.shape[1] - 1,
+    kernel, grid, leading, trailing = _greedy_plan(bs, n, vocab, logits.element_size(), accept_index.shape[1] - 1,
                                                    logits.device, lazy, block_v, target_programs, num_warps,
                                                    max_polls)
-    launch(grid, logits, logits.stride(0), *leading, predicts, accept_index, accept_token_num, candidates,
-           retrive_index, retrive_next_token, retrive_next_sibling, *trailing)
+    kernel.launch(grid, logits, logits.stride(0), *leading, predicts, accept_index, accept_token_num, candidates,
+                  retrive_index, retrive_next_token, retrive_next_sibling, *trailing)
 
 
 @functools.lru_cache(maxsize=256)
@@ -304,8 +304,8 @@ def _greedy_plan(bs: int, n: int, vocab: int, element_size: int, max_accepts: in
                  lazy: Optional[bool], block_v: Optional[int], target_programs: Optional[int],
                  num_warps: Optional[int], max_polls: Optional[int]):
     """The launch of :func:`verify_tree_greedy_from_logits` for one call shape, worked out once
-    (host time counts at small batches): ``(kernel, grid, arguments after the logits' stride,
-    arguments after the tree's)``."""
+    (host time counts at small batches): ``(specialised kernel, grid, arguments after the logits'
+    stride, arguments after the tree's)``."""
     rows = bs * n
     levels = max_accepts + 1
     if lazy is None:

@@ -31,34 +31,54 @@ runtime_args = st.one_of(
 @settings(max_examples=400, deadline=None)
 @given(st.lists(runtime_args, min_size=2, max_size=2))
 def test_equal_keys_mean_equal_triton_specialisation(pair):
-    """Two arguments with the same key get the same specialisation from Triton (so a kept kernel
-    is only reused where Triton would pick the same binary)."""
+    """Two arguments with the same key, under which a kept kernel is reused (every tensor
+    aligned), get the same specialisation from Triton (so a kept kernel is only reused where Triton
+    would pick the same binary)."""
     native = pytest.importorskip("triton._C.libtriton").__dict__.get("native_specialize_impl")
     if native is None:
         pytest.skip("this Triton has no native specialisation to compare with")
     from triton.backends.compiler import BaseBackend
 
     a, b = pair
-    if launch.key_and_arguments([a])[0] == launch.key_and_arguments([b])[0]:
+    key = launch.key_and_arguments([a])[0]
+    if key == launch.key_and_arguments([b])[0] and key[-1] == 0:
         for specialize, align in ((True, True), (False, False), (True, False)):
             assert native(BaseBackend, a, False, specialize, align) == native(BaseBackend, b, False, specialize, align)
 
 
+def test_a_misaligned_tensor_shows_in_the_key():
+    x = torch.zeros(64)
+    assert launch.key_and_arguments([x, x])[0][-1] == 0
+    assert launch.key_and_arguments([x, x[1:]])[0][-1] != 0
+
+
+def _generated_launch(first):
+    """The fast launch generated from the call ``first``, with no kernel kept: every call reports
+    its key to ``misses``."""
+    misses = []
+    launch_fn = launch._generate(first)({}, lambda grid, args, key: misses.append((args, key)), (), lambda: 7,
+                                        lambda device: 0, lambda: False)
+    return launch_fn, misses
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.lists(runtime_args, min_size=0, max_size=6), st.lists(runtime_args, min_size=0, max_size=6))
-def test_binder_matches_the_general_key_or_refuses(first, later):
-    """A binder made from one call gives the general function's key and launch arguments for every
-    later call whose argument kinds match, and raises for any other (the caller then falls back)."""
-    bind = launch._make_binder(first)
-    assert bind(*first) == launch.key_and_arguments(first)
-    try:
-        got = bind(*later)
-    except (AttributeError, TypeError, launch._Unsupported):
-        kinds_match = len(first) == len(later) and all(
-            isinstance(a, torch.Tensor) == isinstance(b, torch.Tensor) for a, b in zip(first, later))
-        assert not kinds_match
-    else:
-        assert got == launch.key_and_arguments(later)
+def test_generated_key_matches_the_general_key_or_refuses(first, later):
+    """The launch generated from one call computes the general function's key (after the device)
+    for every later call whose argument kinds match, and reports no key for any other (the
+    caller then launches through Triton and keeps nothing)."""
+    launch_fn, misses = _generated_launch(first)
+    launch_fn((1,), *first)
+    assert misses[-1] == (tuple(first), (7, *launch.key_and_arguments(first)[0]))
+    if len(later) != len(first):  # the kernel's parameter count is fixed: a wrong count is a bug
+        with pytest.raises(TypeError):
+            launch_fn((1,), *later)
+        return
+    launch_fn((1,), *later)
+    args, key = misses[-1]
+    assert args == tuple(later)
+    kinds_match = all(isinstance(a, torch.Tensor) == isinstance(b, torch.Tensor) for a, b in zip(first, later))
+    assert key == ((7, *launch.key_and_arguments(later)[0]) if kinds_match else None)
 
 
 def test_unmodelled_arguments_are_refused():
@@ -66,14 +86,23 @@ def test_unmodelled_arguments_are_refused():
         launch.key_and_arguments([(1, 2)])
 
 
-class _FakeCompiled:
-    """Stands for a CompiledKernel: records what its launcher receives."""
+class _FakeRun:
+    """Stands for a compiled kernel's launcher: records what it receives."""
+
+    global_scratch_size = profile_scratch_size = 0
+    launch_cooperative_grid, launch_pdl = "cooperative", "pdl"
 
     def __init__(self):
-        self.function, self.packed_metadata, self.calls = "function", "metadata", []
+        self.calls, self.native_calls = [], []
+        self.launch = lambda *call: self.native_calls.append(call)
 
-    def run(self, *call):
+    def __call__(self, *call):
         self.calls.append(call)
+
+
+class _FakeCompiled:
+    def __init__(self):
+        self.function, self.packed_metadata, self.run = "function", "metadata", _FakeRun()
 
 
 class _FakeKernel:
@@ -92,31 +121,59 @@ class _FakeKernel:
         return launch_now
 
 
-class _FakeDriver:
-    class active:
-        get_current_device = staticmethod(lambda: 0)
-        get_current_stream = staticmethod(lambda device: 1234)
-
-
-def test_cached_launch_passes_runtime_args_then_constexprs_in_parameter_order(monkeypatch):
+@pytest.fixture
+def fake_gpu(monkeypatch):
     monkeypatch.setattr(launch.Launcher, "fast", True)
-    monkeypatch.setattr(launch, "driver", _FakeDriver)
+    monkeypatch.setattr(launch, "_device_and_stream", lambda: (lambda: 0, lambda device: 1234))
     monkeypatch.setattr(launch, "_hooks_installed", lambda: False)
+
+
+def test_cached_launch_passes_runtime_args_then_constexprs_in_parameter_order(fake_gpu):
     kernel = _FakeKernel()
     run = launch.Launcher(kernel)
+    calls = kernel.compiled.run.calls
     x, y = torch.zeros(8), torch.zeros(8, dtype=torch.int64)
     run((3, 2), x, y, 5, B=64, A=7, num_warps=4)  # first call of the specialisation: Triton's path
-    assert len(kernel.slow_calls) == 1 and kernel.compiled.calls == []
+    assert len(kernel.slow_calls) == 1 and calls == []
     run((3,), x, y, 6, B=64, A=7, num_warps=4)  # same key (6 is like 5): the kept kernel
-    assert kernel.compiled.calls == [(3, 1, 1, 1234, "function", "metadata", None, None, None,
-                                      x.data_ptr(), y.data_ptr(), 6, 7, 64)]
+    assert calls == [(3, 1, 1, 1234, "function", "metadata", None, None, None, x.data_ptr(), y.data_ptr(), 6, 7, 64)]
     run((3,), x, y, 16, B=64, A=7, num_warps=4)  # 16 is specialised differently: Triton again
     run((3,), x[1:], y, 6, B=64, A=7, num_warps=4)  # misaligned pointer: Triton again
+    run((3,), x[1:], y, 6, B=64, A=7, num_warps=4)  # and again: misaligned calls are never kept
     run((3,), x, y, 6, B=32, A=7, num_warps=4)  # another constexpr: Triton again
-    assert len(kernel.slow_calls) == 4 and len(kernel.compiled.calls) == 1
+    assert len(kernel.slow_calls) == 5 and len(calls) == 1
     fixed = run.specialise(B=64, A=7, num_warps=4)  # the same specialisation, keywords bound once
-    fixed((5, 1, 2), x, y, 7)
-    assert kernel.compiled.calls[-1][:3] == (5, 1, 2) and len(kernel.slow_calls) == 4
-    fixed((5,), None, y, 7)  # arguments of other kinds than the binder's: Triton's path, not a crash
-    fixed((5,), x, y, torch.zeros(2))
-    assert len(kernel.slow_calls) == 6 and len(kernel.compiled.calls) == 2
+    fixed.launch((5, 1, 2), x, y, 7)
+    assert calls[-1][:3] == (5, 1, 2) and len(kernel.slow_calls) == 5
+    fixed.launch((5,), None, y, 7)  # arguments of other kinds than the first call's: Triton, not a crash
+    fixed.launch((5,), x, y, torch.zeros(2))
+    assert len(kernel.slow_calls) == 7 and len(calls) == 2
+
+
+def test_known_launcher_wrappers_are_bypassed_for_their_native_launch(fake_gpu, monkeypatch):
+    """Where the launcher's wrapper is a known one (by source digest) and the kernel needs no
+    scratch, its native launch gets what the wrapper would give it; otherwise the wrapper runs."""
+    digest = launch._source_digest(_FakeRun.__call__)
+    monkeypatch.setattr(launch, "_NATIVE_LAUNCH_WRAPPERS", frozenset({digest}))
+    monkeypatch.setattr(launch, "_native_wrappers", {})
+    x, y = torch.zeros(8), torch.zeros(8, dtype=torch.int64)
+    kernel = _FakeKernel()
+    fixed = launch.Launcher(kernel).specialise(A=1, B=2)
+    fixed.launch((3,), x, y, 5)
+    fixed.launch((3,), x, y, 5)
+    assert kernel.compiled.run.calls == []
+    assert kernel.compiled.run.native_calls == [(3, 1, 1, 1234, "function", "cooperative", "pdl", None, None,
+                                                 "metadata", None, None, None, x.data_ptr(), y.data_ptr(), 5, 1, 2)]
+    kernel = _FakeKernel()
+    kernel.compiled.run.global_scratch_size = 64  # scratch to allocate: the wrapper's job
+    fixed = launch.Launcher(kernel).specialise(A=1, B=2)
+    fixed.launch((3,), x, y, 5)
+    fixed.launch((3,), x, y, 5)
+    assert len(kernel.compiled.run.calls) == 1 and kernel.compiled.run.native_calls == []
+
+
+def test_this_tritons_cuda_launcher_is_bypassed_only_if_it_is_a_known_one():
+    """The digest list names Triton 3.6's wrapper; any other wrapper text is launched through."""
+    nvidia = pytest.importorskip("triton.backends.nvidia.driver")
+    known = launch._source_digest(nvidia.CudaLauncher.__call__) in launch._NATIVE_LAUNCH_WRAPPERS
+    assert known == (launch._triton_version() == (3, 6))
