@@ -5,8 +5,9 @@ Usage (on a CUDA machine with ``sglang-kernel`` importable)::
     python benchmarks/tree_kernels.py --out DIR [--quick]
 
 Writes ``DIR/tree_kernels.json`` (every number), ``DIR/tree_kernels.md`` (the table) and
-``DIR/tree_kernels.png`` (the plot). Times are medians of 7 CUDA-event-timed loops (each loop long
-enough to cover ~20 ms), in microseconds, after warm-up; SGLang's and our loops alternate.
+``DIR/tree_kernels.png`` (the plot). Times are medians of 15 CUDA-event-timed loops (each loop long
+enough to cover ~8 ms), in microseconds, after warm-up; SGLang's and our loops alternate, and each
+ratio is the median of the ratios of neighbouring loops (see :func:`paired_ratio`).
 Shapes: V = 128256 fp32 logits, ``seq_len`` 512 per request, (topk, steps, n) = (1,3,4), (4,3,8),
 (8,5,32), (8,5,64), bs 1..128.
 
@@ -51,7 +52,8 @@ VOCAB = 128256
 SEQ_LEN = 512
 TEMPERATURE, TOP_K, TOP_P = 0.8, 50, 0.9
 CONFIGS = [(1, 3, 4), (4, 3, 8), (8, 5, 32), (8, 5, 64)]
-LOOPS = 7  # timed loops per call, alternating between SGLang's and ours
+LOOPS = 15  # timed loops per call, alternating between SGLang's and ours
+LOOP_MS = 8.0  # length of one timed loop
 BATCHES = [1, 8, 32, 64, 128]
 
 
@@ -68,10 +70,10 @@ def _loop_iters(fn, loop_ms: float) -> int:
     return int(min(200, max(3, loop_ms / max(start.elapsed_time(stop), 1e-3))))
 
 
-def medians_us(fns, loops: int = LOOPS, loop_ms: float = 20.0) -> list:
-    """Median over ``loops`` event-timed loops of the time per call of each function, in
-    microseconds. The functions' loops alternate (A B A B ...), so that a drift of host or clock
-    speed during the run falls on all of them alike."""
+def loop_times_us(fns, loops: int = LOOPS, loop_ms: float = LOOP_MS) -> list:
+    """Per function, the time per call in each of ``loops`` event-timed loops, in microseconds.
+    The functions' loops alternate (A B A B ...), so that a drift of host or clock speed during
+    the run falls on all of them alike."""
     iters = [_loop_iters(fn, loop_ms) for fn in fns]
     start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     per_call = [[] for _ in fns]
@@ -83,7 +85,18 @@ def medians_us(fns, loops: int = LOOPS, loop_ms: float = 20.0) -> list:
             stop.record()
             torch.cuda.synchronize()
             times.append(start.elapsed_time(stop) / count * 1000.0)
-    return [statistics.median(times) for times in per_call]
+    return per_call
+
+
+def medians_us(fns, loops: int = LOOPS, loop_ms: float = LOOP_MS) -> list:
+    return [statistics.median(times) for times in loop_times_us(fns, loops, loop_ms)]
+
+
+def paired_ratio(theirs_us: list, ours_us: list) -> float:
+    """SGLang / ours as the median of the ratios of loops timed one after the other: the host of a
+    lent machine changes speed by tens of percent within seconds, which moves a ratio of two
+    medians taken over the same span far more than the ratios of neighbouring loops."""
+    return statistics.median(a / b for a, b in zip(theirs_us, ours_us))
 
 
 def host_medians_us(fns, eager_us, loops: int = LOOPS, loop_ms: float = 2.0) -> list:
@@ -205,13 +218,17 @@ def bench_shape(sgl_kernel, bs, topk, steps, n, gen):
     }
     for name, fns in pairs.items():
         names = (f"{name}_sglang", f"{name}_ours")
-        eager = medians_us(fns)
+        eager_loops = loop_times_us(fns)
+        eager = [statistics.median(times) for times in eager_loops]
         replays = [captured(fn) for fn in fns]
-        graph = iter(medians_us([replay for replay in replays if replay is not None]))
+        graph_loops = loop_times_us([replay for replay in replays if replay is not None])
+        graph = iter(graph_loops)
         host = host_medians_us(fns, eager)
         for key, eager_us, replay, host_us in zip(names, eager, replays, host):
             row[f"{key}_us"], row[f"{key}_host_us"] = eager_us, host_us
-            row[f"{key}_graph_us"] = next(graph) if replay is not None else float("nan")
+            row[f"{key}_graph_us"] = statistics.median(next(graph)) if replay is not None else float("nan")
+        row[f"{name}_x"] = paired_ratio(*eager_loops)
+        row[f"{name}_graph_x"] = paired_ratio(*graph_loops) if len(graph_loops) == 2 else float("nan")
     ours_pipeline()
     row["mean_accepted"] = float(accept_num.float().mean())
     return row
@@ -226,11 +243,10 @@ def atomic_write(path: str, data: bytes) -> None:
 
 def targets(row, floor_us):
     """Which of the issue's targets this row misses, from the eager times (as SGLang calls the ops)."""
-    ratio = lambda a, b: row[a] / row[b]  # noqa: E731
     notes = []
-    if ratio("build_sglang_us", "build_ours_us") < 2:
+    if row["build_x"] < 2:
         notes.append("build<2x")
-    g = ratio("greedy_sglang_us", "greedy_ours_us")
+    g = row["greedy_x"]
     if row["rows"] >= 256 and g < 1.5:
         # Both paths must read the logits once: where SGLang's runs within 1.5x of that floor,
         # 1.5x faster than it is below the floor.
@@ -238,18 +254,19 @@ def targets(row, floor_us):
         notes.append("greedy<1.5x" + (" (SGL within 1.5x of floor)" if floor_bound else ""))
     elif row["bs"] == 1 and g < 1:
         notes.append("greedy bs1")
-    s = ratio("pipeline_sglang_us", "pipeline_ours_us")
+    s = row["pipeline_x"]
     if row["rows"] >= 256 and (s < 10 or row["pipeline_ours_us"] > 2 * floor_us):
         notes.append("sampling")
-    slower = [k for k in ("build", "greedy", "sampling_op", "pipeline") if ratio(f"{k}_sglang_us", f"{k}_ours_us") < 1]
+    slower = [k for k in ("build", "greedy", "sampling_op", "pipeline") if row[f"{k}_x"] < 1]
     if slower:
         notes.append("slower: " + "/".join(slower))
     return ", ".join(notes) or "met"
 
 
-def _ratio_cells(r, key, suffix, digits):
-    a, b = r[f"{key}_sglang{suffix}"], r[f"{key}_ours{suffix}"]
-    return f"{a:.1f} | {b:.1f} | {a / b:.{digits}f}"
+def _ratio_cells(r, key, timing, digits):
+    """SGLang's median, ours, and the paired ratio, for ``timing`` "" (eager) or "_graph"."""
+    a, b = r[f"{key}_sglang{timing}_us"], r[f"{key}_ours{timing}_us"]
+    return f"{a:.1f} | {b:.1f} | {r[f'{key}{timing}_x']:.{digits}f}"
 
 
 def markdown(meta, rows):
@@ -262,8 +279,9 @@ def markdown(meta, rows):
         f"Python {meta['python']}, sglang-kernel {meta['sgl_kernel']}",
         f"* **Floor** logits bytes (fp32 `[bs*n, V]`, V = {VOCAB}) over the measured copy rate "
         f"({meta['copy_bandwidth_TBps']:.2f} TB/s, bytes read + written): reading the logits once",
-        "* **Times** medians of 7 CUDA-event-timed loops (each ~20 ms, SGLang's and ours alternating) after "
-        "warm-up, µs; `x` = SGLang / ours. "
+        f"* **Times** medians of {LOOPS} CUDA-event-timed loops (each ~{LOOP_MS:.0f} ms, SGLang's and ours "
+        "alternating) after warm-up, µs; `x` = SGLang / ours, the median of the ratios of each SGLang loop to "
+        "the loop of ours timed next (robust to the host's speed drifting during the run). "
         "Eager: back-to-back calls as SGLang makes them (small shapes measure host cost); graph: replays of a "
         "CUDA graph holding one call (GPU time; SGLang's calls captured the same way); host: Python + launch "
         "time per call without waiting for the GPU.",
@@ -284,9 +302,9 @@ def markdown(meta, rows):
     for r in rows:
         floor = r["floor_us"]
         lines.append(
-            f"| {r['topk']} | {r['steps']} | {r['n']} | {r['bs']} | " + _ratio_cells(r, "build", "_us", 2)
-            + " | " + _ratio_cells(r, "greedy", "_us", 2) + " | " + _ratio_cells(r, "sampling_op", "_us", 2)
-            + " | " + _ratio_cells(r, "pipeline", "_us", 1)
+            f"| {r['topk']} | {r['steps']} | {r['n']} | {r['bs']} | " + _ratio_cells(r, "build", "", 2)
+            + " | " + _ratio_cells(r, "greedy", "", 2) + " | " + _ratio_cells(r, "sampling_op", "", 2)
+            + " | " + _ratio_cells(r, "pipeline", "", 1)
             + f" | {floor:.1f} | {r['pipeline_ours_us'] / floor:.2f} | {r['mean_accepted']:.1f} | {r['targets']} |")
     lines += [
         "",
@@ -299,10 +317,10 @@ def markdown(meta, rows):
     for r in rows:
         floor = r["floor_us"]
         lines.append(
-            f"| {r['topk']} | {r['steps']} | {r['n']} | {r['bs']} | " + _ratio_cells(r, "build", "_graph_us", 2)
-            + " | " + _ratio_cells(r, "greedy", "_graph_us", 2)
+            f"| {r['topk']} | {r['steps']} | {r['n']} | {r['bs']} | " + _ratio_cells(r, "build", "_graph", 2)
+            + " | " + _ratio_cells(r, "greedy", "_graph", 2)
             + f" | {r['greedy_sglang_graph_us'] / floor:.2f} | {r['greedy_ours_graph_us'] / floor:.2f}"
-            + " | " + _ratio_cells(r, "sampling_op", "_graph_us", 2) + " | " + _ratio_cells(r, "pipeline", "_graph_us", 2)
+            + " | " + _ratio_cells(r, "sampling_op", "_graph", 2) + " | " + _ratio_cells(r, "pipeline", "_graph", 2)
             + f" | {r['pipeline_ours_graph_us'] / floor:.2f} |")
     lines += [
         "",
