@@ -6,10 +6,9 @@ One switch, the environment variable ``SGLANG_EAGLE_EXT_TREE_KERNELS``:
 * ``triton``: bind our kernels.
 
 Opt-in because, as bound here, they are drop-ins under SGLang's own Python (its argmax, softmax
-and renorm passes stay): the microbenchmarks show build and greedy faster but the drop-in sampling
-op barely faster, and slower on a slow host at batches 1-8 (``benchmarks/results/tree_kernels.md``),
-and end to end on 0.5.16 ours with them measured 0.80-1.04 of stock within the run's noise
-(``benchmarks/results/sglang_e2e.md``).
+and renorm passes stay): the microbenchmarks show build 2.1-3.2x and greedy faster but the drop-in
+sampling op only 1.01-1.66x (``benchmarks/results/tree_kernels.md``), and end to end on 0.5.16
+ours with them measured 0.80-1.04 of stock within the run's noise (``benchmarks/results/sglang_e2e.md``).
 Installing the plugin for a drafter should not change a server's verify path unasked.
 
 Binding points (SGLang looks every one of them up at call time), by feature detection: a point is
