@@ -85,29 +85,6 @@ def _scalar_key(arg: Any):
     raise _Unsupported(kind)
 
 
-def key_and_arguments(args) -> Tuple[tuple, list]:
-    """The key of a call's runtime arguments and the arguments as the compiled launcher takes
-    them (tensors as addresses, which spares the launcher a ``data_ptr()`` call and a driver query
-    per pointer).
-
-    The key: whether the first tensor is on the GPU (``None`` without tensors), then per argument
-    its dtype (tensors) or :func:`_scalar_key`, then the OR of the tensors' addresses modulo 16
-    (0: all aligned, the only keys that kept kernels are stored under)."""
-    slots, launch_args, first_on_gpu, misaligned = [], [], None, 0
-    for arg in args:
-        if isinstance(arg, torch.Tensor):
-            address = arg.data_ptr()
-            if first_on_gpu is None:
-                first_on_gpu = arg.is_cuda
-            misaligned |= address
-            slots.append(arg.dtype)
-            launch_args.append(address)
-        else:
-            slots.append(_scalar_key(arg))
-            launch_args.append(arg)
-    return (first_on_gpu, *slots, misaligned & 15), launch_args
-
-
 def _scalar_slot(name: str, arg: Any) -> str:
     """Source of the key of scalar slot ``name``: inline for the kind ``arg`` has (the kind a
     kernel's calls keep), :func:`_scalar_key` for any other."""
@@ -127,11 +104,13 @@ def _generate(args) -> Callable:
     of a loop over the arguments).
 
     ``make_launch(compiled, miss, constexprs, device, stream, hooks)`` returns ``launch(grid,
-    *args)``. It computes the call's key, ``(device(), *key_and_arguments(args)[0])``, and launches
-    the entry of ``compiled`` under it (``(native function, arguments before the kernel's own)``),
-    or calls ``miss(grid, args, key)``: when there is no entry or ``hooks()`` is true, and with
-    ``key=None`` when the call's kinds differ (a tensor slot given something else, a scalar slot
-    given a tensor, another count)."""
+    *args)``. It computes the call's key: ``device()``, whether the first tensor is on the GPU
+    (``None`` without tensors), per argument its dtype (tensors) or :func:`_scalar_key`, and the
+    OR of the tensors' addresses modulo 16 (0: all aligned; kernels are kept under such keys only).
+    It launches the entry of ``compiled`` under that key (``(native function, arguments before the
+    kernel's own)``), or calls ``miss(grid, args, key)``: when there is no entry or ``hooks()`` is
+    true, and with ``key=None`` when the call's kinds differ (a tensor slot given something else, a
+    scalar slot given a tensor). Another argument count is a ``TypeError``, as for any function."""
     names = [f"a{i}" for i in range(len(args))]
     tensors = [name for name, arg in zip(names, args) if isinstance(arg, torch.Tensor)]
     slots = [f"{name}.dtype" if name in tensors else _scalar_slot(name, arg) for name, arg in zip(names, args)]
