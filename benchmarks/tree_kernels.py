@@ -88,10 +88,6 @@ def loop_times_us(fns, loops: int = LOOPS, loop_ms: float = LOOP_MS) -> list:
     return per_call
 
 
-def medians_us(fns, loops: int = LOOPS, loop_ms: float = LOOP_MS) -> list:
-    return [statistics.median(times) for times in loop_times_us(fns, loops, loop_ms)]
-
-
 def paired_ratio(theirs_us: list, ours_us: list) -> float:
     """SGLang / ours as the median of the ratios of loops timed one after the other: the host of a
     lent machine changes speed by tens of percent within seconds, which moves a ratio of two
@@ -138,7 +134,7 @@ def copy_bandwidth() -> float:
     """Device-to-device copy rate in bytes/s, counting bytes read plus bytes written."""
     src = torch.randn(256 * 2**20, device="cuda")  # 1 GiB
     dst = torch.empty_like(src)
-    (us,) = medians_us([lambda: dst.copy_(src)])
+    us = statistics.median(loop_times_us([lambda: dst.copy_(src)])[0])
     return 2 * src.numel() * 4 / (us * 1e-6)
 
 

@@ -179,7 +179,10 @@ def _launch_entry(compiled) -> Tuple[Callable, tuple]:
 
 
 class Specialised:
-    """A kernel with its compile-time keywords fixed: ``launch(grid, *runtime_args)`` launches it."""
+    """A kernel with its compile-time keywords fixed: ``launch(grid, *runtime_args)`` launches it.
+
+    Look ``launch`` up at each call (``fixed.launch(...)``), not once: the first call replaces it
+    with the launch generated for its argument kinds."""
 
     def __init__(self, kernel, kwargs: Dict[str, Any], fast: bool):
         self.kernel, self.kwargs = kernel, kwargs
