@@ -28,7 +28,7 @@ import triton
 import triton.language as tl
 
 from sglang_eagle_ext.kernels.launch import Launcher, Specialised
-from sglang_eagle_ext.kernels.tree_walk import pick, tree_entry, write_accept_slot
+from sglang_eagle_ext.kernels.tree_walk import block_n, pick, tree_entry, write_accept_slot
 
 SELECT_MAX = 64  # top-k up to this, and top-p alone within this many best tokens, decided from the shortlists
 SHORTLIST_SLOTS = 128  # (key, index) slots per chunk shortlist: the best SELECT_MAX tokens plus ties and slack
@@ -212,7 +212,7 @@ def _sampling_target_only_specialised(block_v: int, n: int, max_accepts: int):
     """The tree's sizes are compile-time constants: fixed for a server's run, and each runtime
     argument costs host time at every launch."""
     return _launch_sampling_target_only.specialise(N=n, MAX_ACCEPTS=max_accepts, BLOCK_V=block_v,
-                                                   BLOCK_N=max(16, triton.next_power_of_2(n)), num_warps=16)
+                                                   BLOCK_N=block_n(n), num_warps=16)
 
 
 # ----------------------------------------------------------------------------- from logits

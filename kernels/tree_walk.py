@@ -1,4 +1,4 @@
-"""Device helpers shared by the verify kernels.
+"""Helpers shared by the verify kernels: device functions, and the register width of a tree.
 
 The sequential tree walk reads single entries of a request's ``[n]`` tree rows with scalar loads:
 after the first touch they hit L1 (tens of cycles), cheaper than a block-wide reduction over a
@@ -7,6 +7,11 @@ register vector when a program has many warps.
 
 import triton
 import triton.language as tl
+
+
+def block_n(n: int) -> int:
+    """Register width of a request's ``n`` tree nodes in the verify kernels (at least 16 lanes)."""
+    return max(16, triton.next_power_of_2(n))
 
 
 @triton.jit

@@ -18,7 +18,7 @@ import triton.language as tl
 
 from sglang_eagle_ext.kernels import workspace
 from sglang_eagle_ext.kernels.launch import Launcher
-from sglang_eagle_ext.kernels.tree_walk import pick, tree_entry, write_accept_slot
+from sglang_eagle_ext.kernels.tree_walk import block_n, pick, tree_entry, write_accept_slot
 
 
 @triton.jit
@@ -209,25 +209,21 @@ def _multiprocessors(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 8
 
 
-def _block_n(n: int) -> int:
-    return max(16, triton.next_power_of_2(n))
-
-
 # The kernels with one shape's compile-time constants bound, once (keyword handling costs host time).
 @functools.lru_cache(maxsize=None)
 def _specialised_walk(n: int):
-    return _verify_from_targets.specialise(BLOCK_N=_block_n(n), num_warps=1)
+    return _verify_from_targets.specialise(BLOCK_N=block_n(n), num_warps=1)
 
 
 @functools.lru_cache(maxsize=None)
 def _specialised_lazy(n: int, levels: int, block_v: int, num_warps: int):
-    return _verify_lazy.specialise(BLOCK_V=block_v, BLOCK_N=_block_n(n),
+    return _verify_lazy.specialise(BLOCK_V=block_v, BLOCK_N=block_n(n),
                                    BLOCK_LEVELS=triton.next_power_of_2(levels + 1), num_warps=num_warps)
 
 
 @functools.lru_cache(maxsize=None)
 def _specialised_split(n: int, block_v: int, num_warps: int):
-    return _verify_split.specialise(BLOCK_V=block_v, BLOCK_N=_block_n(n), num_warps=num_warps)
+    return _verify_split.specialise(BLOCK_V=block_v, BLOCK_N=block_n(n), num_warps=num_warps)
 
 
 def verify_tree_greedy(predicts: torch.Tensor, accept_index: torch.Tensor, accept_token_num: torch.Tensor,
