@@ -15,4 +15,4 @@ if ! installed sglang torch triton pytest hypothesis transformers; then
     .venv/bin/pip install --quiet --no-deps sglang==0.5.23
 fi
 .venv/bin/pip install --quiet --no-deps -e .
-.venv/bin/python -c "from sglang_eagle_ext import cpu_shims; cpu_shims.install(); import sglang; print('environment ready: sglang', sglang.__version__)"
+.venv/bin/python -c "from sglang_eagle_ext.sglang.compat import cpu as cpu_shims; cpu_shims.install(); import sglang; print('environment ready: sglang', sglang.__version__)"

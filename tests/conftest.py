@@ -8,10 +8,27 @@ Both steps must happen before anything imports torchvision or triton:
 
 import os
 
+import pytest
 import torch
 
-from sglang_eagle_ext import cpu_shims
+from sglang_eagle_ext.sglang.compat import cpu as cpu_shims
 
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 cpu_shims.install()
+
+from sglang_eagle_ext.demo.distill import DistillSettings, build_tiny_drafter  # noqa: E402 (after the shims)
+from sglang_eagle_ext.demo.tiny_target import TinyTargetSettings, build_tiny_target  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def shared_target(tmp_path_factory):
+    """The demo's tiny target, built once per session (most of the demo and eval tests' time)."""
+    return build_tiny_target(tmp_path_factory.getbasetemp() / "tiny-target", TinyTargetSettings())
+
+
+@pytest.fixture(scope="session")
+def shared_drafter(tmp_path_factory, shared_target):
+    """The demo's distilled drafter for :func:`shared_target`, built once per session."""
+    return build_tiny_drafter(str(tmp_path_factory.getbasetemp() / "tiny-drafter"), shared_target,
+                              DistillSettings())

@@ -42,7 +42,6 @@ import subprocess
 import sys
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "tests", "sglang"))
 
 # Baseline top-1/top-2 margin (nats) at or below which a divergence counts as a near-tie: the
 # tiny target's top logits lie near 64 (bf16 spacing 0.25 to 0.5 there), so this is a few bf16
@@ -90,7 +89,7 @@ ROWS = [
 ACTIVATION_ENV = {
     "entry-point": {},
     # SGLANG_PLUGINS is SGLang's whitelist of plugin names: one that names no plugin skips ours
-    "fallback": {"SGLANG_PLUGINS": "none", "SGLANG_EXTERNAL_MODEL_PACKAGE": "sglang_eagle_ext.sglang_models"},
+    "fallback": {"SGLANG_PLUGINS": "none", "SGLANG_EXTERNAL_MODEL_PACKAGE": "sglang_eagle_ext.sglang.models"},
 }
 
 # --throughput: the drafter of row 0, served by three engines
@@ -268,7 +267,7 @@ def compare_speed(target: str, drafter: str) -> dict:
 # ---------------------------------------------------------------------------------------------
 
 def run_task(task: str, out: str) -> dict:
-    from matched_drafter import build_matched_drafter
+    from sglang_eagle_ext.testing.matched_drafter import build_matched_drafter
 
     target = os.path.join(out, "models", "speed_target" if task == "speed" else "target")
     if task == "baseline":
@@ -355,7 +354,7 @@ def main() -> int:
     import sglang
     import torch
 
-    from sglang_eagle_ext.tiny.target import TinyTargetSettings, build_tiny_target
+    from sglang_eagle_ext.demo.tiny_target import TinyTargetSettings, build_tiny_target
 
     build_tiny_target(os.path.join(args.out, "models", "target"), TinyTargetSettings(
         num_layers=8, hidden_size=256, num_attention_heads=4, num_key_value_heads=2,

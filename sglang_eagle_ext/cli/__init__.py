@@ -11,7 +11,7 @@ COMMANDS = {
     "inspect": "sglang_eagle_ext.cli.inspect_cmd",
     "serve": "sglang_eagle_ext.cli.serve_cmd",
     "eval": "sglang_eagle_ext.cli.eval_cmd",
-    "demo": "sglang_eagle_ext.cli.demo_cmd",
+    "demo": "sglang_eagle_ext.demo.run",
 }
 
 

@@ -14,7 +14,7 @@ import argparse
 import json
 import sys
 
-from ..errors import DrafterError
+from sglang_eagle_ext.errors import DrafterError
 
 NOTHING_ACCEPTED_BELOW = 1.1  # a mean under this means the drafter is useless for this target
 
@@ -49,7 +49,7 @@ def _prompts(args, tokenizer) -> list[list[int]]:
         if not texts:
             raise SystemExit(f"{args.prompts}: no prompts (one prompt per non-empty line)")
     else:
-        from ..tiny.corpus import prompts
+        from sglang_eagle_ext.demo.corpus import prompts
 
         texts = prompts(args.num_prompts, seed=10_000 + args.seed)
     ids = [tokenizer(text).input_ids for text in texts[:args.num_prompts]]
@@ -63,9 +63,9 @@ def load(target_dir: str, draft_dir: str, device: str, aux_override=None):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from ..checkpoint import read_drafter
-    from ..reference.capture import CapturingTarget
-    from ..reference.drafter import ReferenceDrafter
+    from sglang_eagle_ext.drafter.reader import read_drafter
+    from sglang_eagle_ext.reference.capture import CapturingTarget
+    from sglang_eagle_ext.reference.drafter import ReferenceDrafter
 
     checkpoint = read_drafter(draft_dir, target=target_dir)
     spec = checkpoint.spec
@@ -91,7 +91,7 @@ def _measure(target, drafter, prompts, rows, args, bar) -> dict:
     """Mean acceptance length (and counts) of every drafting row over ``prompts``."""
     import torch
 
-    from ..acceptance import mean_accept_length, speculative_generate
+    from sglang_eagle_ext.reference.acceptance import mean_accept_length, speculative_generate
 
     results = {}
     for name, settings in rows.items():
@@ -129,13 +129,13 @@ def _gain(rows: dict) -> float:
 
 
 def run(args) -> int:
-    from .. import cpu_shims
+    from sglang_eagle_ext.sglang.compat import cpu as cpu_shims
 
     cpu_shims.install()
     from tqdm import tqdm
 
-    from ..acceptance import DraftSettings
-    from ..reference.capture import CapturingTarget
+    from sglang_eagle_ext.reference.acceptance import DraftSettings
+    from sglang_eagle_ext.reference.capture import CapturingTarget
 
     try:
         tokenizer, target, drafter = load(args.target, args.draft, args.device,

@@ -10,10 +10,10 @@ import argparse
 import json
 from typing import Any
 
-from ..checkpoint import read_drafter
-from ..errors import DrafterError, Problem
-from ..spec import DrafterSpec, IdConvention
-from ..target import TargetInfo, check_against_target, read_target
+from sglang_eagle_ext.drafter.reader import read_drafter
+from sglang_eagle_ext.errors import DrafterError, Problem
+from sglang_eagle_ext.drafter.spec import DrafterSpec, IdConvention
+from sglang_eagle_ext.drafter.target import TargetInfo, check_against_target, read_target
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

@@ -20,7 +20,7 @@ import signal
 import subprocess
 import sys
 
-from ..errors import DrafterError
+from sglang_eagle_ext.errors import DrafterError
 
 INSTALL_HINT = ("SGLang is not installed in this Python environment. Install it with\n"
                 "    pip install 'sglang-eagle-ext[sglang]'\n"
@@ -81,7 +81,7 @@ def resolve_draft(draft: str, export_dir: str | None) -> Resolution:
 
 
 def _resolve_local(path: str, reason: str, export_dir: str | None) -> Resolution:
-    from ..export import is_legacy_checkpoint
+    from sglang_eagle_ext.drafter.export import is_legacy_checkpoint
 
     if is_legacy_checkpoint(path):
         digest = hashlib.sha256(path.encode()).hexdigest()[:12]
@@ -93,7 +93,7 @@ def _resolve_local(path: str, reason: str, export_dir: str | None) -> Resolution
 
 
 def _problem(file, field, message, fix):
-    from ..errors import Problem
+    from sglang_eagle_ext.errors import Problem
 
     return Problem(file, field, message, fix)
 
@@ -114,10 +114,10 @@ def build_command(args, model_dir: str) -> list[str]:
 
 
 def run(args) -> int:
-    from ..checkpoint import read_drafter
-    from ..export import export_is_current, export_legacy
-    from ..sglang_draft_config import capture_layer_ids
-    from ..target import read_target
+    from sglang_eagle_ext.drafter.reader import read_drafter
+    from sglang_eagle_ext.drafter.export import export_is_current, export_legacy
+    from sglang_eagle_ext.sglang.draft_config import capture_layer_ids
+    from sglang_eagle_ext.drafter.target import read_target
 
     try:
         resolution = resolve_draft(args.draft, args.export_dir)

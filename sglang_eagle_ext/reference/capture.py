@@ -1,7 +1,7 @@
 """Aux hidden-state capture from a Hugging Face transformers target (Llama, Qwen2/3, Mistral...).
 
 Index ``k`` is the residual stream entering decoder layer ``k`` and index ``N`` the last layer's
-output *before* the final norm (see :mod:`sglang_eagle_ext.spec`). HF's ``output_hidden_states``
+output *before* the final norm (see :mod:`sglang_eagle_ext.drafter.spec`). HF's ``output_hidden_states``
 ends with the *normed* state, so capture uses hooks on the decoder layers instead: a pre-hook on
 layer ``k`` for ``k < N`` and a hook on the output of layer ``N - 1`` for ``N``. Hooks also avoid
 materialising every hidden state of a deep target.

@@ -1,6 +1,6 @@
 """The EAGLE-3 drafter in plain PyTorch, built from a :class:`DrafterSpec` (no SGLang).
 
-The module tree mirrors the canonical tensor names of :mod:`sglang_eagle_ext.weight_names`, so
+The module tree mirrors the canonical tensor names of :mod:`sglang_eagle_ext.drafter.weight_names`, so
 ``state_dict()`` *is* a canonical checkpoint and ``load_state_dict`` takes
 ``DrafterCheckpoint.load_tensors()`` unchanged. Forward semantics (all engines agree)::
 
@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..spec import DrafterSpec, LaterLayerNorm
+from sglang_eagle_ext.drafter.spec import DrafterSpec, LaterLayerNorm
 
 _ACTIVATIONS = {
     "silu": F.silu,

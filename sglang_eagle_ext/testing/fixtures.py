@@ -21,7 +21,7 @@ from typing import Callable
 import torch
 from safetensors.torch import save_file
 
-from ..model_dir import membership_mask, staged_directory, write_json
+from sglang_eagle_ext.drafter.model_dir import membership_mask, staged_directory, write_json
 
 TARGET_LAYERS = 12
 

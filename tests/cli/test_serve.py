@@ -10,9 +10,9 @@ import threading
 import pytest
 import torch
 
-from sglang_eagle_ext.checkpoint import read_drafter
+from sglang_eagle_ext.drafter.reader import read_drafter
 from sglang_eagle_ext.cli import main, serve_cmd
-from sglang_eagle_ext.export import export_legacy
+from sglang_eagle_ext.drafter.export import export_legacy
 from sglang_eagle_ext.testing import fixtures
 
 

@@ -4,8 +4,8 @@
 import pytest
 import torch
 
-from sglang_eagle_ext import cpu_shims
-from sglang_eagle_ext.checkpoint import read_drafter
+from sglang_eagle_ext.sglang.compat import cpu as cpu_shims
+from sglang_eagle_ext.drafter.reader import read_drafter
 from sglang_eagle_ext.reference.capture import CapturingTarget
 from sglang_eagle_ext.reference.drafter import DraftCache, ReferenceDrafter
 from sglang_eagle_ext.testing import fixtures

@@ -13,29 +13,21 @@ import pytest
 import torch
 
 from sglang_eagle_ext.reference.drafter import DraftCache, ReferenceDrafter, causal_mask
-from sglang_eagle_ext.spec import AuxLayers, Dialect, DrafterSpec, IdConvention, LaterLayerNorm
-from sglang_eagle_ext.weight_names import expected_shapes
+from sglang_eagle_ext.drafter.spec import AuxLayers, Dialect, DrafterSpec, IdConvention, LaterLayerNorm
+from sglang_eagle_ext.drafter.weight_names import expected_shapes
 
 H, T_TARGET, V = 32, 32, 96
 
 
 def make_spec(**overrides) -> DrafterSpec:
+    """A small speculators-style spec; every field not given here is at its declared default."""
     base = dict(
-        path="<test>", dialect=Dialect.SPECULATORS, architecture="Eagle3DraftModel", files=(),
-        num_layers=1, hidden_size=H, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
-        intermediate_size=48, hidden_act="silu", rms_norm_eps=1e-6, rope_theta=10000.0,
-        rope_scaling=None, max_position_embeddings=256, layer_kind="llama", attention_bias=False,
-        later_layer_norm=None, sliding_window=None, layer_types=("full_attention",),
-        use_aux_hidden_state=True, num_aux_hidden_states=3,
-        aux_layers=AuxLayers((1, 2, 3), IdConvention.HIDDEN_STATE_INDEX, "<test>"),
-        target_hidden_size=T_TARGET, fc_bias=False, fc_norm=False, norm_before_fc=False,
-        norm_before_residual=False, norm_output=False, vocab_size=V, draft_vocab_size=V,
-        has_vocab_map=False, tie_word_embeddings=False, embed_tokens_from_target=False,
-        lm_head_from_target=False)
+        path="<test>", dialect=Dialect.SPECULATORS, architecture="Eagle3DraftModel", num_layers=1,
+        hidden_size=H, num_attention_heads=4, num_key_value_heads=2, head_dim=8, intermediate_size=48,
+        max_position_embeddings=256, aux_layers=AuxLayers((1, 2, 3), IdConvention.HIDDEN_STATE_INDEX, "<test>"),
+        target_hidden_size=T_TARGET, vocab_size=V)
     base.update(overrides)
-    if "layer_types" not in overrides:
-        base["layer_types"] = ("full_attention",) * base["num_layers"]
-    return DrafterSpec(**base)
+    return DrafterSpec.from_values(**base)
 
 
 VARIANTS = {

@@ -6,7 +6,7 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 from sglang_eagle_ext.reference.drafter import inverse_frequencies, rope_attention_scaling
-from test_drafter import make_spec
+from tests.reference.test_drafter import make_spec
 
 
 def hf_yarn(head_dim, theta, max_positions, parameters):

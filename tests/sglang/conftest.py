@@ -1,12 +1,10 @@
 """Fixtures for the SGLang integration tests (stock SGLang 0.5.23 on CPU, see tests/conftest.py)."""
 
 import os
-import sys
 
 import pytest
 import torch
 
-sys.path.insert(0, os.path.dirname(__file__))  # matched_drafter, draft_forward
 
 
 @pytest.fixture(scope="session")

@@ -7,10 +7,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from sglang_eagle_ext.checkpoint import read_drafter
+from sglang_eagle_ext.drafter.reader import read_drafter
 from sglang_eagle_ext.errors import DrafterError
-from sglang_eagle_ext.sglang_draft_config import is_drafter_config, sglang_config_dict
-from sglang_eagle_ext.target import read_target
+from sglang_eagle_ext.drafter.dialects import is_drafter_config
+from sglang_eagle_ext.sglang.draft_config import sglang_config_dict
+from sglang_eagle_ext.drafter.target import read_target
 from sglang_eagle_ext.testing import fixtures
 
 
@@ -61,7 +62,7 @@ def test_declared_duplicate_ids_fail(tmp_path):
     config = json.load(open(path))
     config["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = [1, 5, 5]
     json.dump(config, open(path, "w"))
-    from sglang_eagle_ext.sglang_compat import DraftConfigLoader
+    from sglang_eagle_ext.sglang.compat.config_loading import DraftConfigLoader
 
     with pytest.raises(DrafterError, match="duplicate aux layer ids"):  # before any model is built
         DraftConfigLoader(original=None)(directory)
@@ -79,9 +80,9 @@ def patched_model_config():
     """SGLang's ModelConfig with our get_config wrapper (idempotent; drafters only)."""
     from sglang.srt.configs import model_config
 
-    from sglang_eagle_ext.sglang_compat import patch_draft_config_loading
+    from sglang_eagle_ext.sglang.compat import config_loading
 
-    patch_draft_config_loading(model_config)
+    config_loading.PATCH.apply(model_config)
     return model_config
 
 

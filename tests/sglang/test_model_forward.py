@@ -11,10 +11,10 @@ import os
 import pytest
 import torch
 
-from sglang_eagle_ext.checkpoint import read_drafter
+from sglang_eagle_ext.drafter.reader import read_drafter
 from sglang_eagle_ext.errors import DrafterError
 from sglang_eagle_ext.reference.drafter import DraftCache, ReferenceDrafter
-from sglang_eagle_ext.target import read_target
+from sglang_eagle_ext.drafter.target import read_target
 from sglang_eagle_ext.testing import fixtures
 
 TOKENS = 5
@@ -28,8 +28,8 @@ def target_for(name: str):
 
 def build_draft(directory: str, target):
     """Our model exactly as SGLang builds it: normalised config, class, load_weights, sharing."""
-    from sglang_eagle_ext.sglang_compat import DraftConfigLoader
-    from sglang_eagle_ext.sglang_model import LlamaForCausalLMEagle3
+    from sglang_eagle_ext.sglang.compat.config_loading import DraftConfigLoader
+    from sglang_eagle_ext.sglang.model import LlamaForCausalLMEagle3
 
     loader = DraftConfigLoader(original=None)
     loader.target = target
@@ -40,7 +40,7 @@ def build_draft(directory: str, target):
 
 @pytest.mark.parametrize("name", sorted(fixtures.FIXTURES))
 def test_forward_matches_reference(name, tmp_path, sglang_dist, no_grad):
-    from draft_forward import DraftRunner
+    from tests.sglang.draft_forward import DraftRunner
     from sglang.srt.model_executor.forward_batch_info import ForwardMode
 
     directory = fixtures.build(name, str(tmp_path / "drafter"), seed=hash(name) % 1000)
@@ -99,33 +99,30 @@ def test_own_embedding_is_kept_and_missing_one_is_shared(tmp_path, sglang_dist, 
 
 
 def test_unknown_tensor_is_an_error(tmp_path, sglang_dist, no_grad, monkeypatch):
-    from sglang_eagle_ext.checkpoint import DrafterCheckpoint
+    from sglang_eagle_ext.drafter.reader import DrafterCheckpoint
 
     model = build_draft(fixtures.build("F1-specforge", str(tmp_path / "d")), target_for("F1"))
-    load = DrafterCheckpoint.load_tensors
+    stream = DrafterCheckpoint.tensors
 
     def with_extra(self, dtype=None):
-        tensors = load(self, dtype)
-        tensors["layers.0.self_attn.r_proj.weight"] = torch.randn(4, 4)
-        return tensors
+        yield from stream(self, dtype)
+        yield "layers.0.self_attn.r_proj.weight", torch.randn(4, 4, generator=torch.Generator().manual_seed(0))
 
-    monkeypatch.setattr(DrafterCheckpoint, "load_tensors", with_extra)
+    monkeypatch.setattr(DrafterCheckpoint, "tensors", with_extra)
     with pytest.raises(DrafterError, match="r_proj"):
         model.load_weights(iter(()))
 
 
 def test_missing_tensor_is_an_error(tmp_path, sglang_dist, no_grad, monkeypatch):
-    from sglang_eagle_ext.checkpoint import DrafterCheckpoint
+    from sglang_eagle_ext.drafter.reader import DrafterCheckpoint
 
     model = build_draft(fixtures.build("F7-speculators-2-layers", str(tmp_path / "d")), target_for("F7"))
-    load = DrafterCheckpoint.load_tensors
+    stream = DrafterCheckpoint.tensors
 
     def without_k(self, dtype=None):
-        tensors = load(self, dtype)
-        del tensors["layers.1.self_attn.k_proj.weight"]
-        return tensors
+        yield from ((name, t) for name, t in stream(self, dtype) if name != "layers.1.self_attn.k_proj.weight")
 
-    monkeypatch.setattr(DrafterCheckpoint, "load_tensors", without_k)
+    monkeypatch.setattr(DrafterCheckpoint, "tensors", without_k)
     with pytest.raises(DrafterError, match=r"layers\.1\.self_attn\.qkv_proj\.weight.*unloaded"):
         model.load_weights(iter(()))
 
@@ -137,7 +134,7 @@ def test_draft_window_option_reaches_every_layer(tmp_path, sglang_dist, no_grad,
 
     from sglang.srt import runtime_context, server_args
 
-    from sglang_eagle_ext import sglang_compat
+    from sglang_eagle_ext.sglang.compat import runtime
 
     window = int(torch.randint(8, 64, ()).item())
     directory = fixtures.build("F7-speculators-2-layers", str(tmp_path / "d"))
@@ -149,10 +146,10 @@ def test_draft_window_option_reaches_every_layer(tmp_path, sglang_dist, no_grad,
     assert model.get_attention_sliding_window_size() == window
 
     # releases before the runtime context (0.5.12 - 0.5.16) keep the option in the global args
-    monkeypatch.setattr(sglang_compat, "_runtime_context", lambda: None)
+    monkeypatch.setattr(runtime, "_runtime_context", lambda: None)
     monkeypatch.setattr(server_args, "get_global_server_args",
                         lambda: types.SimpleNamespace(speculative_draft_window_size=window + 1), raising=False)
-    assert sglang_compat.draft_window_size() == window + 1
+    assert runtime.draft_window_size() == window + 1
 
     monkeypatch.undo()
     unset = build_draft(directory, target_for("F7"))

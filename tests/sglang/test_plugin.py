@@ -7,7 +7,8 @@ import subprocess
 import sys
 from importlib.metadata import entry_points
 
-SITE = os.path.join(os.path.dirname(__file__), "..", "..", "sglang_eagle_ext", "cpu_site")
+from sglang_eagle_ext.sglang.compat.cpu import SITE_DIR as SITE
+
 SERVED = ("from sglang.srt.models.registry import ModelRegistry; "
           "print('SERVED', ModelRegistry.models['LlamaForCausalLMEagle3'].__module__)")
 
@@ -28,16 +29,16 @@ def served_by(result) -> str:
 
 def test_entry_point_is_declared():
     (plugin,) = [ep for ep in entry_points(group="sglang.srt.plugins") if ep.name == "eagle3_ext"]
-    assert plugin.value == "sglang_eagle_ext.sglang_plugin:load"
+    assert plugin.value == "sglang_eagle_ext.sglang.plugin:load"
 
 
 def test_sglang_plugin_loader_activates_our_class():
     result = run("from sglang.srt.plugins import load_plugins; load_plugins(); " + SERVED)
     assert result.returncode == 0, result.stderr
-    assert served_by(result) == "sglang_eagle_ext.sglang_model"
+    assert served_by(result) == "sglang_eagle_ext.sglang.model"
     lines = [l for l in result.stderr.splitlines() if l.startswith("sglang-eagle-ext:")]
     (line,) = [l for l in lines if "drafts served" in l]
-    assert "served by sglang_eagle_ext.sglang_model.LlamaForCausalLMEagle3" in line
+    assert "served by sglang_eagle_ext.sglang.model.LlamaForCausalLMEagle3" in line
     assert "patches: draft-config" in line
     # the registry import loads SGLang's scheduler after activation: the binding logs then,
     # and the switch defaults to SGLang's kernels
@@ -57,24 +58,24 @@ def test_switch_turns_the_plugin_off():
 def test_fallback_package_without_entry_points():
     result = run(SERVED + "; from sglang.srt.configs import model_config; "
                  "print('LOADER', type(model_config.get_config).__name__)",
-                 SGLANG_EXTERNAL_MODEL_PACKAGE="sglang_eagle_ext.sglang_models")
+                 SGLANG_EXTERNAL_MODEL_PACKAGE="sglang_eagle_ext.sglang.models")
     assert result.returncode == 0, result.stderr
-    assert served_by(result) == "sglang_eagle_ext.sglang_model"
+    assert served_by(result) == "sglang_eagle_ext.sglang.model"
     assert "LOADER DraftConfigLoader" in result.stdout
 
 
 def test_activation_failure_stops_the_process():
     # the plugin itself cannot run: SGLang's loader would log and go on; we exit instead
-    result = run("import sglang_eagle_ext.sglang_compat as c; c.arm_patches = None; "
+    result = run("import sglang_eagle_ext.sglang.compat as c; c.arm = None; "
                  "from sglang.srt.plugins import load_plugins; load_plugins(); print('SURVIVED')")
     assert result.returncode != 0 and "SURVIVED" not in result.stdout
     assert "sglang-eagle-ext failed to activate (TypeError" in result.stderr
 
 
 def test_import_failure_stops_the_process_instead_of_falling_back():
-    # `None` in sys.modules makes `import sglang_eagle_ext.sglang_model` raise ImportError
-    result = run("import sys; sys.modules['sglang_eagle_ext.sglang_model'] = None; "
+    # `None` in sys.modules makes `import sglang_eagle_ext.sglang.model` raise ImportError
+    result = run("import sys; sys.modules['sglang_eagle_ext.sglang.model'] = None; "
                  "from sglang.srt.plugins import load_plugins; load_plugins(); " + SERVED)
     assert result.returncode != 0
     assert "SERVED" not in result.stdout
-    assert "sglang-eagle-ext: cannot import sglang_eagle_ext.sglang_model (ModuleNotFoundError" in result.stderr
+    assert "sglang-eagle-ext: cannot import sglang_eagle_ext.sglang.model (ModuleNotFoundError" in result.stderr

@@ -13,15 +13,17 @@ import sys
 import pytest
 import torch
 
-from matched_drafter import build_matched_drafter
+from sglang_eagle_ext.sglang.compat import cpu as cpu_shims
+
+from sglang_eagle_ext.testing.matched_drafter import build_matched_drafter
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SITE = os.path.join(HERE, "..", "..", "sglang_eagle_ext", "cpu_site")
+SITE = cpu_shims.SITE_DIR
 
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
-    from sglang_eagle_ext.tiny.target import TinyTargetSettings, build_tiny_target
+    from sglang_eagle_ext.demo.tiny_target import TinyTargetSettings, build_tiny_target
 
     root = tmp_path_factory.mktemp("server")
     target = build_tiny_target(str(root / "target"), TinyTargetSettings(num_layers=8))
@@ -48,7 +50,7 @@ def hf_greedy(target: str, prompts: list[str], new_tokens: int) -> list[list[int
 
 
 def test_eagle3_greedy_equals_plain_greedy(models):
-    import cpu_engine_run
+    from tests.sglang import cpu_engine_run
 
     target, drafter = models
     env = dict(os.environ, PYTHONPATH=os.path.abspath(SITE), TRITON_INTERPRET="1")
@@ -58,7 +60,7 @@ def test_eagle3_greedy_equals_plain_greedy(models):
     lines = [line for line in run.stdout.splitlines() if line.startswith("RESULT ")]
     assert run.returncode == 0 and lines, run.stdout[-3000:] + run.stderr[-5000:]
     served = [line for line in run.stderr.splitlines() if line.startswith("sglang-eagle-ext:")]
-    assert served and all("sglang_eagle_ext.sglang_model.LlamaForCausalLMEagle3" in l for l in served)
+    assert served and all("sglang_eagle_ext.sglang.model.LlamaForCausalLMEagle3" in l for l in served)
     results = json.loads(lines[0][len("RESULT "):])
 
     expected = hf_greedy(target, cpu_engine_run.PROMPTS, cpu_engine_run.NEW_TOKENS)

@@ -1,0 +1,389 @@
+"""Read a drafter ``config.json`` of any dialect into checked values (no tensors involved).
+
+Each producer keeps the same facts in different places: speculators nests the decoder geometry
+in ``transformer_layer_config``; ModelOpt and SpecForge nest aux ids in ``eagle_config``; NeMo
+writes the *target's* config with its depth in ``num_hidden_layers``. Where each fact lives is
+declared once, on the fields of :class:`~.spec.DrafterSpec`; this module detects the producer,
+reads every declared key with its type and range checked, and reports keys it does not know
+(a near-miss of a key it reads is an error: a misspelt flag would otherwise silently take its
+default). :mod:`.reader` combines these values with the tensors.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import math
+import typing
+from dataclasses import dataclass, field
+from typing import Any
+
+from sglang_eagle_ext.drafter.spec import (REQUIRED, AuxLayers, Dialect, DrafterSpec, IdConvention,
+                                           Key, Place, declarations, default_of)
+from sglang_eagle_ext.errors import Problem
+
+PARALLEL_DRAFTING_ARCHITECTURES = frozenset({
+    "PEagleDraftModel", "PEagleSpeculator", "PeagleLlamaForCausalLM", "PeagleQwen3ForCausalLM"})
+MLA_ARCHITECTURES = frozenset({"Eagle3DeepseekV2ForCausalLM", "Eagle3DeepseekV3ForCausalLM"})
+FLAT_ARCHITECTURES = frozenset({"LlamaForCausalLMEagle3", "LlamaForCausalLM", "Eagle3Qwen3ForCausalLM"})
+# `architectures[0]` -> dialect, for the producers that name their own class.
+_NAMED_ARCHITECTURES = {"LlamaEagle3DraftModel": Dialect.NEMO, "Eagle3LlamaForCausalLM": Dialect.ANGELSLIM,
+                        "Eagle3Speculator": Dialect.SPECULATORS, "Eagle3DraftModel": Dialect.SPECULATORS}
+# Architectures only EAGLE-3 drafters use (SafeAILab's `LlamaForCausalLM` is told apart from a
+# target by its `draft_vocab_size`, see `is_drafter_config`).
+DRAFTER_ARCHITECTURES = frozenset(FLAT_ARCHITECTURES - {"LlamaForCausalLM"}) | frozenset(_NAMED_ARCHITECTURES)
+_SPECULATORS_KEYS = ("speculators_model_type", "speculators_config", "transformer_layer_config")
+_MODELOPT_EAGLE_KEYS = frozenset({"use_input_layernorm_in_first_layer", "next_layer_regular",
+                                  "use_last_layernorm", "use_mtp_layernorm", "parallel_draft_step",
+                                  "parallel_draft_heads_num_layers"})
+_PARALLEL_DRAFTING_KEYS = ("mask_token_id", "pard_token", "ptd_token_id")
+
+PEAGLE_FIX = ("P-EAGLE (parallel drafting) heads cannot be served by SGLang's EAGLE3 worker; "
+              "serve this head with vLLM (parallel drafting), or train a plain EAGLE-3 drafter")
+
+# Keys that producers write and no engine reads for a drafter (HF config boilerplate, producer
+# bookkeeping, the target facts NeMo copies). Known, so not reported as misspellings.
+_BOILERPLATE = frozenset({
+    "_name_or_path", "architectures", "model_type", "transformers_version", "attention_dropout",
+    "bos_token_id", "eos_token_id", "pad_token_id", "initializer_range", "mlp_bias", "pretraining_tp",
+    "use_cache", "max_window_layers", "use_sliding_window", "chunk_size_feed_forward", "id2label",
+    "label2id", "is_encoder_decoder", "output_attentions", "output_hidden_states", "problem_type",
+    "return_dict", "tie_word_embeddings", "auto_map", "quantization_config",
+    "speculators_model_type", "speculators_version", "speculators_config", "transformer_layer_config",
+    "has_no_defaults_at_init", "target_model_type", "parallel_drafting", "eagle_config",
+    *_MODELOPT_EAGLE_KEYS})
+_CLOSE_MATCH = 0.85  # difflib ratio from which an unknown key counts as a misspelling
+
+
+def detect_dialect(config: dict[str, Any], config_file: str) -> tuple[Dialect, list[Problem]]:
+    """The producer of ``config``; P-EAGLE, MLA and unknown heads are problems."""
+    architecture = _architecture(config)
+    eagle_config = config.get("eagle_config") if isinstance(config.get("eagle_config"), dict) else {}
+    parallel_reasons = []
+    if architecture in PARALLEL_DRAFTING_ARCHITECTURES:
+        parallel_reasons.append(("architectures", f"architectures = {architecture!r}"))
+    if config.get("speculators_model_type") == "peagle":
+        parallel_reasons.append(("speculators_model_type", "speculators_model_type = 'peagle'"))
+    if config.get("parallel_drafting") is True:
+        parallel_reasons.append(("parallel_drafting", "parallel_drafting = true"))
+    step = eagle_config.get("parallel_draft_step")
+    if isinstance(step, int) and step > 1:
+        parallel_reasons.append(("eagle_config.parallel_draft_step", f"eagle_config.parallel_draft_step = {step}"))
+    parallel_reasons += [(key, f"{key} is set") for key in _PARALLEL_DRAFTING_KEYS if config.get(key) is not None]
+    if parallel_reasons:
+        return Dialect.FLAT, [Problem(config_file, parallel_reasons[0][0], "this is a P-EAGLE / parallel-"
+                                      "drafting head (" + "; ".join(r for _, r in parallel_reasons) + ")",
+                                      PEAGLE_FIX)]
+    if architecture in MLA_ARCHITECTURES:
+        return Dialect.FLAT, [Problem(
+            config_file, "architectures", f"{architecture} is an MLA (DeepSeek/Kimi) drafter",
+            "serve it with SGLang's built-in Eagle3DeepseekV2ForCausalLM (disable this plugin with "
+            "SGLANG_EAGLE_EXT=0); this package serves Llama/Qwen3-layer drafters")]
+    if any(k in config for k in _SPECULATORS_KEYS):
+        return Dialect.SPECULATORS, []
+    if architecture in _NAMED_ARCHITECTURES:
+        return _NAMED_ARCHITECTURES[architecture], []
+    if _MODELOPT_EAGLE_KEYS & set(eagle_config):
+        return Dialect.MODELOPT, []
+    if architecture in FLAT_ARCHITECTURES:
+        return Dialect.FLAT, []
+    known = sorted(FLAT_ARCHITECTURES | set(_NAMED_ARCHITECTURES))
+    return Dialect.FLAT, [Problem(
+        config_file, "architectures", "not an EAGLE-3 drafter config this package can read",
+        "point at an EAGLE-3 drafter directory (its config.json names one of the known "
+        "architectures, or is a speculators config)",
+        expected=" | ".join(known), found=json.dumps(config.get("architectures")))]
+
+
+def is_drafter_config(config: Any) -> bool:
+    """True for an EAGLE-3 drafter config of any dialect (P-EAGLE and MLA heads included, so that
+    they are refused clearly), False for a target model's config."""
+    if not isinstance(config, dict):
+        return False
+    architecture = _architecture(config)
+    return (architecture in DRAFTER_ARCHITECTURES | PARALLEL_DRAFTING_ARCHITECTURES | MLA_ARCHITECTURES
+            or any(k in config for k in _SPECULATORS_KEYS)
+            or (architecture == "LlamaForCausalLM" and "draft_vocab_size" in config))
+
+
+def _architecture(config: dict[str, Any]) -> str:
+    architectures = config.get("architectures")
+    if isinstance(architectures, list) and architectures and isinstance(architectures[0], str):
+        return architectures[0]
+    return ""
+
+
+@dataclass
+class ConfigValues:
+    """What ``config.json`` says, checked: ``values`` per declared field (defaults filled in),
+    ``stated`` the fields the file states itself, with the key each was read from."""
+
+    dialect: Dialect
+    file: str
+    values: dict[str, Any] = field(default_factory=dict)
+    stated: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+class _Places:
+    """The dicts of one config that keys are looked up in."""
+
+    def __init__(self, config: dict, dialect: Dialect, config_file: str, problems: list[Problem]):
+        self.dialect = dialect
+        self.dicts = {Place.TOP: config, Place.LAYER: config, Place.EAGLE: {}}
+        for place, key in ((Place.EAGLE, "eagle_config"), (Place.LAYER, "transformer_layer_config")):
+            if key == "transformer_layer_config" and dialect is not Dialect.SPECULATORS:
+                continue
+            value = config.get(key)
+            if isinstance(value, dict):
+                self.dicts[place] = value
+            elif value is not None or place is Place.LAYER:
+                problems.append(Problem(config_file, key, "must be a JSON object",
+                                        "write it as the producer does: an object of settings",
+                                        found=_shown(value)))
+
+    def lookup(self, key: Key) -> tuple[bool, Any]:
+        value: Any = self.dicts[key.place]
+        for part in key.name.split("."):
+            if not isinstance(value, dict) or part not in value:
+                return False, None
+            value = value[part]
+        return True, value
+
+
+def read_config_values(config: Any, config_file: str, problems: list[Problem]) -> ConfigValues | None:
+    """Detect the dialect and read every declared field of ``config``; append every problem.
+
+    Returns None when the dialect itself is refused (P-EAGLE, MLA, unknown) or the file is not a
+    JSON object; other problems leave the values partial and are reported together.
+    """
+    if not isinstance(config, dict):
+        problems.append(Problem(config_file, "<top level>", "a drafter config must be a JSON object",
+                                "point at the drafter's own config.json", found=type(config).__name__))
+        return None
+    dialect, refused = detect_dialect(config, config_file)
+    if refused:
+        problems.extend(refused)
+        return None
+    places = _Places(config, dialect, config_file, problems)
+    result = ConfigValues(dialect, config_file)
+    hints = typing.get_type_hints(DrafterSpec)
+    for name, declaration in declarations().items():
+        found = [(key, value) for key in declaration.keys if key.read_by(dialect)
+                 for present, value in [places.lookup(key)] if present and value is not None]
+        parser = _SPECIAL.get(name)
+        if parser is not None:
+            value = parser(found, places, result, problems)
+        elif found:
+            key, raw = found[0]
+            value = _checked(raw, hints[name], key.path(dialect), config_file, problems)
+        elif declaration.default is REQUIRED and declaration.keys:
+            problems.append(Problem(config_file, " / ".join(k.path(dialect) for k in declaration.keys),
+                                    "required decoder geometry is missing",
+                                    "copy this key from the config the drafter was trained with"))
+            value = None
+        else:
+            value = None if declaration.tensors or declaration.default is REQUIRED else \
+                default_of(declaration, result.values)
+        if found:
+            result.stated[name] = found[0][0].path(dialect)
+        result.values[name] = value
+    _check_unknown_keys(places, config_file, problems, result.notes)
+    return result
+
+
+def _shown(value: Any) -> str:
+    return json.dumps(value)[:80] if not isinstance(value, str) else repr(value)[:80]
+
+
+def _checked(raw: Any, hint: Any, path: str, config_file: str, problems: list[Problem]) -> Any:
+    """``raw`` as the field's type (``int``, ``float``, ``bool``, ``str``, optionally ``| None``);
+    sizes must be positive, floats finite and positive."""
+    kinds = [k for k in typing.get_args(hint) if k is not type(None)] or [hint]
+    kind = kinds[0]
+    ok = {int: isinstance(raw, int) and not isinstance(raw, bool),
+          float: isinstance(raw, (int, float)) and not isinstance(raw, bool),
+          bool: isinstance(raw, bool), str: isinstance(raw, str)}.get(kind, True)
+    if not ok:
+        problems.append(Problem(config_file, path, f"must be {_KIND_NAMES[kind]}",
+                                f"write {path} as a JSON {_KIND_NAMES[kind]}, as the producer does",
+                                expected=_KIND_NAMES[kind], found=f"{_shown(raw)} ({type(raw).__name__})"))
+        return None
+    if kind is int and raw < 1 or kind is float and not (math.isfinite(raw) and raw > 0):
+        problems.append(Problem(config_file, path, "out of range", "write the value the drafter was "
+                                "trained with", expected="a positive number", found=_shown(raw)))
+        return None
+    return float(raw) if kind is float else raw
+
+
+_KIND_NAMES = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}
+
+
+# --- fields whose reading is more than "first key present, checked type" ---------------------
+
+def _architecture_value(found, places, result, problems):
+    return _architecture(places.dicts[Place.TOP])
+
+
+def _layer_kind(found, places, result, problems):
+    qwen3 = result.values["architecture"] == "Eagle3Qwen3ForCausalLM" or (
+        result.dialect is Dialect.SPECULATORS and places.dicts[Place.LAYER].get("model_type") == "qwen3")
+    return "qwen3" if qwen3 else "llama"
+
+
+def _rope_scaling(found, places, result, problems):
+    """``rope_scaling``, or transformers 5's ``rope_parameters`` when it is not plain RoPE."""
+    for key, raw in found:
+        path = key.path(result.dialect)
+        if not isinstance(raw, dict):
+            problems.append(Problem(result.file, path, "must be a JSON object", "write the RoPE "
+                                    "settings the drafter was trained with", found=_shown(raw)))
+            return None
+        scaling = {k: v for k, v in raw.items() if k != "rope_theta"}
+        kind = scaling.get("rope_type", scaling.get("type", "default"))
+        if kind != "default":
+            return json.dumps(scaling, sort_keys=True)
+    return None
+
+
+def _sliding_window(found, places, result, problems):
+    if not found or places.dicts[Place.LAYER].get("use_sliding_window", True) is False:
+        return None
+    key, raw = found[0]
+    return _checked(raw, int, key.path(result.dialect), result.file, problems)
+
+
+def _layer_types(found, places, result, problems):
+    """As written (checked against the layer count by the reader); None when absent."""
+    if not found:
+        return None
+    key, raw = found[0]
+    allowed = ("full_attention", "sliding_attention")
+    if not isinstance(raw, list) or not all(t in allowed for t in raw):
+        problems.append(Problem(result.file, key.path(result.dialect), "must list one attention type "
+                                "per draft layer", "use the values " + " / ".join(allowed), found=_shown(raw)))
+        return None
+    if "sliding_attention" in raw and result.values["sliding_window"] is None:
+        problems.append(Problem(result.file, "sliding_window", "layer_types has sliding layers but no "
+                                "window size", "set sliding_window to the trained window"))
+    return tuple(raw)
+
+
+def _ids(raw: Any, path: str, result: ConfigValues, problems: list[Problem]) -> tuple[int, ...] | None:
+    if not isinstance(raw, list) or not raw or not all(
+            isinstance(v, int) and not isinstance(v, bool) for v in raw):
+        problems.append(Problem(result.file, path, "aux layer ids must be a non-empty list of integers",
+                                "write the trained layer ids as a JSON list, or remove the key",
+                                found=_shown(raw)))
+        return None
+    ids = tuple(raw)
+    duplicates = sorted({i for i in ids if ids.count(i) > 1})
+    if duplicates:
+        problems.append(Problem(
+            result.file, path, f"duplicate aux layer ids {duplicates}: the target would capture "
+            "fewer hidden states than fc expects", "list each trained layer once",
+            expected="distinct ids", found=str(list(ids))))
+    if min(ids) < 0:
+        problems.append(Problem(result.file, path, "negative aux layer id",
+                                "use non-negative layer ids", found=str(list(ids))))
+    return ids
+
+
+def _aux_layers(found, places, result, problems):
+    """Nested ids are SGLang / SpecForge / ModelOpt / NeMo's (output of layer j = index j+1);
+    top-level ids are vLLM's (speculators and vLLM-converted checkpoints: indices as they are)."""
+    ids = {key.place: _ids(raw, key.path(result.dialect), result, problems) for key, raw in found}
+    nested, top_level = ids.get(Place.EAGLE), ids.get(Place.TOP)
+    nested_field = "eagle_config.eagle_aux_hidden_state_layer_ids"
+    if nested is not None and top_level is not None and tuple(j + 1 for j in nested) != top_level:
+        problems.append(Problem(
+            result.file, "eagle_aux_hidden_state_layer_ids",
+            f"the top-level ids (vLLM convention: hidden-state indices) and {nested_field} "
+            "(SGLang convention: output of layer j = index j+1) name different hidden states",
+            "keep only the ids the drafter was trained with",
+            expected=f"top-level {[j + 1 for j in nested]}", found=f"top-level {list(top_level)}"))
+    if nested is not None:
+        return AuxLayers(nested, IdConvention.LAYER_OUTPUT, nested_field)
+    if top_level is not None:
+        return AuxLayers(top_level, IdConvention.HIDDEN_STATE_INDEX, "eagle_aux_hidden_state_layer_ids")
+    return default_of(declarations()["aux_layers"], result.values)
+
+
+def _norm_before_residual(found, places, result, problems):
+    if found:
+        key, raw = found[0]
+        return _checked(raw, bool, key.path(result.dialect), result.file, problems)
+    if result.dialect is Dialect.SPECULATORS:
+        # vLLM's speculators adapter treats a missing key as true; match the engine these
+        # checkpoints were validated on, and say so.
+        result.notes.append("norm_before_residual absent: assumed true, as vLLM's speculators reader does")
+        return True
+    return False
+
+
+def _num_layers_claim(found, places, result, problems):
+    if result.dialect is Dialect.NEMO:
+        depth = places.dicts[Place.TOP].get("num_hidden_layers")
+        result.notes.append(f"num_hidden_layers = {depth} is the target's depth (NeMo Automodel); the "
+                            "layer count is taken from the tensors")
+    return _first_checked(found, int, result, problems)
+
+
+def _first_checked(found, kind, result, problems):
+    if not found:
+        return None
+    key, raw = found[0]
+    return _checked(raw, kind, key.path(result.dialect), result.file, problems)
+
+
+def _int_claim(found, places, result, problems):
+    return _first_checked(found, int, result, problems)
+
+
+_SPECIAL = {
+    "architecture": _architecture_value,
+    "num_layers": _num_layers_claim,
+    "layer_kind": _layer_kind,
+    "rope_scaling": _rope_scaling,
+    "sliding_window": _sliding_window,
+    "layer_types": _layer_types,
+    "aux_layers": _aux_layers,
+    "num_aux_hidden_states": _int_claim,
+    "draft_vocab_size": _int_claim,
+    "norm_before_residual": _norm_before_residual,
+}
+
+
+# --- keys nobody declared ----------------------------------------------------------------------
+
+def _declared_names(place: Place, dialect: Dialect) -> set[str]:
+    """First segments of the declared keys a dialect keeps in ``place`` (a flat config keeps
+    the decoder geometry at the top level)."""
+    places = {place, Place.LAYER} if place is Place.TOP and dialect is not Dialect.SPECULATORS else {place}
+    return {key.name.split(".")[0] for declaration in declarations().values() for key in declaration.keys
+            if key.place in places and key.read_by(dialect)}
+
+
+def _check_unknown_keys(places: _Places, config_file: str, problems: list[Problem], notes: list[str]) -> None:
+    """Near-misses of a declared key are errors ("did you mean"); other unknown keys are notes."""
+    checked = [(Place.TOP, "")] + [(p, prefix) for p, prefix in
+                                   ((Place.LAYER, "transformer_layer_config."), (Place.EAGLE, "eagle_config."))
+                                   if places.dicts[p] is not places.dicts[Place.TOP]]
+    for place, prefix in checked:
+        declared = _declared_names(place, places.dialect)
+        known = declared | _BOILERPLATE
+        ignored = []
+        for key in places.dicts[place]:
+            if not isinstance(key, str) or key in known:
+                continue
+            near = difflib.get_close_matches(key, sorted(declared), n=1, cutoff=_CLOSE_MATCH)
+            if near and near[0] not in places.dicts[place]:
+                problems.append(Problem(config_file, prefix + key, "unknown key: no producer writes it, "
+                                        f"so the setting it was meant for would silently take its default",
+                                        f"did you mean {prefix + near[0]!r}? rename the key",
+                                        expected=prefix + near[0], found=prefix + key))
+            else:
+                near = difflib.get_close_matches(key, sorted(known), n=1, cutoff=_CLOSE_MATCH)
+                ignored.append(key + (f" (did you mean {near[0]!r}?)" if near else ""))
+        if ignored:
+            notes.append(f"keys no engine reads, ignored: {prefix}" + f", {prefix}".join(ignored))

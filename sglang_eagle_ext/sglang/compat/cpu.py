@@ -1,0 +1,83 @@
+"""Import hooks that let stock SGLang run on a CPU-only host (tests and the CPU demo).
+
+Two problems exist on a machine without CUDA (see README, "CPU support"):
+
+* the PyPI ``torchvision`` wheel is a CUDA build; with a CPU-only torch its import fails in
+  ``_meta_registrations`` because the ``torchvision::nms``/``qnms`` operators were never defined.
+  SGLang (and transformers' image utilities) import torchvision unconditionally, so we define the
+  two schemas before torchvision loads; its C++ ops stay unavailable, which nothing here uses;
+* SGLang's rotary embedding imports ``vllm`` on platforms it does not recognise; marking the
+  module as CPU makes it use its native torch path. Under ``TRITON_INTERPRET=1`` the EAGLE tree
+  kernels are likewise routed to SGLang's Triton implementations (its XPU path).
+
+:func:`install` is idempotent and does nothing on a CUDA build of torch.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import os
+import sys
+
+from sglang_eagle_ext.sglang.compat.patch import after_import
+
+# Folder to put on PYTHONPATH so that every SGLang process (spawned schedulers too) installs these.
+SITE_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "cpu_site")
+
+_TORCHVISION_SCHEMAS = (
+    "nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor",
+    "qnms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor",
+)
+_keepalive: list = []  # torch.library registrations live as long as their Library object
+
+
+def _define_torchvision_schemas() -> None:
+    import torch
+
+    library = torch.library.Library("torchvision", "FRAGMENT")
+    for schema in _TORCHVISION_SCHEMAS:
+        try:
+            library.define(schema)
+        except RuntimeError:  # already defined (a working torchvision, or a second call)
+            pass
+    _keepalive.append(library)
+
+
+def _mark_rotary_cpu(module) -> None:
+    if not getattr(module, "_is_cuda", False):
+        module._is_cpu = True
+
+
+def _route_tree_ops_to_triton(module) -> None:
+    if not getattr(module, "_is_cuda", False) and os.environ.get("TRITON_INTERPRET") == "1":
+        module._is_xpu = True
+
+
+_POST_IMPORT = {
+    "sglang.srt.layers.rotary_embedding.base": _mark_rotary_cpu,
+    "sglang.kernels.ops.speculative.spec_tree": _route_tree_ops_to_triton,
+}
+
+
+class _TorchvisionSchemaFinder(importlib.abc.MetaPathFinder):
+    """Defines the torchvision schemas just before torchvision is first imported, then steps aside."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name == "torchvision":
+            _define_torchvision_schemas()
+        return None
+
+
+def install() -> bool:
+    """Install the hooks in this interpreter; return True when they are active."""
+    import torch
+
+    if torch.version.cuda is not None:
+        return False
+    if not any(isinstance(finder, _TorchvisionSchemaFinder) for finder in sys.meta_path):
+        if "torchvision" in sys.modules:
+            raise RuntimeError("install() must run before torchvision is imported")
+        sys.meta_path.insert(0, _TorchvisionSchemaFinder())
+        for name, patch in _POST_IMPORT.items():
+            after_import(name, patch)
+    return True

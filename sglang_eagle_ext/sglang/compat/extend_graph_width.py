@@ -1,0 +1,37 @@
+"""Patch ``draft-extend-graph-width`` (0.5.11): the draft-extend CUDA graph's hidden-state input is
+built ``3 * H`` wide; capture fails for a draft whose fc takes ``A * T != 3 * H``, and replay skips
+the copy when widths differ (silently stale inputs)."""
+
+from __future__ import annotations
+
+from packaging.specifiers import SpecifierSet
+
+from sglang_eagle_ext.sglang.compat.draft_width import draft_input_width, uses_aux_states
+from sglang_eagle_ext.sglang.compat.patch import Patch, require, wrap_method
+
+
+def patch_draft_extend_graph_width(runner_cls) -> bool:
+    """Before capture, resize the graph's hidden-state input to the draft's ``A * T``."""
+
+    def make(original):
+        def capture(self, *args, **kwargs):
+            want = draft_input_width(self.model_runner.model_config.hf_config)
+            holder = getattr(self, "buffers", self)
+            buffer = holder.hidden_states
+            if (want is not None and uses_aux_states(self.eagle_worker) and buffer is not None
+                    and buffer.shape[1] != want):
+                holder.hidden_states = buffer.new_zeros((buffer.shape[0], want))
+            return original(self, *args, **kwargs)
+        return capture
+
+    return wrap_method(runner_cls, "capture", make)
+
+
+def _apply(module) -> None:
+    runner_cls = getattr(module, "EAGLEDraftExtendCudaGraphRunner", None)
+    require(runner_cls is not None and hasattr(runner_cls, "capture"), "EAGLEDraftExtendCudaGraphRunner.capture")
+    patch_draft_extend_graph_width(runner_cls)
+
+
+PATCH = Patch("draft-extend-graph-width", SpecifierSet("<0.5.12"),
+              "sglang.srt.speculative.eagle_draft_extend_cuda_graph_runner", _apply)

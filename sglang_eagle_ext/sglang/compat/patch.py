@@ -1,0 +1,100 @@
+"""The mechanics every patch shares: which releases it is for, when it is applied, how a method
+is wrapped, and the error raised when SGLang's code is not shaped as the patch expects."""
+
+from __future__ import annotations
+
+import functools
+import importlib.abc
+import importlib.machinery
+import inspect
+import sys
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
+
+
+class UnsupportedRelease(RuntimeError):
+    """SGLang's code lacks what a patch for this release changes: serving would be wrong."""
+
+
+def require(condition: bool, what: str) -> None:
+    if not condition:
+        raise UnsupportedRelease(f"sglang-eagle-ext: {what} not found in this SGLang; the plugin does "
+                                 "not support this release (set SGLANG_EAGLE_EXT=0 to use stock SGLang)")
+
+
+@dataclass(frozen=True)
+class Patch:
+    """One change to SGLang: its name (the log line lists it), the releases that need it, the
+    SGLang module it changes and ``apply(module)``, run right after SGLang itself imports that
+    module (importing SGLang's modules earlier breaks its import order)."""
+
+    name: str
+    releases: SpecifierSet
+    module: str
+    apply: Callable[[Any], None]
+
+    def needed(self, release: Version) -> bool:
+        return self.releases.contains(release, prereleases=True)
+
+
+_PATCHED_MARK = "__eagle_ext_original__"
+
+
+def wrap_method(owner: Any, name: str, make: Callable[[Callable], Callable]) -> bool:
+    """Replace ``owner.name`` by ``make(original)`` once; keeps classmethods class-bound."""
+    raw = inspect.getattr_static(owner, name)
+    if getattr(raw, _PATCHED_MARK, None) is not None or getattr(
+            getattr(raw, "__func__", None), _PATCHED_MARK, None) is not None:
+        return False
+    is_classmethod = isinstance(raw, classmethod)
+    original = raw.__func__ if is_classmethod else raw
+    wrapper = make(original)
+    functools.update_wrapper(wrapper, original)
+    setattr(wrapper, _PATCHED_MARK, original)
+    setattr(owner, name, classmethod(wrapper) if is_classmethod else wrapper)
+    return True
+
+
+class _PostImportHooks(importlib.abc.MetaPathFinder):
+    """Runs ``hook(module)`` once right after ``name`` is first executed."""
+
+    def __init__(self):
+        self.hooks: dict[str, list[Callable]] = {}
+
+    def find_spec(self, name, path=None, target=None):
+        if name not in self.hooks:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        if spec is not None and spec.loader is not None:
+            spec.loader = _HookedLoader(spec.loader, self.hooks.pop(name))
+        return spec
+
+
+class _HookedLoader(importlib.abc.Loader):
+    def __init__(self, inner, hooks):
+        self._inner, self._hooks = inner, hooks
+
+    def create_module(self, spec):
+        return self._inner.create_module(spec)
+
+    def exec_module(self, module):
+        self._inner.exec_module(module)
+        for hook in self._hooks:
+            hook(module)
+
+
+_post_import = _PostImportHooks()
+
+
+def after_import(name: str, hook: Callable[[Any], None]) -> None:
+    """Run ``hook(module)`` once module ``name`` is imported (at once if it already is)."""
+    module = sys.modules.get(name)
+    if module is not None:
+        hook(module)
+        return
+    if _post_import not in sys.meta_path:
+        sys.meta_path.insert(0, _post_import)
+    _post_import.hooks.setdefault(name, []).append(hook)

@@ -1,0 +1,166 @@
+"""Route SGLang's tree-kernel call sites to the Triton kernels of this package.
+
+One switch, the environment variable ``SGLANG_EAGLE_EXT_TREE_KERNELS``:
+
+* ``sglang`` (the default): leave SGLang's ops in place;
+* ``triton``: bind our kernels.
+
+Opt-in because, as bound here, they are drop-ins under SGLang's own Python (its argmax, softmax
+and renorm passes stay): the microbenchmarks show build 2.1-3.2x and greedy faster but the drop-in
+sampling op only 1.01-1.66x (``benchmarks/results/tree_kernels.md``), and end to end on 0.5.16
+ours with them measured 0.80-1.04 of stock within the run's noise (``benchmarks/results/sglang_e2e.md``).
+Installing the plugin for a drafter should not change a server's verify path unasked.
+
+Binding points (SGLang looks every one of them up at call time), by feature detection: a point is
+bound when its module imports and has the attribute, whatever the release.
+
+* build (the leaf op under SGLang's ``build_tree_kernel_efficient`` wrapper):
+  ``sglang.srt.speculative.eagle_utils.sgl_build_tree_kernel_efficient`` (0.5.6 - 0.5.20),
+  ``sglang.kernels.ops.speculative.spec_tree.sgl_build_tree_kernel_efficient`` (0.5.23, CUDA/ROCm),
+  and the platform dispatcher ``build_tree_kernel_efficient_func`` that 0.5.23's wrapper calls
+  (in ``eagle_utils`` and ``spec_tree``);
+* greedy: ``sgl_kernel.verify_tree_greedy`` (imported inside ``verify_tree_greedy_func`` up to
+  0.5.20) and ``verify_tree_greedy_func`` in ``eagle_utils`` and in the modules holding a copy
+  (``eagle_info``, ``eagle_info_v2``, ``ngram_worker``; 0.5.23 imports it at module level);
+* sampling: ``tree_speculative_sampling_target_only`` in ``eagle_info`` / ``eagle_info_v2``
+  (module-level imports up to 0.5.13), ``sgl_kernel`` (imported inside ``eagle_sample``,
+  0.5.14 - 0.5.20) and ``eagle_utils`` (0.5.23).
+
+Only the op-level drop-ins are bound: SGLang still computes the argmax and the renormalised
+probabilities itself. The fused paths (:func:`~sglang_eagle_ext.kernels.verify_greedy.
+verify_tree_greedy_from_logits`, :func:`~sglang_eagle_ext.kernels.tree_sampling.
+tree_sampling_from_logits`) need SGLang's verify code changed to call them.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import os
+from typing import Callable, Dict, List, Tuple
+
+ENV_SWITCH = "SGLANG_EAGLE_EXT_TREE_KERNELS"
+CHOICES = ("triton", "sglang")
+
+_SPEC = "sglang.srt.speculative."
+BUILD_POINTS = [(_SPEC + "eagle_utils", "sgl_build_tree_kernel_efficient"),
+                ("sglang.kernels.ops.speculative.spec_tree", "sgl_build_tree_kernel_efficient")]
+BUILD_FUNC_POINTS = [(_SPEC + "eagle_utils", "build_tree_kernel_efficient_func"),
+                     ("sglang.kernels.ops.speculative.spec_tree", "build_tree_kernel_efficient_func")]
+GREEDY_OP_POINTS = [("sgl_kernel", "verify_tree_greedy")]
+GREEDY_FUNC_POINTS = [(_SPEC + name, "verify_tree_greedy_func")
+                      for name in ("eagle_utils", "eagle_info", "eagle_info_v2", "ngram_worker")]
+SAMPLING_POINTS = [(_SPEC + "eagle_info", "tree_speculative_sampling_target_only"),
+                   (_SPEC + "eagle_info_v2", "tree_speculative_sampling_target_only"),
+                   ("sgl_kernel", "tree_speculative_sampling_target_only"),
+                   (_SPEC + "eagle_utils", "tree_speculative_sampling_target_only")]
+
+_originals: Dict[Tuple[str, str], Callable] = {}
+
+
+def _retrive_spelling(fn):
+    """Accept SGLang's two keyword spellings (``retrive_*`` of the op schema, ``retrieve_*``)."""
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        for key in [k for k in kwargs if k.startswith("retrieve_")]:
+            kwargs["retrive_" + key[len("retrieve_"):]] = kwargs.pop(key)
+        return fn(*args, **kwargs)
+
+    return call
+
+
+def _build_op():
+    from sglang_eagle_ext.kernels.tree_build import build_tree_kernel_efficient
+
+    return _retrive_spelling(build_tree_kernel_efficient)
+
+
+def _build_func():
+    from sglang_eagle_ext.kernels.tree_build import build_tree_kernel_efficient
+
+    def build_tree_kernel_efficient_func(parent_list, top_scores_index, seq_lens, tree_mask, positions,
+                                         retrive_index, retrive_next_token, retrive_next_sibling, topk,
+                                         spec_steps, num_verify_tokens, tree_mask_mode):
+        """SGLang 0.5.23's ``build_tree_kernel_efficient_func`` contract (in place, returns None)."""
+        build_tree_kernel_efficient(parent_list, top_scores_index, seq_lens, tree_mask, positions, retrive_index,
+                                    retrive_next_token, retrive_next_sibling, topk, spec_steps,
+                                    num_verify_tokens, int(tree_mask_mode))
+
+    return _retrive_spelling(build_tree_kernel_efficient_func)
+
+
+def _greedy_op():
+    from sglang_eagle_ext.kernels.verify_greedy import verify_tree_greedy
+
+    return _retrive_spelling(verify_tree_greedy)
+
+
+def _greedy_func():
+    from sglang_eagle_ext.kernels.verify_greedy import verify_tree_greedy
+
+    def verify_tree_greedy_func(predicts, accept_index, accept_token_num, candidates, retrive_index,
+                                retrive_next_token, retrive_next_sibling, target_predict, topk=-1):
+        """SGLang's ``verify_tree_greedy_func`` contract: run the op, return its three outputs."""
+        del topk  # SGLang routes topk=1 to other platforms' kernels; ours handles every tree
+        verify_tree_greedy(predicts, accept_index, accept_token_num, candidates, retrive_index,
+                           retrive_next_token, retrive_next_sibling, target_predict)
+        return predicts, accept_index, accept_token_num
+
+    return _retrive_spelling(verify_tree_greedy_func)
+
+
+def _sampling_op():
+    from sglang_eagle_ext.kernels.tree_sampling import tree_speculative_sampling_target_only
+
+    return _retrive_spelling(tree_speculative_sampling_target_only)
+
+
+def selected_backend() -> str:
+    """The switch's value: ``triton`` or ``sglang``."""
+    choice = os.environ.get(ENV_SWITCH, "").strip().lower() or "sglang"
+    if choice not in CHOICES:
+        raise ValueError(f"{ENV_SWITCH}={choice!r}: expected one of {', '.join(CHOICES)}")
+    return choice
+
+
+def _bind(points, make: Callable[[], Callable], patched: List[str]) -> None:
+    replacement = None
+    for module_name, attr in points:
+        try:
+            module = importlib.import_module(module_name)
+        except Exception:  # absent in this release, or not importable on this platform
+            continue
+        if not hasattr(module, attr):
+            continue
+        replacement = replacement or make()
+        _originals.setdefault((module_name, attr), getattr(module, attr))
+        setattr(module, attr, replacement)
+        patched.append(f"{module_name}.{attr} -> sglang_eagle_ext.kernels ({replacement.__name__})")
+
+
+def apply() -> List[str]:
+    """Bind our kernels at every binding point present, per the switch; return what was bound.
+
+    Idempotent. With ``SGLANG_EAGLE_EXT_TREE_KERNELS=sglang`` it binds nothing and undoes an
+    earlier :func:`apply` of this process.
+    """
+    if selected_backend() == "sglang":
+        restore()
+        return []
+    patched: List[str] = []
+    _bind(BUILD_POINTS, _build_op, patched)
+    _bind(BUILD_FUNC_POINTS, _build_func, patched)
+    _bind(GREEDY_OP_POINTS, _greedy_op, patched)
+    _bind(GREEDY_FUNC_POINTS, _greedy_func, patched)
+    _bind(SAMPLING_POINTS, _sampling_op, patched)
+    return patched
+
+
+def restore() -> List[str]:
+    """Put back every SGLang function :func:`apply` replaced; return what was restored."""
+    restored = []
+    for (module_name, attr), original in list(_originals.items()):
+        setattr(importlib.import_module(module_name), attr, original)
+        restored.append(f"{module_name}.{attr}")
+        del _originals[(module_name, attr)]
+    return restored

@@ -1,0 +1,122 @@
+"""SGLang plugin entry point: makes ``--speculative-algorithm EAGLE3`` serve drafts with our class.
+
+Activated in every SGLang process (launcher, schedulers) by the ``sglang.srt.plugins`` entry
+point (SGLang >= 0.5.11), or by ``SGLANG_EXTERNAL_MODEL_PACKAGE=sglang_eagle_ext.sglang.models``
+as a fallback. ``SGLANG_EAGLE_EXT=0`` turns it off (stock SGLang then serves the draft).
+
+SGLang logs and swallows any ``Exception`` a plugin raises, then silently serves the built-in
+class; a failure here therefore raises :class:`PluginActivationError`, which is not an
+``Exception`` and stops the process with the original error attached. This module imports only
+the standard library at import time so that the entry point itself always loads.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+
+SWITCH = "SGLANG_EAGLE_EXT"  # "0" turns the plugin off
+
+_activation: str | None = None  # the log line of this process's activation
+
+
+class PluginActivationError(SystemExit):
+    """Our code failed to import or patch: the server must stop rather than silently serve the
+    built-in class. A ``SystemExit`` because SGLang's plugin loader catches ``Exception``."""
+
+
+def enabled() -> bool:
+    return os.environ.get(SWITCH, "1").strip().lower() not in ("0", "false", "off", "no")
+
+
+def _describe_bound(points: list[str]) -> str:
+    """``module.attr -> ...`` entries of the binding module, as one short phrase."""
+    if not points:
+        return "SGLang's (SGLANG_EAGLE_EXT_TREE_KERNELS=sglang)"
+    sites = [p.split(" -> ")[0].replace("sglang.srt.speculative.", "") for p in points]
+    return f"Triton, bound at {len(sites)} call sites ({', '.join(sites)})"
+
+
+def _apply_tree_kernels() -> str:
+    """Our Triton tree kernels (``SGLANG_EAGLE_EXT_TREE_KERNELS`` selects them), bound once
+    SGLang's scheduler module is loaded: the binding imports SGLang's speculative modules, which
+    is only safe after SGLang has imported them in its own order. Plugins are loaded from the
+    engine and scheduler modules, so this normally happens at once; a binding made later logs
+    its own line."""
+    from sglang_eagle_ext.sglang.compat import after_import, tree_kernels
+
+    bound: list[str] = []
+    deferred = False
+
+    def bind(_scheduler_module) -> None:
+        bound.append(_describe_bound(tree_kernels.apply()))
+        if deferred:
+            _log(f"sglang-eagle-ext: tree kernels (pid {os.getpid()}): {bound[0]}")
+
+    after_import("sglang.srt.managers.scheduler", bind)
+    if bound:
+        return bound[0]
+    deferred = True
+    return "bound when SGLang's scheduler loads (logged then)"
+
+
+MODEL_MODULE = "sglang_eagle_ext.sglang.model"
+MODEL_CLASS = "LlamaForCausalLMEagle3"
+
+
+def _register(registry_module) -> None:
+    """Runs when SGLang imports its model registry: our class under the built-in's name. Set in
+    the registry dict explicitly: it keeps the classes it imported, whatever module attributes
+    are patched later."""
+    from sglang_eagle_ext.drafter.config_json import SERVED_ARCHITECTURE
+
+    try:
+        model_class = getattr(importlib.import_module(MODEL_MODULE), MODEL_CLASS)
+    except Exception as exc:
+        raise RuntimeError(f"sglang-eagle-ext: cannot import {MODEL_MODULE} ({type(exc).__name__}: "
+                           f"{exc}); refusing to let SGLang fall back to its built-in EAGLE3 class "
+                           f"(set {SWITCH}=0 to serve with stock SGLang)") from exc
+    registry_module.ModelRegistry.models[SERVED_ARCHITECTURE] = model_class
+
+
+def activate() -> str:
+    """Register our class and arm the worker patches in this process (idempotent).
+
+    Returns the one log line that says what serves EAGLE3 drafts here.
+    """
+    global _activation
+    if _activation is not None:
+        return _activation
+    if not enabled():
+        _activation = f"sglang-eagle-ext: disabled by {SWITCH}=0; SGLang's built-in EAGLE3 class serves drafts"
+        _log(_activation)
+        return _activation
+    try:
+        from sglang_eagle_ext.sglang import compat
+
+        release = compat.installed_release()
+        patches = compat.arm(release)
+        compat.after_import("sglang.srt.models.registry", _register)
+        kernels = _apply_tree_kernels()
+    except BaseException as exc:  # noqa: BLE001 - re-raised as a process-stopping error
+        raise PluginActivationError(
+            f"sglang-eagle-ext failed to activate ({type(exc).__name__}: {exc}); refusing to let "
+            f"SGLang fall back to its built-in EAGLE3 class. Fix the error above, or set "
+            f"{SWITCH}=0 to serve with stock SGLang.") from exc
+    untested = "" if release in compat.SUPPORTED else f" (untested: supported {compat.SUPPORTED})"
+    _activation = (f"sglang-eagle-ext: EAGLE3 drafts served by {MODEL_MODULE}.{MODEL_CLASS} on SGLang "
+                   f"{release}{untested} (pid {os.getpid()}); patches: {', '.join(patches)}; "
+                   f"tree kernels: {kernels}")
+    _log(_activation)
+    return _activation
+
+
+def _log(line: str) -> None:
+    # stderr, not `logging`: plugins load before SGLang configures its loggers in some processes
+    print(line, file=sys.stderr, flush=True)
+
+
+def load() -> None:
+    """The ``sglang.srt.plugins`` entry point."""
+    activate()

@@ -1,0 +1,239 @@
+"""The release table and each patch: worker patches for the SGLang releases that size the draft
+input ``3 * H``, and the target capture ids re-resolved when they are applied (for a late
+activation).
+
+The patched classes do not exist in the CI's SGLang (0.5.23), so each patch is applied to a
+stand-in with the same shape as the release's code (attribute names and call pattern of
+0.5.11 / 0.5.12-0.5.14); the GPU runs exercise them on the real releases.
+"""
+
+import json
+import os
+from types import SimpleNamespace
+
+import pytest
+import torch
+from transformers import LlamaConfig
+
+from packaging.version import Version
+
+from sglang_eagle_ext.sglang import compat
+from sglang_eagle_ext.sglang.compat import capture_ids, draft_width, extend_graph_width, hidden_size_for, idle_input_width
+from sglang_eagle_ext.sglang.compat.patch import UnsupportedRelease, after_import
+from sglang_eagle_ext.testing import fixtures
+
+A, T, H = 4, 96, 64  # four aux states of a 96-wide target; the draft is 64 wide
+
+
+def draft_hf_config(use_aux=True):
+    return SimpleNamespace(hidden_size=H, target_hidden_size=T, num_aux_hidden_states=A,
+                           eagle_config={"use_aux_hidden_state": use_aux,
+                                         "eagle_aux_hidden_state_layer_ids": [1, 3, 5, 7]})
+
+
+def eagle3_worker(use_aux=True, **extra):
+    algorithm = SimpleNamespace(is_eagle3=lambda: True)
+    return SimpleNamespace(speculative_algorithm=algorithm, eagle_use_aux_hidden_state=use_aux, **extra)
+
+
+class ExtendGraphRunner:
+    """0.5.11's EAGLEDraftExtendCudaGraphRunner: a 3*H buffer built in __init__, then capture()."""
+
+    def __init__(self, worker, hf_config):
+        self.eagle_worker = worker
+        self.model_runner = SimpleNamespace(model_config=SimpleNamespace(hf_config=hf_config))
+        self.buffers = SimpleNamespace(hidden_states=torch.zeros(12, 3 * hf_config.target_hidden_size))
+        self.captured_width = None
+
+    def capture(self):
+        self.captured_width = self.buffers.hidden_states.shape[1]
+
+
+def test_draft_extend_graph_buffer_gets_the_draft_width():
+    assert extend_graph_width.patch_draft_extend_graph_width(ExtendGraphRunner)
+    assert not extend_graph_width.patch_draft_extend_graph_width(ExtendGraphRunner)  # once only
+    runner = ExtendGraphRunner(eagle3_worker(), draft_hf_config())
+    runner.capture()
+    assert runner.captured_width == A * T
+    assert runner.buffers.hidden_states.shape == (12, A * T)
+    # without aux states (EAGLE-1-style head) the stock buffer stays
+    plain = ExtendGraphRunner(eagle3_worker(use_aux=False), draft_hf_config(use_aux=False))
+    plain.capture()
+    assert plain.captured_width == 3 * T
+
+
+class DraftInput:
+    """0.5.11's EagleDraftInput.create_idle_input(device, hidden_size, dtype, topk, ...)."""
+
+    def __init__(self, hidden_states):
+        self.hidden_states = hidden_states
+
+    @classmethod
+    def create_idle_input(cls, device, hidden_size, dtype, topk, capture_hidden_mode=None):
+        return cls(torch.empty((0, hidden_size), device=device, dtype=dtype))
+
+
+class Worker:
+    """0.5.11's EAGLEWorker.forward_draft_extend_after_decode: inline ``hidden_size * 3``."""
+
+    def __init__(self, use_aux=True):
+        self.speculative_algorithm = SimpleNamespace(is_eagle3=lambda: True)
+        self.eagle_use_aux_hidden_state = use_aux
+        self.model_config = SimpleNamespace(hidden_size=H, hf_config=draft_hf_config(use_aux))
+
+    def forward_draft_extend_after_decode(self, batch):
+        width = self.model_config.hidden_size * 3 if self.eagle_use_aux_hidden_state else H
+        return DraftInput.create_idle_input(device="cpu", hidden_size=width, dtype=torch.float32, topk=1)
+
+
+def test_idle_draft_extend_input_gets_the_draft_width():
+    assert idle_input_width.patch_idle_draft_input_width(DraftInput, [Worker])
+    assert Worker().forward_draft_extend_after_decode(None).hidden_states.shape == (0, A * T)
+    # outside the worker method, and for workers without aux states, nothing changes
+    assert DraftInput.create_idle_input("cpu", 7, torch.float32, 1).hidden_states.shape == (0, 7)
+    assert Worker(use_aux=False).forward_draft_extend_after_decode(None).hidden_states.shape == (0, H)
+
+
+class ExtendInput:
+    """0.5.12-0.5.14's EagleDraftExtendInput.hidden_size_for: reads the *target* config."""
+
+    @classmethod
+    def hidden_size_for(cls, worker):
+        target = worker.target_worker.model_runner.model_config.hf_config
+        return 3 * target.hidden_size
+
+
+def test_hidden_size_for_reads_the_draft_config():
+    target = SimpleNamespace(model_runner=SimpleNamespace(model_config=SimpleNamespace(
+        hf_config=SimpleNamespace(hidden_size=T))))
+    draft_runner = SimpleNamespace(is_draft_worker=True,
+                                   model_config=SimpleNamespace(hf_config=draft_hf_config()))
+    assert ExtendInput.hidden_size_for(eagle3_worker(target_worker=target)) == 3 * T
+    assert hidden_size_for.patch_hidden_size_for(ExtendInput)
+    assert ExtendInput.hidden_size_for(eagle3_worker(target_worker=target, draft_runner=draft_runner)) == A * T
+    assert ExtendInput.hidden_size_for(eagle3_worker(use_aux=False, target_worker=target,
+                                                     draft_runner=draft_runner)) == 3 * T
+
+
+# Patches each release line needs, from the releases' own code (see each patch module).
+RELEASE_PATCHES = {
+    "0.5.11": ["draft-config", "target-capture-ids", "draft-extend-graph-width", "idle-draft-input-width"],
+    "0.5.12": ["draft-config", "target-capture-ids", "hidden-size-for"],
+    "0.5.14": ["draft-config", "target-capture-ids", "hidden-size-for"],
+    "0.5.15": ["draft-config", "target-capture-ids"],
+    "0.5.16": ["draft-config", "target-capture-ids"],
+    "0.5.23": ["draft-config", "target-capture-ids"],
+    "0.5.23.post1": ["draft-config", "target-capture-ids"],
+    "0.6.0": ["draft-config", "target-capture-ids"],  # newer than supported: the newest set
+}
+
+
+@pytest.mark.parametrize("release", sorted(RELEASE_PATCHES))
+def test_release_table(release, monkeypatch):
+    monkeypatch.setattr("sglang_eagle_ext.sglang.compat.after_import", lambda name, hook: None)
+    assert compat.arm(Version(release)) == RELEASE_PATCHES[release]
+    assert (Version(release) in compat.SUPPORTED) == (release != "0.6.0")
+
+
+def test_releases_before_the_range_are_refused():
+    with pytest.raises(UnsupportedRelease, match="older than the supported range"):
+        compat.arm(Version("0.5.10"))
+
+
+def test_installed_release_is_read_from_its_metadata():
+    import sglang
+
+    assert compat.installed_release() == Version(sglang.__version__)
+
+
+def test_patches_apply_when_sglang_imports_the_module(tmp_path, monkeypatch):
+    """Patches wait for SGLang's own import of a module (importing it early breaks 0.5.11)."""
+    (tmp_path / "late_module.py").write_text("VALUE = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    seen = []
+    after_import("late_module", lambda module: seen.append(module.VALUE))
+    assert seen == []
+    import late_module  # noqa: F401
+    assert seen == [1]
+    after_import("late_module", lambda module: seen.append(2))  # already loaded: now
+    assert seen == [1, 2]
+
+
+def test_draft_input_width_precedence():
+    config = draft_hf_config()
+    assert draft_width.draft_input_width(config) == A * T
+    del config.num_aux_hidden_states  # falls back to the nested ids (4), as SGLang 0.5.15+ does
+    assert draft_width.draft_input_width(config) == 4 * T
+    assert draft_width.draft_input_width(draft_hf_config(use_aux=False)) is None
+
+
+class TargetRunner:
+    """0.5.11's ModelRunner: reads the drafter's capture ids in ``__init__`` through whatever
+    config loader is in force then (here: the raw config, as before a late activation) and
+    applies them in ``init_aux_hidden_state_capture``."""
+
+    def __init__(self, drafter_path, target_config, is_draft_worker=False):
+        self.server_args = SimpleNamespace(speculative_draft_model_path=drafter_path)
+        self.model_config = SimpleNamespace(hf_config=target_config)
+        self.is_draft_worker = is_draft_worker
+        self.eagle_use_aux_hidden_state = True
+        raw = {}
+        if os.path.isdir(drafter_path):
+            with open(os.path.join(drafter_path, "config.json")) as handle:
+                raw = json.load(handle)
+        self.eagle_aux_hidden_state_layer_ids = (raw.get("eagle_config") or {}).get(
+            "eagle_aux_hidden_state_layer_ids")
+        self.applied = "not yet"
+
+    def init_aux_hidden_state_capture(self):
+        self.applied = self.eagle_aux_hidden_state_layer_ids
+
+
+class TargetRunnerWithAuxConfig(TargetRunner):
+    """0.5.16+: the ids live in ``spec_aux_config`` and ``init_attention_backends`` applies them."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.spec_aux_config = SimpleNamespace(
+            eagle_use_aux_hidden_state=True, eagle_aux_hidden_state_layer_ids=self.eagle_aux_hidden_state_layer_ids)
+        del self.eagle_use_aux_hidden_state, self.eagle_aux_hidden_state_layer_ids
+
+    def init_attention_backends(self):
+        self.applied = self.spec_aux_config.eagle_aux_hidden_state_layer_ids
+
+
+@pytest.mark.parametrize("runner_cls, method", [(TargetRunner, "init_aux_hidden_state_capture"),
+                                                (TargetRunnerWithAuxConfig, "init_attention_backends")])
+def test_target_capture_ids_come_from_the_normalised_config(tmp_path, runner_cls, method):
+    # 4 aux states at top-level hidden-state indices 2, 5, 9, 11 (speculators): the raw config
+    # has no eagle_config, so a runner that read it before activation would capture the default
+    # 3 taps; the patch applies the drafter's own ids in SGLang's convention
+    drafter = fixtures.build("F8-speculators-4-aux", str(tmp_path / "d"))
+    target = LlamaConfig(**fixtures.target_config())
+
+    def applied(*args, **kwargs):
+        runner = runner_cls(*args, **kwargs)
+        getattr(runner, method)()
+        return runner.applied
+
+    assert applied(drafter, target) is None
+    holder = "spec_aux_config" if method == "init_attention_backends" else ""
+    assert capture_ids.patch_target_capture_ids(runner_cls, method, holder)
+    assert not capture_ids.patch_target_capture_ids(runner_cls, method, holder)  # once only
+    assert applied(drafter, target) == [1, 4, 8, 10]
+    # the draft worker's runner and a hub id are left to SGLang
+    assert applied(drafter, target, is_draft_worker=True) is None
+    assert applied("org/some-eagle3-drafter", target) is None
+
+
+def test_each_release_applies_the_capture_ids_where_its_runner_does():
+    # 0.5.11's runner applies them in init_aux_hidden_state_capture, later ones in
+    # init_attention_backends from spec_aux_config
+    patches = [p for p in capture_ids.PATCHES if p.needed(Version("0.5.11"))]
+    assert len(patches) == 1
+    runner_module = SimpleNamespace(ModelRunner=type("ModelRunner", (), {}))
+    with pytest.raises(UnsupportedRelease, match="ModelRunner.init_aux_hidden_state_capture"):
+        patches[0].apply(runner_module)
+    (later,) = [p for p in capture_ids.PATCHES if p.needed(Version("0.5.23"))]
+    with pytest.raises(UnsupportedRelease, match="ModelRunner.init_attention_backends"):
+        later.apply(runner_module)
