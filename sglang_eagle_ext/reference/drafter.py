@@ -22,7 +22,6 @@ serves prefill, chain and tree drafting and EAGLE-3's training-time test.
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass, field
 
 import torch
@@ -53,86 +52,27 @@ class RMSNorm(nn.Module):
         return self.weight * y.to(self.weight.dtype)
 
 
-def _rope_scaling(spec: DrafterSpec) -> tuple[str, dict]:
+def _rope(spec: DrafterSpec) -> tuple[torch.Tensor, float]:
+    """RoPE inverse frequencies (float64) and the factor on cos and sin, for ``spec``'s scaling:
+    transformers' own initialisation (linear, llama3, yarn, longrope, dynamic...), the
+    reference every engine is checked against."""
     scaling = json.loads(spec.rope_scaling) if spec.rope_scaling else {}
-    return scaling.get("rope_type", scaling.get("type", "default")), scaling
+    kind = scaling.get("rope_type", scaling.get("type", "default"))
+    if kind == "default":
+        exponents = torch.arange(0, spec.head_dim, 2, dtype=torch.float64) / spec.head_dim
+        return 1.0 / (spec.rope_theta ** exponents), 1.0
+    from transformers import PretrainedConfig
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
-
-def _yarn_mscale(factor: float, mscale: float = 1.0) -> float:
-    """YaRN's attention temperature: ``0.1 * mscale * ln(factor) + 1`` (1 when not stretched)."""
-    return 1.0 if factor <= 1 else 0.1 * mscale * math.log(factor) + 1.0
-
-
-def _yarn_factor(spec: DrafterSpec, scaling: dict) -> float:
-    """The context stretch; configs that omit it mean max / original context (as HF reads them)."""
-    return scaling.get("factor") or (spec.max_position_embeddings
-                                     / scaling["original_max_position_embeddings"])
-
-
-def _yarn_inverse_frequencies(inv: torch.Tensor, spec: DrafterSpec, scaling: dict) -> torch.Tensor:
-    """YaRN ("NTK-by-parts"): dimensions that turn fewer than ``beta_slow`` times over the original
-    context are interpolated (divided by ``factor``), those that turn more than ``beta_fast`` times
-    are kept, and a linear ramp over the dimension index blends the two in between."""
-    d, base = spec.head_dim, spec.rope_theta
-    old_context = scaling["original_max_position_embeddings"]
-    factor = _yarn_factor(spec, scaling)
-
-    def dimension_turning(rotations: float) -> float:
-        # pair index i turns old_context / (2 pi base^(2i/d)) times; solved for i
-        return d * math.log(old_context / (rotations * 2 * math.pi)) / (2 * math.log(base))
-
-    low = dimension_turning(scaling.get("beta_fast") or 32)
-    high = dimension_turning(scaling.get("beta_slow") or 1)
-    if scaling.get("truncate", True):
-        low, high = math.floor(low), math.ceil(high)
-    low, high = max(low, 0), min(high, d - 1)
-    if low == high:
-        high += 0.001  # a step instead of a ramp; avoids dividing by zero
-    ramp = ((torch.arange(d // 2, dtype=torch.float64) - low) / (high - low)).clamp(0, 1)
-    return inv / factor * ramp + inv * (1 - ramp)
-
-
-def inverse_frequencies(spec: DrafterSpec, dtype: torch.dtype = torch.float64) -> torch.Tensor:
-    """RoPE inverse frequencies for ``spec`` (default, ``linear``, ``llama3`` and ``yarn``)."""
-    d = spec.head_dim
-    inv = 1.0 / (spec.rope_theta ** (torch.arange(0, d, 2, dtype=torch.float64) / d))
-    kind, scaling = _rope_scaling(spec)
-    if kind == "linear":
-        inv = inv / scaling["factor"]
-    elif kind == "llama3":
-        # Llama 3.1: long wavelengths are slowed by `factor`, short ones kept, a smooth ramp between.
-        factor = scaling["factor"]
-        old_context = scaling["original_max_position_embeddings"]
-        low_wavelen = old_context / scaling["low_freq_factor"]
-        high_wavelen = old_context / scaling["high_freq_factor"]
-        wavelen = 2 * math.pi / inv
-        smooth = (old_context / wavelen - scaling["low_freq_factor"]) / (
-            scaling["high_freq_factor"] - scaling["low_freq_factor"])
-        blended = (1 - smooth) * inv / factor + smooth * inv
-        inv = torch.where(wavelen > low_wavelen, inv / factor,
-                          torch.where(wavelen < high_wavelen, inv, blended))
-    elif kind == "yarn":
-        inv = _yarn_inverse_frequencies(inv, spec, scaling)
-    elif kind != "default":
-        raise NotImplementedError(
-            f"{spec.path}: rope scaling {kind!r} is not implemented by the reference drafter "
-            "(default, linear, llama3 and yarn are)")
-    return inv.to(dtype)
-
-
-def rope_attention_scaling(spec: DrafterSpec) -> float:
-    """Factor on cos and sin (YaRN only; 1 otherwise): an explicit ``attention_factor``, else the
-    ratio of the ``mscale`` and ``mscale_all_dim`` temperatures when both are given (DeepSeek
-    style), else ``0.1 * ln(factor) + 1``."""
-    kind, scaling = _rope_scaling(spec)
-    if kind != "yarn":
-        return 1.0
-    if scaling.get("attention_factor") is not None:
-        return float(scaling["attention_factor"])
-    factor = _yarn_factor(spec, scaling)
-    if scaling.get("mscale") and scaling.get("mscale_all_dim"):
-        return _yarn_mscale(factor, scaling["mscale"]) / _yarn_mscale(factor, scaling["mscale_all_dim"])
-    return _yarn_mscale(factor)
+    if kind not in ROPE_INIT_FUNCTIONS:
+        raise NotImplementedError(f"{spec.path}: rope scaling {kind!r} is not one transformers knows "
+                                  f"({', '.join(sorted(ROPE_INIT_FUNCTIONS))})")
+    config = PretrainedConfig(
+        hidden_size=spec.num_attention_heads * spec.head_dim, num_attention_heads=spec.num_attention_heads,
+        head_dim=spec.head_dim, max_position_embeddings=spec.max_position_embeddings,
+        rope_parameters={**scaling, "rope_type": kind, "rope_theta": spec.rope_theta})
+    inverse, attention_factor = ROPE_INIT_FUNCTIONS[kind](config, "cpu")
+    return inverse.double(), float(attention_factor)
 
 
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -204,12 +144,8 @@ class Attention(nn.Module):
         visible = attend
         if self.sliding_window is not None:
             visible = visible & (positions[:, None] - key_positions[None, :] < self.sliding_window)
-        groups = spec.num_attention_heads // spec.num_key_value_heads
-        k = k.repeat_interleave(groups, dim=1)
-        v = v.repeat_interleave(groups, dim=1)
-        scores = (q @ k.transpose(-1, -2)) / math.sqrt(spec.head_dim)
-        scores = scores.masked_fill(~visible, float("-inf"))
-        out = scores.softmax(-1) @ v
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=visible, scale=spec.head_dim ** -0.5,
+                                             enable_gqa=True)
         return self.o_proj(out.transpose(1, 2).reshape(b, t, -1))
 
 
@@ -292,8 +228,7 @@ class ReferenceDrafter(nn.Module):
         if spec.has_vocab_map:
             self.register_buffer("d2t", torch.zeros(spec.draft_vocab_size, dtype=torch.long))
         # Kept in float64 outside the module's tensors so that .to(dtype) never rounds it.
-        self._inv_freq = inverse_frequencies(spec)
-        self._rope_scale = rope_attention_scaling(spec)
+        self._inv_freq, self._rope_scale = _rope(spec)
 
     # -- construction -------------------------------------------------------------------------
 

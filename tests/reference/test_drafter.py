@@ -197,6 +197,8 @@ def check(actual, expected, tolerance):
 @pytest.mark.parametrize("dtype,tolerance", [(torch.float64, 1e-10), (torch.float32, 2e-4)])
 def test_prefill_chain_and_tree_steps_match_float64(variant, dtype, tolerance):
     spec = make_spec(**VARIANTS[variant])
+    if spec.rope_scaling is not None:  # transformers computes scaled RoPE frequencies in float32
+        tolerance = max(tolerance, 1e-6)
     generator = torch.Generator().manual_seed(sum(map(ord, variant)))
     weights = random_tensors(spec, generator)
     target_embed = 0.3 * torch.randn(V, H, generator=generator, dtype=torch.float64)
@@ -280,8 +282,8 @@ def test_missing_target_embedding_is_reported():
 
 
 def test_unknown_rope_scaling_is_reported():
-    spec = make_spec(rope_scaling=json.dumps({"rope_type": "longrope", "factor": 4.0}))
-    with pytest.raises(NotImplementedError, match="longrope"):
+    spec = make_spec(rope_scaling=json.dumps({"rope_type": "stretched", "factor": 4.0}))
+    with pytest.raises(NotImplementedError, match="stretched"):
         ReferenceDrafter(spec)
 
 
