@@ -1,11 +1,14 @@
-"""Demonstrate EAGLE-3 in stock SGLang end to end, on any machine (CPU or GPU).
+"""Demonstrate EAGLE-3 in stock SGLang end to end, on a CPU or a GPU.
 
 Builds (or reuses) a tiny target (trained for seconds on a token process, see
-:mod:`sglang_eagle_ext.demo.tiny_target`) with its own tokenizer and a 2-layer drafter distilled from
-it, under a cache directory (nothing is downloaded), starts SGLang with this package's plugin,
-generates greedily, and prints the output, the acceptance length and whether the output equals
-plain greedy decoding of the target (speculative decoding must be lossless). A GPU is used when
-there is one; on CPU, SGLang runs its Triton kernels in Triton's interpreter.
+:mod:`sglang_eagle_ext.demo.tiny_target`) with its own tokenizer and a 2-layer drafter distilled
+from it, under a cache directory (nothing is downloaded), starts SGLang with this package's
+plugin, generates greedily, and prints the output, the acceptance length and whether the output
+equals plain greedy decoding of the target (speculative decoding must be lossless).
+
+On a GPU the engine runs in bfloat16 with CUDA graphs and the best attention backend the install
+has (FlashAttention 3 when sgl_kernel ships it, else Triton); on a CPU, float32 with SGLang's
+Triton kernels in Triton's interpreter.
 """
 
 from __future__ import annotations
@@ -17,58 +20,137 @@ import os
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 
 from sglang_eagle_ext.cli.serve_cmd import INSTALL_HINT, cache_dir
 
 PROMPTS = ["The old sailor counts", "A curious child waits for"]
+ATTENTION_BACKENDS = ("auto", "fa3", "flashinfer", "triton")
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workdir", default=None,
-                        help="where the tiny models are built (default: <user cache>/demo)")
-    parser.add_argument("--max-new-tokens", type=int, default=24)
-    parser.add_argument("--num-steps", type=int, default=3)
-    parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
-    parser.add_argument("--timeout", type=int, default=900, help="seconds for the SGLang run")
+                        help="where the tiny models are built and reused (default: <user cache>/demo)")
+    parser.add_argument("--max-new-tokens", type=int, default=24, help="tokens generated per prompt")
+    parser.add_argument("--num-steps", type=int, default=3, help="draft steps per verify (chain drafting)")
+    parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
+                        help="auto: the GPU when one is visible, else the CPU")
+    parser.add_argument("--attention-backend", choices=ATTENTION_BACKENDS, default="auto",
+                        help="GPU attention backend; auto: fa3 when sgl_kernel has it, else triton")
+    parser.add_argument("--timeout", type=int, default=900, help="seconds allowed for the SGLang run")
 
 
 def say(message: str) -> None:
     print(f"[demo] {message}", flush=True)
 
 
+def gpu_attention_backend() -> str:
+    """FlashAttention 3 when this install's sgl_kernel carries it (and the GPU is Hopper or
+    newer), else SGLang's Triton backend, which every install has."""
+    import torch
+
+    try:
+        from sgl_kernel.flash_attn import flash_attn_varlen_func  # noqa: F401  (the FA3 extension)
+    except Exception:  # absent from trimmed or CPU wheels: any failure means "not usable"
+        return "triton"
+    return "fa3" if torch.cuda.get_device_capability()[0] >= 9 else "triton"
+
+
+def engine_options(device: str, attention_backend: str) -> dict:
+    """SGLang engine arguments for a greedy demo run on ``device``."""
+    if device == "cpu":
+        return dict(device="cpu", dtype="float32", attention_backend="triton", sampling_backend="pytorch",
+                    disable_cuda_graph=True)
+    from sglang.srt.server_args import ServerArgs
+
+    backend = gpu_attention_backend() if attention_backend == "auto" else attention_backend
+    options = dict(dtype="bfloat16", attention_backend=backend, sampling_backend="pytorch")
+    # decode CUDA graphs for the demo's batch only (the argument's name moved between releases)
+    fields = ServerArgs.__dataclass_fields__
+    for name in ("cuda_graph_max_bs", "cuda_graph_max_bs_decode"):
+        if name in fields:
+            options[name] = len(PROMPTS)
+    if "disable_piecewise_cuda_graph" in fields:
+        options["disable_piecewise_cuda_graph"] = True
+    return options
+
+
 def engine_child() -> None:
-    """Runs in the SGLang subprocess: one engine, greedy generation, one RESULT line."""
+    """Runs in the SGLang subprocess: one engine, greedy generation, one RESULT line.
+
+    Arguments: TARGET DRAFTER DEVICE STEPS NEW_TOKENS ATTENTION_BACKEND."""
     import sglang
 
-    target, drafter, device, steps, new_tokens = sys.argv[1:6]
-    options = dict(disable_cuda_graph=True, dtype="float32", max_total_tokens=4096,
-                   context_length=512, log_level="error")
-    if device == "cpu":
-        options.update(device="cpu", attention_backend="triton", sampling_backend="pytorch")
+    target, drafter, device, steps, new_tokens, attention_backend = sys.argv[1:7]
+    options = engine_options(device, attention_backend)
     engine = sglang.Engine(model_path=target, speculative_algorithm="EAGLE3",
-                           speculative_draft_model_path=drafter,
-                           speculative_num_steps=int(steps), speculative_eagle_topk=1,
-                           speculative_num_draft_tokens=int(steps) + 1, **options)
+                           speculative_draft_model_path=drafter, speculative_num_steps=int(steps),
+                           speculative_eagle_topk=1, speculative_num_draft_tokens=int(steps) + 1,
+                           max_total_tokens=4096, context_length=512, log_level="error", **options)
     try:
         outputs = engine.generate(prompt=PROMPTS, sampling_params={
             "temperature": 0, "max_new_tokens": int(new_tokens), "ignore_eos": True})
     finally:
         engine.shutdown()
-    print("RESULT " + json.dumps([{"text": o["text"], "output_ids": o["output_ids"],
-                                   "completion_tokens": o["meta_info"]["completion_tokens"],
-                                   "spec_verify_ct": o["meta_info"].get("spec_verify_ct")}
-                                  for o in outputs]), flush=True)
+    print("RESULT " + json.dumps({"options": options, "outputs": [
+        {"text": o["text"], "output_ids": o["output_ids"], "completion_tokens": o["meta_info"]["completion_tokens"],
+         "spec_verify_ct": o["meta_info"].get("spec_verify_ct")} for o in outputs]}), flush=True)
 
 
-def plain_greedy(target: str, new_tokens: int) -> list[list[int]]:
+@dataclass
+class ServedRun:
+    """What one SGLang run of the demo produced."""
+
+    options: dict  # the engine arguments used
+    outputs: list[dict]  # per prompt: text, output_ids, completion_tokens, spec_verify_ct
+    activation: list[str]  # this package's log lines from SGLang's processes
+
+    @property
+    def accept_length(self) -> float:
+        tokens = sum(o["completion_tokens"] for o in self.outputs)
+        return tokens / max(sum(o["spec_verify_ct"] or 0 for o in self.outputs), 1)
+
+
+class DemoFailure(RuntimeError):
+    """SGLang did not finish: the message holds its log tail."""
+
+
+def serve_greedy(target: str, drafter: str, device: str, num_steps: int, new_tokens: int,
+                 attention_backend: str = "auto", timeout: int = 900) -> ServedRun:
+    """Greedy EAGLE-3 generation of :data:`PROMPTS` by stock SGLang in a subprocess (SGLang's
+    schedulers need a fresh process; on CPU, the CPU shims in every process)."""
+    from sglang_eagle_ext.sglang.compat import cpu
+
+    env = dict(os.environ)
+    env.pop("SGLANG_EAGLE_EXT", None)
+    if device == "cpu":
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [cpu.SITE_DIR, env.get("PYTHONPATH")]))
+        env["TRITON_INTERPRET"] = "1"
+    child = [sys.executable, "-c", "from sglang_eagle_ext.demo.run import engine_child; engine_child()",
+             target, drafter, device, str(num_steps), str(new_tokens), attention_backend]
+    try:
+        done = subprocess.run(child, capture_output=True, text=True, env=env, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise DemoFailure(f"SGLang did not finish within {timeout} s") from None
+    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    if done.returncode != 0 or not lines:
+        raise DemoFailure(f"{done.stderr[-4000:]}\nSGLang failed (exit code {done.returncode}); its log "
+                          "tail is above")
+    result = json.loads(lines[0][len("RESULT "):])
+    activation = [line for line in done.stderr.splitlines() if line.startswith("sglang-eagle-ext:")]
+    return ServedRun(result["options"], result["outputs"], activation)
+
+
+def plain_greedy(target: str, new_tokens: int, device: str = "cpu") -> list[list[int]]:
+    """Greedy decoding of :data:`PROMPTS` by HF transformers (float32), argmax at every step."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(target)
-    model = AutoModelForCausalLM.from_pretrained(target, dtype=torch.float32).eval()
+    model = AutoModelForCausalLM.from_pretrained(target, dtype=torch.float32).to(device).eval()
     outputs = []
     for prompt in PROMPTS:
-        ids = torch.tensor([tokenizer(prompt).input_ids])
+        ids = torch.tensor([tokenizer(prompt).input_ids], device=device)
         with torch.no_grad():
             out = model.generate(ids, attention_mask=torch.ones_like(ids),
                                  max_new_tokens=new_tokens, min_new_tokens=new_tokens,
@@ -77,28 +159,37 @@ def plain_greedy(target: str, new_tokens: int) -> list[list[int]]:
     return outputs
 
 
-def run(args) -> int:
-    from sglang_eagle_ext.sglang.compat import cpu as cpu_shims
-
-    cpu_shims.install()
+def _device(requested: str) -> str | None:
     import torch
 
+    if requested == "cuda" and not torch.cuda.is_available():
+        return None
+    return requested if requested != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def run(args) -> int:
+    from sglang_eagle_ext.sglang.compat import cpu
+
+    cpu.install()
     from sglang_eagle_ext.demo.distill import DistillSettings, build_tiny_drafter
     from sglang_eagle_ext.demo.tiny_target import build_tiny_target
 
     if importlib.util.find_spec("sglang") is None:
         print(INSTALL_HINT, file=sys.stderr)
         return 2
-    device = args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
+    device = _device(args.device)
+    if device is None:
+        print("demo: --device cuda, but no CUDA GPU is visible to torch (use --device cpu)", file=sys.stderr)
+        return 2
+    started = time.monotonic()
     workdir = os.path.abspath(args.workdir or os.path.join(cache_dir(), "demo"))
     say(f"device: {device}; models under {workdir}")
-    say("building (or reusing) the tiny target: 8-layer Llama, 512-token BPE tokenizer, "
-        "trained on a token process that looks two tokens back (first run only, about 15 s "
-        "on CPU) ...")
+    say("building (or reusing) the tiny target: 8-layer Llama, 512-token BPE tokenizer, trained on a "
+        "token process that looks two tokens back (first run only) ...")
     target = build_tiny_target(os.path.join(workdir, "target"))
     say(f"target ready: {target}")
     say("distilling (or reusing) a 2-layer EAGLE-3 drafter from the target's own greedy text "
-        "(first run only, about 40 s on CPU) ...")
+        "(first run only) ...")
     last_report = [0.0]
 
     def progress(step, total, loss):
@@ -109,35 +200,25 @@ def run(args) -> int:
     drafter = build_tiny_drafter(os.path.join(workdir, "drafter-2layer"), target,
                                  DistillSettings(num_layers=2), progress)
     say(f"drafter ready: {drafter}")
-    env = dict(os.environ)
-    if device == "cpu":
-        site = cpu_shims.SITE_DIR
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [site, env.get("PYTHONPATH")]))
-        env["TRITON_INTERPRET"] = "1"
-        say("starting SGLang on CPU (Triton interpreter; about a minute) ...")
-    else:
-        say("starting SGLang on the GPU ...")
-    child = [sys.executable, "-c", "from sglang_eagle_ext.demo.run import engine_child; "
-             "engine_child()", target, drafter, device, str(args.num_steps), str(args.max_new_tokens)]
+    say("starting SGLang on CPU (Triton interpreter; about a minute) ..." if device == "cpu"
+        else "starting SGLang on the GPU (CUDA graph capture included) ...")
     try:
-        done = subprocess.run(child, capture_output=True, text=True, env=env, timeout=args.timeout)
-    except subprocess.TimeoutExpired:
-        say(f"SGLang did not finish within {args.timeout} s")
+        served = serve_greedy(target, drafter, device, args.num_steps, args.max_new_tokens,
+                              args.attention_backend, args.timeout)
+    except DemoFailure as exc:
+        print(exc, file=sys.stderr)
         return 1
-    lines = [l for l in done.stdout.splitlines() if l.startswith("RESULT ")]
-    if done.returncode != 0 or not lines:
-        sys.stderr.write(done.stderr[-4000:])
-        say(f"SGLang failed (exit code {done.returncode}); its log tail is above")
-        return 1
-    results = json.loads(lines[0][len("RESULT "):])
+    for line in served.activation[:1]:
+        say(line)
+    say(f"engine: {', '.join(f'{k}={v}' for k, v in served.options.items())}")
     say("plain greedy decoding of the target with HF transformers, for the check ...")
     expected = plain_greedy(target, args.max_new_tokens)
-    tokens = sum(r["completion_tokens"] for r in results)
-    verifies = sum(r["spec_verify_ct"] or 0 for r in results)
-    same = [r["output_ids"] == e for r, e in zip(results, expected)]
-    for prompt, result in zip(PROMPTS, results):
-        print(f"\nprompt: {prompt!r}\noutput: {result['text']!r}")
-    print(f"\nacceptance length: {tokens / max(verifies, 1):.2f} tokens per verify step "
-          f"({tokens} tokens, {verifies} verify steps, {args.num_steps} draft steps, chain)")
+    same = [o["output_ids"] == e for o, e in zip(served.outputs, expected)]
+    for prompt, output in zip(PROMPTS, served.outputs):
+        print(f"\nprompt: {prompt!r}\noutput: {output['text']!r}")
+    tokens = sum(o["completion_tokens"] for o in served.outputs)
+    print(f"\nacceptance length: {served.accept_length:.2f} tokens per verify step ({tokens} tokens, "
+          f"{args.num_steps} draft steps, chain)")
     print(f"output equals plain greedy decoding: {'yes' if all(same) else 'NO'}")
+    say(f"done in {time.monotonic() - started:.0f} s")
     return 0 if all(same) else 1

@@ -25,7 +25,10 @@ from sglang_eagle_ext.errors import Problem
 PARALLEL_DRAFTING_ARCHITECTURES = frozenset({
     "PEagleDraftModel", "PEagleSpeculator", "PeagleLlamaForCausalLM", "PeagleQwen3ForCausalLM"})
 MLA_ARCHITECTURES = frozenset({"Eagle3DeepseekV2ForCausalLM", "Eagle3DeepseekV3ForCausalLM"})
-FLAT_ARCHITECTURES = frozenset({"LlamaForCausalLMEagle3", "LlamaForCausalLM", "Eagle3Qwen3ForCausalLM"})
+FLAT_ARCHITECTURES = frozenset({"LlamaForCausalLMEagle3", "LlamaForCausalLM", "Eagle3Qwen3ForCausalLM",
+                                "LlamaForCausalLMEagle3Deep"})  # the last: ModelOpt's Megatron multi-layer export
+# `model_type`s of MLA targets: NeMo saves their MLA drafters under its Llama drafter's name.
+MLA_MODEL_TYPES = frozenset({"deepseek_v2", "deepseek_v3", "kimi_k2", "kimi_k3", "kimi_k25"})
 # `architectures[0]` -> dialect, for the producers that name their own class.
 _NAMED_ARCHITECTURES = {"LlamaEagle3DraftModel": Dialect.NEMO, "Eagle3LlamaForCausalLM": Dialect.ANGELSLIM,
                         "Eagle3Speculator": Dialect.SPECULATORS, "Eagle3DraftModel": Dialect.SPECULATORS}
@@ -66,23 +69,36 @@ def detect_dialect(config: dict[str, Any], config_file: str) -> tuple[Dialect, l
         parallel_reasons.append(("speculators_model_type", "speculators_model_type = 'peagle'"))
     if config.get("parallel_drafting") is True:
         parallel_reasons.append(("parallel_drafting", "parallel_drafting = true"))
-    step = eagle_config.get("parallel_draft_step")
-    if isinstance(step, int) and step > 1:
-        parallel_reasons.append(("eagle_config.parallel_draft_step", f"eagle_config.parallel_draft_step = {step}"))
     parallel_reasons += [(key, f"{key} is set") for key in _PARALLEL_DRAFTING_KEYS if config.get(key) is not None]
     if parallel_reasons:
         return Dialect.FLAT, [Problem(config_file, parallel_reasons[0][0], "this is a P-EAGLE / parallel-"
                                       "drafting head (" + "; ".join(r for _, r in parallel_reasons) + ")",
                                       PEAGLE_FIX)]
-    if architecture in MLA_ARCHITECTURES:
+    step = eagle_config.get("parallel_draft_step")
+    if isinstance(step, int) and not isinstance(step, bool) and step > 1:
+        return Dialect.MODELOPT, [Problem(
+            config_file, "eagle_config.parallel_draft_step", f"a ModelOpt EagleMedusa head ({step} parallel "
+            "draft steps with Medusa heads)", "SGLang's EAGLE3 worker serves one draft step per forward; export "
+            "the head with parallel_draft_step: 1, or serve it with TensorRT-LLM")]
+    if architecture in MLA_ARCHITECTURES or (architecture == "LlamaEagle3DraftModel"
+                                             and config.get("model_type") in MLA_MODEL_TYPES):
         return Dialect.FLAT, [Problem(
-            config_file, "architectures", f"{architecture} is an MLA (DeepSeek/Kimi) drafter",
+            config_file, "architectures" if architecture in MLA_ARCHITECTURES else "model_type",
+            f"an MLA (DeepSeek/Kimi) drafter ({architecture}, model_type {config.get('model_type')!r})",
             "serve it with SGLang's built-in Eagle3DeepseekV2ForCausalLM (disable this plugin with "
             "SGLANG_EAGLE_EXT=0); this package serves Llama/Qwen3-layer drafters")]
+    quantization = config.get("quantization_config")
+    if quantization is not None:
+        method = quantization.get("quant_method") if isinstance(quantization, dict) else quantization
+        return Dialect.FLAT, [Problem(
+            config_file, "quantization_config", f"a quantized drafter ({method!r})", "serve the unquantized "
+            "export of this drafter: its weight scales are not read by this package")]
     if any(k in config for k in _SPECULATORS_KEYS):
         return Dialect.SPECULATORS, []
     if architecture in _NAMED_ARCHITECTURES:
         return _NAMED_ARCHITECTURES[architecture], []
+    if "parallel_drafting" in config:  # NeMo writes it into every config, also after its serve helpers
+        return Dialect.NEMO, []         # rename the architecture (the config stays the target's)
     if _MODELOPT_EAGLE_KEYS & set(eagle_config):
         return Dialect.MODELOPT, []
     if architecture in FLAT_ARCHITECTURES:
@@ -158,8 +174,9 @@ def read_config_values(config: Any, config_file: str, problems: list[Problem]) -
     JSON object; other problems leave the values partial and are reported together.
     """
     if not isinstance(config, dict):
-        problems.append(Problem(config_file, "<top level>", "a drafter config must be a JSON object",
-                                "point at the drafter's own config.json", found=type(config).__name__))
+        problems.append(Problem(config_file, "<top level>", "a drafter config must be a JSON object of "
+                                "settings", "restore the config.json written with the checkpoint (re-download "
+                                "or re-export it)", found=f"a JSON {type(config).__name__}"))
         return None
     dialect, refused = detect_dialect(config, config_file)
     if refused:
@@ -292,6 +309,8 @@ def _ids(raw: Any, path: str, result: ConfigValues, problems: list[Problem]) -> 
 def _aux_layers(found, places, result, problems):
     """Nested ids are SGLang / SpecForge / ModelOpt / NeMo's (output of layer j = index j+1);
     top-level ids are vLLM's (speculators and vLLM-converted checkpoints: indices as they are)."""
+    if result.values["use_aux_hidden_state"] is False:  # ModelOpt writes [] for heads without aux states
+        found = [(key, raw) for key, raw in found if raw != []]
     ids = {key.place: _ids(raw, key.path(result.dialect), result, problems) for key, raw in found}
     nested, top_level = ids.get(Place.EAGLE), ids.get(Place.TOP)
     nested_field = "eagle_config.eagle_aux_hidden_state_layer_ids"

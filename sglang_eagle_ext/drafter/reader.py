@@ -19,7 +19,7 @@ import torch
 
 from sglang_eagle_ext.drafter import weight_names
 from sglang_eagle_ext.drafter.dialects import PEAGLE_FIX, ConfigValues, read_config_values
-from sglang_eagle_ext.drafter.spec import Dialect, DrafterSpec, LaterLayerNorm
+from sglang_eagle_ext.drafter.spec import GATED_ACTIVATIONS, Dialect, DrafterSpec, LaterLayerNorm
 from sglang_eagle_ext.drafter.target import TargetInfo, check_against_target, read_target
 from sglang_eagle_ext.drafter.tensors import TensorIndex, load_pickle
 from sglang_eagle_ext.errors import DrafterError, Problem
@@ -27,8 +27,10 @@ from sglang_eagle_ext.errors import DrafterError, Problem
 # Weight files in the order they are looked for, relative to the checkpoint directory.
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
                 "pytorch_model.bin.index.json", "consolidated/model.safetensors", "draft_model.pt")
-# NeMo Automodel training state that carries the draft vocabulary.
+# NeMo Automodel training state that carries the draft vocabulary, and the token map its SGLang
+# helper writes next to the weights (the selected target ids, SGLang's --speculative-token-map).
 META_FILES = ("eagle_meta.pt", "eagle3_meta.pt")
+TOKEN_MAP_FILE = "speculative_token_map.pt"
 
 
 @dataclass(frozen=True)
@@ -169,27 +171,31 @@ def _weight_files(directory: str, problems: list[Problem]) -> list[str]:
 
 
 def _meta_vocab_map(directory: str, draft_vocab: int, problems: list[Problem]) -> tuple[str, torch.Tensor] | None:
-    """d2t from NeMo's ``eagle_meta.pt`` / legacy ``eagle3_meta.pt`` (``selected_token_ids``),
-    next to the weights or one folder up (a trainer's ``model/`` subfolder)."""
-    for name in META_FILES:
-        for folder in (directory, os.path.dirname(os.path.normpath(directory))):
-            path = os.path.join(folder, name)
-            if not os.path.isfile(path):
-                continue
-            meta = load_pickle(path, problems)
-            if meta is None:
-                return None
-            ids = meta.get("selected_token_ids")
-            if not isinstance(ids, torch.Tensor) or ids.dim() != 1 or ids.dtype.is_floating_point:
-                problems.append(Problem(path, "selected_token_ids", "missing or not a 1-D integer "
-                                        "tensor", "use the meta file written with this checkpoint"))
-                return None
-            if ids.numel() != draft_vocab:
-                problems.append(Problem(path, "selected_token_ids", "vocab map length differs from the "
-                                        "draft vocabulary", "use the meta file written with this checkpoint",
-                                        expected=str(draft_vocab), found=str(ids.numel())))
-                return None
-            return path, ids.long() - torch.arange(ids.numel())
+    """d2t from the draft vocabulary NeMo Automodel keeps beside the weights: ``eagle_meta.pt`` /
+    legacy ``eagle3_meta.pt`` (``selected_token_ids``) in a training step's folder, which holds
+    the weights in ``model/`` or ``model/consolidated/``, or the ``speculative_token_map.pt`` its
+    SGLang helper writes next to them."""
+    folders = [directory]
+    for _ in range(2):
+        folders.append(os.path.dirname(folders[-1]))
+    candidates = [os.path.join(directory, TOKEN_MAP_FILE)] + [os.path.join(f, name) for f in folders
+                                                               for name in META_FILES]
+    for path in candidates:
+        if not os.path.isfile(path):
+            continue
+        meta = load_pickle(path, problems)
+        ids = meta.get("selected_token_ids") if isinstance(meta, dict) else meta
+        if not isinstance(ids, torch.Tensor) or ids.dim() != 1 or ids.dtype.is_floating_point:
+            if meta is not None:
+                problems.append(Problem(path, "selected_token_ids", "missing or not a 1-D integer tensor",
+                                        "use the vocabulary file written with this checkpoint"))
+            return None
+        if ids.numel() != draft_vocab:
+            problems.append(Problem(path, "selected_token_ids", "vocab map length differs from the "
+                                    "draft vocabulary", "use the vocabulary file written with this checkpoint",
+                                    expected=str(draft_vocab), found=str(ids.numel())))
+            return None
+        return path, ids.long() - torch.arange(ids.numel())
     return None
 
 
@@ -384,6 +390,10 @@ def _read(directory: str) -> DrafterCheckpoint:
     names = set(shapes)
     spec_values = dict(values.values)
     notes = list(values.notes)
+    if spec_values["hidden_act"] not in GATED_ACTIVATIONS:
+        problems.append(Problem(config_file, values.stated.get("hidden_act", "hidden_act"), "an MLP activation "
+                                "no engine serves in an EAGLE-3 drafter", "use a drafter trained with one of "
+                                + ", ".join(GATED_ACTIVATIONS), found=repr(spec_values["hidden_act"])))
     spec_values["num_layers"] = num_layers = _count_layers(names, weights_file, values, problems)
     if "layers.0.self_attn.q_norm.weight" in names and spec_values["layer_kind"] != "qwen3":
         spec_values["layer_kind"] = "qwen3"
@@ -396,6 +406,16 @@ def _read(directory: str) -> DrafterCheckpoint:
     elif layer_types is not None:  # a wrong length is the layer count's problem, reported there
         notes.append(f"layer_types lists {len(layer_types)} layers; the tensors hold {num_layers}")
     use_aux = spec_values["use_aux_hidden_state"]
+    first_q = shapes.get("layers.0.self_attn.q_proj.weight")
+    if not use_aux and "layers.0.hidden_norm.weight" not in names and first_q and first_q[-1] == spec_values["hidden_size"]:
+        raise DrafterError([Problem(
+            config_file, values.stated.get("use_aux_hidden_state", "eagle_config.use_aux_hidden_state"),
+            "an EAGLE head without aux hidden states whose first layer reads only the target's last hidden "
+            "state (q/k/v of width H, no fc, no hidden_norm) and never the token embedding, which SGLang's "
+            "EAGLE3 worker always feeds it (layer 0 of an EAGLE-3 drafter is 2H wide)",
+            "serve it with the runtime it was exported for (ModelOpt / TensorRT-LLM), or re-train it as an "
+            "EAGLE-3 drafter (use_aux_hidden_state: true)", expected=f"layers.0 q_proj input width "
+            f"{2 * spec_values['hidden_size']}", found=f"{first_q[-1]} ({weights_file})")])
     if not use_aux and "fc.weight" in names:
         problems.append(Problem(config_file, "eagle_config.use_aux_hidden_state",
                                 "false, but the weights contain fc.weight",
@@ -409,7 +429,8 @@ def _read(directory: str) -> DrafterCheckpoint:
         notes.append(f"draft_vocab_size not set: {draft_vocab} (from "
                      f"{'lm_head.weight' if lm_head else 'the target vocabulary'})")
     spec_values["draft_vocab_size"] = draft_vocab
-    meta = _meta_vocab_map(directory, draft_vocab, problems) if "d2t" not in names else None
+    meta = (_meta_vocab_map(directory, draft_vocab, problems)
+            if "d2t" not in names and draft_vocab < spec_values["vocab_size"] else None)
     has_map = spec_values["has_vocab_map"] = "d2t" in names or meta is not None
     if draft_vocab > spec_values["vocab_size"]:
         problems.append(Problem(config_file, "draft_vocab_size", "larger than the vocabulary",

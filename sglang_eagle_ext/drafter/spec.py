@@ -93,6 +93,10 @@ class AuxLayers:
         return None if indices is None else tuple(i - 1 for i in indices)
 
 
+# Gated-MLP activations every engine serves (SGLang's SiluAndMul / GeluAndMul).
+GATED_ACTIVATIONS = ("silu", "gelu", "gelu_pytorch_tanh")
+
+
 class LaterLayerNorm(str, enum.Enum):
     """How decoder layers after the first normalise their input."""
 
@@ -171,32 +175,36 @@ def declare(meaning: str, *keys: Key, default: Any = None, written: Key | None =
     return field(metadata={"declaration": Declaration(meaning, keys, default, written, tensors)})
 
 
-def _heads(values: dict) -> int:
+# Defaults computed from fields declared before them; None when one of those is unknown (a
+# config error already reported).
+
+def _heads(values: dict) -> int | None:
     return values["num_attention_heads"]
 
 
-def _head_dim(values: dict) -> int:
-    return values["hidden_size"] // values["num_attention_heads"]
+def _head_dim(values: dict) -> int | None:
+    hidden, heads = values["hidden_size"], values["num_attention_heads"]
+    return hidden // heads if hidden and heads else None
 
 
-def _hidden(values: dict) -> int:
+def _hidden(values: dict) -> int | None:
     return values["hidden_size"]
 
 
-def _vocab(values: dict) -> int:
+def _vocab(values: dict) -> int | None:
     return values["vocab_size"]
 
 
 def _later_layer_norm(values: dict) -> LaterLayerNorm | None:
-    return None if values["num_layers"] < 2 else LaterLayerNorm.INPUT_LAYERNORM
+    return LaterLayerNorm.INPUT_LAYERNORM if (values["num_layers"] or 0) >= 2 else None
 
 
 def _layer_types(values: dict) -> tuple[str, ...]:
-    return ("sliding_attention" if values["sliding_window"] else "full_attention",) * values["num_layers"]
+    return ("sliding_attention" if values["sliding_window"] else "full_attention",) * (values["num_layers"] or 0)
 
 
 def _num_aux(values: dict) -> int:
-    return 3 if values["use_aux_hidden_state"] else 1
+    return 3 if values["use_aux_hidden_state"] is not False else 1
 
 
 def _default_taps(values: dict) -> AuxLayers:
@@ -234,7 +242,7 @@ class DrafterSpec:
                             default=_head_dim, written=top("head_dim"))
     intermediate_size: int = declare("MLP width (I)", layer("intermediate_size"), default=REQUIRED,
                                      written=top("intermediate_size"))
-    hidden_act: str = declare("MLP activation", layer("hidden_act"), default="silu",
+    hidden_act: str = declare("gated MLP activation, one of GATED_ACTIVATIONS", layer("hidden_act"), default="silu",
                               written=top("hidden_act"))
     rms_norm_eps: float = declare("RMSNorm epsilon", layer("rms_norm_eps"), default=1e-6,
                                   written=top("rms_norm_eps"))
@@ -254,11 +262,14 @@ class DrafterSpec:
     o_proj_bias: bool = declare(
         "the output projection carries a bias", default=False, tensors="`self_attn.o_proj.bias` present (HF Llama "
         "gives it one with attention_bias; other producers do not)")
+    mlp_bias: bool = declare("the MLP projections carry biases (HF Llama's mlp_bias)", layer("mlp_bias"),
+                             default=False, written=top("mlp_bias"))
     later_layer_norm: LaterLayerNorm | None = declare(
         "how layers after the first normalise their input (None for one layer)",
         default=_later_layer_norm, tensors="`input_layernorm` or `hidden_norm` of layers >= 1")
     sliding_window: int | None = declare(
-        "window of sliding-attention layers", layer("sliding_window"), written=top("sliding_window"))
+        "window of sliding-attention layers", layer("sliding_window", skip={Dialect.NEMO}),
+        written=top("sliding_window"))
     layer_types: tuple[str, ...] = declare(
         'per draft layer: "full_attention" or "sliding_attention"',
         layer("layer_types", skip={Dialect.NEMO}), default=_layer_types, written=top("layer_types"),

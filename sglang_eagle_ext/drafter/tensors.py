@@ -10,6 +10,7 @@ from __future__ import annotations
 import pickle
 import zipfile
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from safetensors import SafetensorError, safe_open
@@ -86,6 +87,10 @@ class TensorIndex:
         state = load_pickle(path, problems)
         if state is None:
             return
+        if not isinstance(state, dict):
+            problems.append(Problem(path, "<pickle>", "holds no state dict", "save a plain state dict "
+                                    "(tensor name -> tensor)", found=type(state).__name__))
+            return
         if isinstance(state.get("state_dict"), dict):
             state = state["state_dict"]  # training wrappers
         tensors = {k: v for k, v in state.items() if isinstance(k, str) and isinstance(v, torch.Tensor)}
@@ -97,7 +102,7 @@ class TensorIndex:
             self.add(path, raw, tensor.shape, tensor.dtype, problems)
 
 
-def load_pickle(path: str, problems: list[Problem]) -> dict | None:
+def load_pickle(path: str, problems: list[Problem]) -> Any:
     """A torch pickle as plain data (``weights_only=True``), memory-mapped when the file is in
     torch's zip format so that no tensor is read until used."""
     try:
@@ -107,9 +112,5 @@ def load_pickle(path: str, problems: list[Problem]) -> dict | None:
             path, "<pickle>", f"cannot be read as plain tensors ({(str(exc) or type(exc).__name__).splitlines()[0]})",
             "re-export the checkpoint as safetensors; pickles are only loaded with "
             "weights_only=True, never with arbitrary code"))
-        return None
-    if not isinstance(state, dict):
-        problems.append(Problem(path, "<pickle>", "holds no state dict", "save a plain state dict "
-                                "(tensor name -> tensor)", found=type(state).__name__))
         return None
     return state

@@ -18,12 +18,14 @@ Canonical names (``i`` = draft layer, ``j`` = aux chunk)::
     layers.{i}.post_attention_layernorm.weight [H]
     layers.{i}.mlp.{gate,up}_proj.weight  [I, H]
     layers.{i}.mlp.down_proj.weight       [H, I]
+    layers.{i}.mlp.{gate,up,down}_proj.bias [I | H]     mlp_bias
     norm.weight                           [H]
     lm_head.weight                        [Vd, H]       only when the checkpoint has one
     d2t                                   [Vd] int64    offsets, only when Vd < V
 
 Dialect spellings mapped onto these: a leading ``model.`` (NeMo Automodel), ``midlayer.`` for
-``layers.0.`` (SafeAILab, SpecForge, AngelSlim, TorchSpec), ``aux_norm_{low,mid,high}`` for
+``layers.0.`` (SafeAILab, SpecForge, AngelSlim, TorchSpec, ModelOpt before 2026-03),
+``midlayer.{i}.`` for ``layers.{i}.`` (ModelOpt's Megatron export of multi-layer heads), ``aux_norm_{low,mid,high}`` for
 ``fc_norm.{0,1,2}`` (legacy SGLang), fused ``qkv_proj`` / ``gate_up_proj`` (split on load).
 """
 
@@ -48,6 +50,7 @@ PARALLEL_DRAFTING_TENSORS = ("mask_hidden",)
 _LEGACY_AUX_NORMS = {"aux_norm_low": "fc_norm.0", "aux_norm_mid": "fc_norm.1",
                      "aux_norm_high": "fc_norm.2"}
 _LAYER_RE = re.compile(r"^layers\.(\d+)\.")
+_MIDLAYER_RE = re.compile(r"^midlayer\.(\d+)\.")
 
 # fused name -> (canonical parts in concatenation order)
 FUSED_PROJECTIONS = {
@@ -59,7 +62,10 @@ FUSED_PROJECTIONS = {
 def canonical_name(raw: str) -> str:
     """Map a tensor name of any dialect to its canonical spelling (fused names stay fused)."""
     name = raw[len("model."):] if raw.startswith("model.") else raw
-    if name.startswith("midlayer."):
+    numbered = _MIDLAYER_RE.match(name)  # ModelOpt's Megatron export of multi-layer heads
+    if numbered:
+        name = f"layers.{numbered.group(1)}." + name[numbered.end():]
+    elif name.startswith("midlayer."):
         name = "layers.0." + name[len("midlayer."):]
     for legacy, canonical in _LEGACY_AUX_NORMS.items():
         if name.startswith(legacy + "."):
@@ -124,4 +130,7 @@ def expected_shapes(spec: DrafterSpec) -> dict[str, tuple[int, ...]]:
         shapes[p + "mlp.gate_proj.weight"] = (inter, h)
         shapes[p + "mlp.up_proj.weight"] = (inter, h)
         shapes[p + "mlp.down_proj.weight"] = (h, inter)
+        if spec.mlp_bias:
+            shapes.update({p + "mlp.gate_proj.bias": (inter,), p + "mlp.up_proj.bias": (inter,),
+                           p + "mlp.down_proj.bias": (h,)})
     return shapes

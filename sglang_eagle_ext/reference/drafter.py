@@ -34,8 +34,7 @@ _ACTIVATIONS = {
     "silu": F.silu,
     "gelu": F.gelu,
     "gelu_pytorch_tanh": lambda x: F.gelu(x, approximate="tanh"),
-    "relu": F.relu,
-}
+}  # the names of GATED_ACTIVATIONS
 
 
 class RMSNorm(nn.Module):
@@ -114,7 +113,7 @@ class Attention(nn.Module):
         self.q_proj = nn.Linear(in_features, q_out, bias=spec.attention_bias)
         self.k_proj = nn.Linear(in_features, kv_out, bias=spec.attention_bias)
         self.v_proj = nn.Linear(in_features, kv_out, bias=spec.attention_bias)
-        self.o_proj = nn.Linear(q_out, spec.hidden_size, bias=False)
+        self.o_proj = nn.Linear(q_out, spec.hidden_size, bias=spec.o_proj_bias)
         if spec.layer_kind == "qwen3":
             self.q_norm = RMSNorm(spec.head_dim, spec.rms_norm_eps)
             self.k_norm = RMSNorm(spec.head_dim, spec.rms_norm_eps)
@@ -156,9 +155,9 @@ class MLP(nn.Module):
             raise NotImplementedError(f"{spec.path}: hidden_act {spec.hidden_act!r} is not one of "
                                       f"{sorted(_ACTIVATIONS)}")
         self.act = _ACTIVATIONS[spec.hidden_act]
-        self.gate_proj = nn.Linear(spec.hidden_size, spec.intermediate_size, bias=False)
-        self.up_proj = nn.Linear(spec.hidden_size, spec.intermediate_size, bias=False)
-        self.down_proj = nn.Linear(spec.intermediate_size, spec.hidden_size, bias=False)
+        self.gate_proj = nn.Linear(spec.hidden_size, spec.intermediate_size, bias=spec.mlp_bias)
+        self.up_proj = nn.Linear(spec.hidden_size, spec.intermediate_size, bias=spec.mlp_bias)
+        self.down_proj = nn.Linear(spec.intermediate_size, spec.hidden_size, bias=spec.mlp_bias)
 
     def forward(self, x):
         return self.down_proj(self.act(self.gate_proj(x)) * self.up_proj(x))

@@ -28,7 +28,7 @@ from typing import Iterable, Optional
 import torch
 from torch import nn
 
-from sglang.srt.layers.activation import SiluAndMul
+from sglang.srt.layers.activation import GeluAndMul, SiluAndMul
 from sglang.srt.layers.layernorm import RMSNorm
 from sglang.srt.layers.linear import MergedColumnParallelLinear, QKVParallelLinear, RowParallelLinear
 from sglang.srt.layers.logits_processor import LogitsProcessor
@@ -106,17 +106,15 @@ class DraftAttention(nn.Module):
 class DraftMLP(nn.Module):
     def __init__(self, spec: DrafterSpec, quant_config, prefix: str):
         super().__init__()
-        if spec.hidden_act != "silu":
-            raise DrafterError([Problem(
-                spec.files[0], "hidden_act", "only SiLU-gated MLPs are served",
-                "use a drafter with hidden_act = silu", expected="silu", found=spec.hidden_act)])
         self.gate_up_proj = MergedColumnParallelLinear(
-            spec.hidden_size, [spec.intermediate_size] * 2, bias=False, quant_config=quant_config,
+            spec.hidden_size, [spec.intermediate_size] * 2, bias=spec.mlp_bias, quant_config=quant_config,
             prefix=_prefix(prefix, "gate_up_proj"))
         self.down_proj = RowParallelLinear(
-            spec.intermediate_size, spec.hidden_size, bias=False, quant_config=quant_config,
+            spec.intermediate_size, spec.hidden_size, bias=spec.mlp_bias, quant_config=quant_config,
             prefix=_prefix(prefix, "down_proj"))
-        self.act_fn = SiluAndMul()
+        # the reader admits only the activations of GATED_ACTIVATIONS
+        self.act_fn = SiluAndMul() if spec.hidden_act == "silu" else GeluAndMul(
+            "tanh" if spec.hidden_act == "gelu_pytorch_tanh" else "none")
 
     def forward(self, x):
         gate_up, _ = self.gate_up_proj(x)

@@ -9,11 +9,12 @@ elsewhere. ``-s`` prints the statistics and counts. Seeds are fixed, so p-values
 import pytest
 import torch
 
-from gpu_marks import CUDA, needs_cuda, needs_sgl, sgl_kernel
+from tests.kernels.gpu_marks import CUDA, needs_cuda, needs_sgl, sgl_kernel
 
 if CUDA:
-    from sglang_eagle_ext.kernels import reference, tree_build, tree_sampling
-    from sglang_eagle_ext.kernels.draft_trees import random_draft_tree
+    from sglang_eagle_ext.kernels import sampling, tree_build
+    from sglang_eagle_ext.testing import kernel_reference as reference
+    from sglang_eagle_ext.testing.draft_trees import random_draft_tree
 
 # One verify tree of n = 8 nodes, 3 draft steps: the root's children are 1, 2, 3; node 1's are
 # 4 and 5; node 4's is 6 (full depth); node 2's is 7.
@@ -134,7 +135,7 @@ def test_fused_sampler_emits_the_target_distribution(label, scale, margin, tempe
                torch.full((bs,), top_k, dtype=torch.int32, device="cuda"), torch.full((bs,), top_p, device="cuda"))
 
     def fused(outputs, ri, nt, ns, coins, final_coins, bs):
-        tree_sampling.tree_sampling_from_logits(*outputs, candidates, ri, nt, ns, coins, final_coins, logits, *filters)
+        sampling.tree_sampling_from_logits(*outputs, candidates, ri, nt, ns, coins, final_coins, logits, *filters)
 
     _check(f"fused, {label}", _draws(fused, n, seed=22), target)
 
@@ -149,8 +150,8 @@ def test_drop_in_op_emits_the_target_distribution():
     candidates = tokens.cuda().repeat(DRAWS_PER_CALL, 1)
 
     def drop_in(outputs, ri, nt, ns, coins, final_coins, bs):
-        tree_sampling.tree_speculative_sampling_target_only(*outputs, candidates, ri, nt, ns, coins, final_coins,
-                                                            probs, torch.zeros_like(probs))
+        sampling.tree_speculative_sampling_target_only(*outputs, candidates, ri, nt, ns, coins, final_coins,
+                                                       probs, torch.zeros_like(probs))
 
     _check("drop-in op, top-k 50 + top-p 0.9", _draws(drop_in, n, seed=24), target)
 
@@ -196,8 +197,8 @@ def test_fused_sampler_makes_sglang_draws_with_identical_coins():
                        torch.full((bs, steps + 1), -1, dtype=torch.int32, device="cuda"),
                        torch.full((bs,), -3, dtype=torch.int32, device="cuda"))
                 if fused:
-                    tree_sampling.tree_sampling_from_logits(*out, candidates, ri, nt, ns, coins, final_coins, logits,
-                                                            temperatures, top_ks, top_ps)
+                    sampling.tree_sampling_from_logits(*out, candidates, ri, nt, ns, coins, final_coins, logits,
+                                                       temperatures, top_ks, top_ps)
                 else:
                     sgl_kernel.tree_speculative_sampling_target_only(*out, candidates, ri, nt, ns, coins, final_coins,
                                                                      probs, torch.zeros_like(probs))

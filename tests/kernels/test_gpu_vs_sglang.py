@@ -10,11 +10,12 @@ skipped elsewhere. Each test prints its counts (``-s`` shows them).
 import pytest
 import torch
 
-from gpu_marks import CUDA, needs_cuda, needs_sgl, sgl_kernel
+from tests.kernels.gpu_marks import CUDA, needs_cuda, needs_sgl, sgl_kernel
 
 if CUDA:
-    from sglang_eagle_ext.kernels import reference, tree_build, tree_sampling, verify_greedy
-    from sglang_eagle_ext.kernels.draft_trees import random_draft_tree
+    from sglang_eagle_ext.kernels import sampling, tree_build, verify_greedy
+    from sglang_eagle_ext.testing import kernel_reference as reference
+    from sglang_eagle_ext.testing.draft_trees import random_draft_tree
     from sglang_eagle_ext.kernels.tree_mask_modes import (
         FULL_MASK,
         QLEN_ONLY,
@@ -186,7 +187,7 @@ def test_sampling_op_equals_sglang_with_identical_coins(thresholds):
             probs = torch.softmax(logits / 0.7, -1).reshape(bs, n, -1)
             results = []
             for op in (sgl_kernel.tree_speculative_sampling_target_only,
-                       tree_sampling.tree_speculative_sampling_target_only):
+                       sampling.tree_speculative_sampling_target_only):
                 out = _greedy_outputs(bs, n, steps)
                 draft = torch.zeros_like(probs)
                 op(*out, candidates, ri, nt, ns, coins, final_coins, probs, draft, *thresholds)
@@ -217,7 +218,7 @@ def test_fused_sampling_equals_reference_on_gpu():
             top_ps = torch.tensor([1.0, 0.5, 0.9, 0.3, 1.0, 0.99, 0.95, 0.999]).cuda()
             args = (candidates, ri, nt, ns, coins, final_coins, logits, temperatures, top_ks, top_ps)
             ours = _greedy_outputs(bs, n, steps)
-            tree_sampling.tree_sampling_from_logits(*ours, *args)
+            sampling.tree_sampling_from_logits(*ours, *args)
             ref = tuple(t.cpu() for t in _greedy_outputs(bs, n, steps))
             reference.fused_tree_sampling_reference(*ref, *(a.cpu() for a in args))
             same = (ref[2] == ours[2].cpu()) & (ref[1] == ours[1].cpu()).all(1)
@@ -250,7 +251,7 @@ def test_ops_capture_in_a_cuda_graph(k, steps, n, bs, vocab):
         drop_in = _greedy_outputs(bs, n, steps)
         verify_greedy.verify_tree_greedy(*drop_in, candidates, ri, nt, ns, target)
         sampled = _greedy_outputs(bs, n, steps)
-        tree_sampling.tree_sampling_from_logits(*sampled, *sampling_args)
+        sampling.tree_sampling_from_logits(*sampled, *sampling_args)
         return outputs + list(drop_in + sampled)
 
     eager = ops()

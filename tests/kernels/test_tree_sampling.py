@@ -7,9 +7,12 @@ differ only when a coin lands within float rounding of a CDF step (probability ~
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tree_fixtures import assert_same, built_tree, draw_tree_shape, favour_children, poisoned_outputs
+from tests.kernels.row_pass_readback import chunk_pass
+from tests.kernels.tree_fixtures import assert_same, built_tree, draw_tree_shape, favour_children, poisoned_outputs
 
-from sglang_eagle_ext.kernels import reference, tree_sampling
+from sglang_eagle_ext.kernels import sampling
+from sglang_eagle_ext.kernels.sampling import scratch
+from sglang_eagle_ext.testing import kernel_reference as reference
 
 VOCAB = 40
 
@@ -40,9 +43,9 @@ def test_sampling_op_matches_reference(case):
     tree_args, logits, gen = _case(case)
     probs = torch.softmax(logits / 0.8, -1).reshape(bs, n, VOCAB)
     results = []
-    for op in (reference.tree_sampling_reference, tree_sampling.tree_speculative_sampling_target_only):
+    for op in (reference.tree_sampling_reference, sampling.tree_speculative_sampling_target_only):
         out, draft = poisoned_outputs(bs, n, steps), torch.zeros_like(probs)
-        kwargs = {"block_v": 16} if op is tree_sampling.tree_speculative_sampling_target_only else {}
+        kwargs = {"block_v": 16} if op is sampling.tree_speculative_sampling_target_only else {}
         op(*out, *tree_args, probs, draft, *case["thresholds"], **kwargs)
         results.append(out + (draft,))
     assert_same(*results)
@@ -78,8 +81,8 @@ def test_fused_sampler_matches_reference(case, data):
     reference.fused_tree_sampling_reference(*expected, *tree_args, logits, temperatures, top_ks, top_ps,
                                             *case["thresholds"])
     ours = poisoned_outputs(bs, n, steps)
-    tree_sampling.tree_sampling_from_logits(*ours, *tree_args, logits, temperatures, top_ks, top_ps,
-                                            *case["thresholds"], block_v=block_v, scratch_slots=slots)
+    sampling.tree_sampling_from_logits(*ours, *tree_args, logits, temperatures, top_ks, top_ps,
+                                       *case["thresholds"], block_v=block_v, scratch_slots=slots)
     assert_same(ours, expected)
 
 
@@ -108,7 +111,7 @@ def test_chunk_pass_shortlists_every_token_at_or_above_a_valid_floor(seed, tilin
     if ties:
         logits = torch.round(logits)
     temperature = 0.7
-    stats, shortlists, chunks, select_max = tree_sampling.chunk_pass(
+    stats, shortlists, chunks, select_max = chunk_pass(
         logits, 1, torch.full((rows,), temperature), torch.full((rows,), top_k, dtype=torch.int32),
         torch.full((rows,), top_p), block_v, slots, tile=tile, hot_segments=hot_segments,
         gather_segments=gather_segments)
@@ -116,7 +119,9 @@ def test_chunk_pass_shortlists_every_token_at_or_above_a_valid_floor(seed, tilin
     for r in range(rows):
         for c in range(chunks):
             z = logits[r, c * block_v:(c + 1) * block_v]
-            chunk_max, mass, floor, count = stats[r, c].tolist()
+            record = stats[r, c].tolist()
+            chunk_max, mass = record[scratch.STAT_MAX.value], record[scratch.STAT_MASS.value]
+            floor, count = record[scratch.STAT_FLOOR.value], record[scratch.STAT_COUNT.value]
             assert torch.tensor(chunk_max, dtype=torch.int32).view(torch.float32) == z.max()
             expected_mass = torch.exp((z.double() - z.max()) / temperature).sum()
             assert torch.isclose(torch.tensor(mass, dtype=torch.int32).view(torch.float32).double(), expected_mass,
@@ -141,7 +146,7 @@ def test_chunk_floor_is_tight_on_full_and_padded_chunks():
     gen = torch.Generator().manual_seed(7)
     block_v, vocab, top_k = 4096, 2 * 4096 + 1000, 50
     logits = torch.randn(2, vocab, generator=gen) * 3
-    stats, _, chunks, _ = tree_sampling.chunk_pass(
+    stats, _, chunks, _ = chunk_pass(
         logits, 1, torch.full((2,), 1.0), torch.full((2,), top_k, dtype=torch.int32), torch.full((2,), 1.0),
         block_v, 128)
     for r in range(2):
@@ -150,7 +155,8 @@ def test_chunk_floor_is_tight_on_full_and_padded_chunks():
             best = _key(torch.cat([z, z.new_full((block_v - z.numel(),), float("-inf"))]).reshape(256, 16).amax(1))
             exact = best.sort(descending=True).values[top_k - 1]
             at_or_above_exact = int((_key(z) >= exact).sum())
-            assert int(stats[r, c, 2]) <= exact and at_or_above_exact <= int(stats[r, c, 3]) <= at_or_above_exact + 4
+            floor, count = int(stats[r, c, scratch.STAT_FLOOR.value]), int(stats[r, c, scratch.STAT_COUNT.value])
+            assert floor <= exact and at_or_above_exact <= count <= at_or_above_exact + 4
 
 
 def test_filtered_probs_reference_semantics():

@@ -3,9 +3,10 @@
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tree_fixtures import assert_same, built_tree, draw_tree_shape, favour_children, poisoned_outputs
+from tests.kernels.tree_fixtures import assert_same, built_tree, draw_tree_shape, favour_children, poisoned_outputs
 
-from sglang_eagle_ext.kernels import reference, verify_greedy, workspace
+from sglang_eagle_ext.kernels import verify_greedy, workspace
+from sglang_eagle_ext.testing import kernel_reference as reference
 
 VOCAB = 40
 

@@ -1,0 +1,29 @@
+"""`sglang-eagle demo`, the README's main command, end to end on CPU: it reuses the session's
+tiny models (built with the demo's own settings), serves them with stock SGLang and reports a
+lossless output and an acceptance length above one token per verify step."""
+
+import os
+import re
+
+from sglang_eagle_ext.cli import main
+
+
+def test_demo_runs_and_is_lossless(shared_target, shared_drafter, tmp_path, capsys):
+    workdir = tmp_path / "demo"
+    workdir.mkdir()
+    os.symlink(shared_target, workdir / "target")
+    os.symlink(shared_drafter, workdir / "drafter-2layer")
+    assert main(["demo", "--workdir", str(workdir), "--device", "cpu", "--max-new-tokens", "8"]) == 0
+    out = capsys.readouterr().out
+    assert "output equals plain greedy decoding: yes" in out
+    assert "served by sglang_eagle_ext.sglang.model.LlamaForCausalLMEagle3" in out
+    accept = float(re.search(r"acceptance length: ([0-9.]+)", out).group(1))
+    assert 1.0 < accept <= 4.0  # 3 draft steps: at most 4 tokens per verify
+
+
+def test_demo_on_cuda_without_a_gpu_says_so(tmp_path, capsys, monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert main(["demo", "--workdir", str(tmp_path), "--device", "cuda"]) == 2
+    assert "no CUDA GPU is visible" in capsys.readouterr().err
