@@ -45,8 +45,8 @@ import time
 
 import torch
 
-from sglang_eagle_ext.kernels import tree_build, tree_sampling, verify_greedy
-from sglang_eagle_ext.kernels.draft_trees import random_draft_tree
+from sglang_eagle_ext.kernels import sampling, tree_build, verify_greedy
+from sglang_eagle_ext.testing.draft_trees import random_draft_tree
 
 VOCAB = 128256
 SEQ_LEN = 512
@@ -190,8 +190,8 @@ def bench_shape(sgl_kernel, bs, topk, steps, n, gen):
                                                          torch.zeros_like(probs))
 
     def ours_op():
-        tree_sampling.tree_speculative_sampling_target_only(*outputs, *links, coins, final_coins, probs,
-                                                            torch.zeros_like(probs))
+        sampling.tree_speculative_sampling_target_only(*outputs, *links, coins, final_coins, probs,
+                                                       torch.zeros_like(probs))
 
     def theirs_pipeline():
         p = torch.softmax(logits / row_temps[:, None], -1)
@@ -201,7 +201,7 @@ def bench_shape(sgl_kernel, bs, topk, steps, n, gen):
                                                          torch.zeros_like(p))
 
     def ours_pipeline():
-        tree_sampling.tree_sampling_from_logits(*outputs, *links, coins, final_coins, logits, temps, top_ks, top_ps)
+        sampling.tree_sampling_from_logits(*outputs, *links, coins, final_coins, logits, temps, top_ks, top_ps)
 
     row = {"topk": topk, "steps": steps, "n": n, "bs": bs, "rows": bs * n,
            "logits_MB": bs * n * VOCAB * 4 / 1e6}

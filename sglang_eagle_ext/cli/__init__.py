@@ -6,6 +6,8 @@ import argparse
 import importlib
 import sys
 
+from sglang_eagle_ext.cli.options import HelpFormatter, plain_text
+
 # subcommand -> module; each module defines `configure(parser)` and `run(args) -> int`.
 COMMANDS = {
     "inspect": "sglang_eagle_ext.cli.inspect_cmd",
@@ -23,8 +25,9 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, module_name in COMMANDS.items():
         module = importlib.import_module(module_name)
-        sub = subparsers.add_parser(name, help=module.__doc__.strip().splitlines()[0],
-                                    description=module.__doc__)
+        description = plain_text(module.__doc__)
+        sub = subparsers.add_parser(name, help=description.splitlines()[0], description=description,
+                                    formatter_class=HelpFormatter)
         module.configure(sub)
         sub.set_defaults(_run=module.run)
     return parser

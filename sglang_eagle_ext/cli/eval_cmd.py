@@ -14,6 +14,8 @@ import argparse
 import json
 import sys
 
+from sglang_eagle_ext.cli.options import (device_problem, existing_file, layer_indices, non_negative_float,
+                                          positive_int, torch_device)
 from sglang_eagle_ext.errors import DrafterError
 
 NOTHING_ACCEPTED_BELOW = 1.1  # a mean under this means the drafter is useless for this target
@@ -21,24 +23,28 @@ NOTHING_ACCEPTED_BELOW = 1.1  # a mean under this means the drafter is useless f
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--target", required=True, help="target model directory (HF format)")
-    parser.add_argument("--draft", required=True, help="drafter directory (any supported dialect)")
-    parser.add_argument("--prompts", help="text file, one prompt per line (default: built-in)")
-    parser.add_argument("--num-prompts", type=int, default=8)
-    parser.add_argument("--max-new-tokens", type=int, default=48)
-    parser.add_argument("--num-steps", type=int, default=3)
-    parser.add_argument("--topk", type=int, default=4, help="branching of the tree rows")
-    parser.add_argument("--num-draft-tokens", type=int, default=None,
-                        help="tree rows: drafted tokens + 1 (default topk * num_steps + 1)")
-    parser.add_argument("--temperature", type=float, default=1.0, help="for the sampled rows")
-    parser.add_argument("--aux-layers", default=None,
+    parser.add_argument("--draft", required=True, help="drafter: model directory of any supported "
+                        "dialect, a training checkpoint folder, or a Hugging Face hub id")
+    parser.add_argument("--prompts", type=existing_file,
+                        help="text file, one prompt per line (default: prompts from the demo's corpus)")
+    parser.add_argument("--num-prompts", type=positive_int, default=8, help="prompts measured")
+    parser.add_argument("--max-new-tokens", type=positive_int, default=48, help="tokens generated per prompt")
+    parser.add_argument("--num-steps", type=positive_int, default=3, help="draft steps per verify step")
+    parser.add_argument("--topk", type=positive_int, default=4, help="branching of the tree rows")
+    parser.add_argument("--num-draft-tokens", type=positive_int, default=None,
+                        help="tree rows: drafted tokens + 1 (default: topk * num_steps + 1)")
+    parser.add_argument("--temperature", type=non_negative_float, default=1.0,
+                        help="temperature of the sampled rows")
+    parser.add_argument("--aux-layers", type=layer_indices, default=None,
                         help="override the drafter's aux hidden-state indices, e.g. 2,4,5 "
                              "(index k = input of target layer k)")
-    parser.add_argument("--compare-aux-layers", default=None,
+    parser.add_argument("--compare-aux-layers", type=layer_indices, default=None,
                         help="also measure with these aux hidden-state indices (a suspected wrong "
                              "set, e.g. the drafter's ids read in the other id convention: 1,3,4 "
                              "for 2,4,5) and print them as a second column")
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--device", type=torch_device, default="cpu",
+                        help="torch device for both models (cpu, cuda, cuda:1)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the sampled rows and the default prompts")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
 
@@ -47,15 +53,29 @@ def _prompts(args, tokenizer) -> list[list[int]]:
         with open(args.prompts, encoding="utf-8") as handle:
             texts = [line.rstrip("\n") for line in handle if line.strip()]
         if not texts:
-            raise SystemExit(f"{args.prompts}: no prompts (one prompt per non-empty line)")
+            raise OptionError(f"--prompts {args.prompts}: no prompts (one prompt per non-empty line)")
     else:
         from sglang_eagle_ext.demo.corpus import prompts
 
         texts = prompts(args.num_prompts, seed=10_000 + args.seed)
     ids = [tokenizer(text).input_ids for text in texts[:args.num_prompts]]
     if any(len(i) < 2 for i in ids):
-        raise SystemExit("every prompt must be at least 2 tokens long")
+        raise OptionError("--prompts: every prompt must be at least 2 tokens long")
     return ids
+
+
+class OptionError(ValueError):
+    """A command-line value that does not fit the drafter or the target."""
+
+
+def check_indices(indices: tuple[int, ...], count: int, depth: int, option: str) -> None:
+    """Aux hidden-state indices for a ``count``-aux drafter on a ``depth``-layer target."""
+    if len(indices) != count:
+        raise OptionError(f"{option}: the drafter's fc takes {count} aux hidden states, {len(indices)} "
+                          f"indices given ({','.join(map(str, indices))})")
+    if max(indices) > depth:
+        raise OptionError(f"{option}: hidden-state indices run from 0 to {depth} on this {depth}-layer "
+                          f"target, {max(indices)} given")
 
 
 def load(target_dir: str, draft_dir: str, device: str, aux_override=None):
@@ -63,11 +83,12 @@ def load(target_dir: str, draft_dir: str, device: str, aux_override=None):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from sglang_eagle_ext.drafter.locate import locate_drafter
     from sglang_eagle_ext.drafter.reader import read_drafter
     from sglang_eagle_ext.reference.capture import CapturingTarget
     from sglang_eagle_ext.reference.drafter import ReferenceDrafter
 
-    checkpoint = read_drafter(draft_dir, target=target_dir)
+    checkpoint = read_drafter(locate_drafter(draft_dir).directory, target=target_dir)
     spec = checkpoint.spec
     model = AutoModelForCausalLM.from_pretrained(target_dir, dtype=torch.float32).to(device).eval()
     tokenizer = AutoTokenizer.from_pretrained(target_dir)
@@ -76,15 +97,12 @@ def load(target_dir: str, draft_dir: str, device: str, aux_override=None):
         indices = (depth,)
     else:
         indices = aux_override or spec.aux_layers.hidden_state_indices(depth)
+    check_indices(indices, spec.num_aux_hidden_states if spec.use_aux_hidden_state else 1, depth, "--aux-layers")
     drafter = ReferenceDrafter.from_tensors(
         spec, checkpoint.load_tensors(torch.float32),
         target_embed=model.get_input_embeddings().weight.detach(),
         target_lm_head=model.get_output_embeddings().weight.detach()).to(device).eval()
     return tokenizer, CapturingTarget(model, indices), drafter
-
-
-def _indices(text: str | None) -> tuple[int, ...] | None:
-    return tuple(int(x) for x in text.split(",")) if text else None
 
 
 def _measure(target, drafter, prompts, rows, args, bar) -> dict:
@@ -137,12 +155,15 @@ def run(args) -> int:
     from sglang_eagle_ext.reference.acceptance import DraftSettings
     from sglang_eagle_ext.reference.capture import CapturingTarget
 
+    if device_problem(args.device):
+        print(f"eval: --device {device_problem(args.device)}", file=sys.stderr)
+        return 2
     try:
-        tokenizer, target, drafter = load(args.target, args.draft, args.device,
-                                          _indices(args.aux_layers))
-        compared = _indices(args.compare_aux_layers)
-        if compared is not None:
-            compared = CapturingTarget(target.model, compared)
+        tokenizer, target, drafter = load(args.target, args.draft, args.device, args.aux_layers)
+        compared = None
+        if args.compare_aux_layers is not None:
+            check_indices(args.compare_aux_layers, len(target.indices), len(target.layers), "--compare-aux-layers")
+            compared = CapturingTarget(target.model, args.compare_aux_layers)
         rows = {
             "chain greedy": DraftSettings(args.num_steps, 1),
             "chain sampled": DraftSettings(args.num_steps, 1, temperature=args.temperature),
@@ -153,10 +174,14 @@ def run(args) -> int:
     except DrafterError as exc:
         print(exc, file=sys.stderr)
         return 1
-    except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    prompts = _prompts(args, tokenizer)
+    except (OptionError, OSError) as exc:
+        print(f"eval: {exc}", file=sys.stderr)
+        return 2
+    try:
+        prompts = _prompts(args, tokenizer)
+    except (OptionError, OSError, UnicodeDecodeError) as exc:
+        print(f"eval: {exc}", file=sys.stderr)
+        return 2
     targets = [target] + ([compared] if compared is not None else [])
     with tqdm(total=len(targets) * len(rows) * len(prompts), desc="verify steps", unit="prompt",
               file=sys.stderr, disable=None) as bar:

@@ -8,16 +8,18 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from typing import Any
 
 from sglang_eagle_ext.drafter.reader import read_drafter
 from sglang_eagle_ext.errors import DrafterError, Problem
-from sglang_eagle_ext.drafter.spec import DrafterSpec, IdConvention
+from sglang_eagle_ext.drafter.locate import locate_drafter
+from sglang_eagle_ext.drafter.spec import DrafterSpec, IdConvention, default_aux_indices
 from sglang_eagle_ext.drafter.target import TargetInfo, check_against_target, read_target
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("path", help="drafter checkpoint directory (config.json + weights)")
+    parser.add_argument("path", help="drafter: model directory, a trainer's checkpoint folder, or a hub id")
     parser.add_argument("--target", help="target model directory or its config.json: adds the "
                         "checks that need the target and resolves the captured layers")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
@@ -40,7 +42,7 @@ def capture_plan(spec: DrafterSpec, target: TargetInfo | None) -> dict[str, Any]
     if n is not None:
         # Stock SGLang's Llama/Qwen targets read only eagle_config ids (plus one), else default.
         stock = (tuple(j + 1 for j in aux.declared) if aux.convention is IdConvention.LAYER_OUTPUT
-                 and aux.declared is not None else (2, n // 2, n - 3))
+                 and aux.declared is not None else default_aux_indices(n))
         plan["stock_sglang_would_capture"] = list(stock)
         plan["stock_sglang_agrees"] = stock == aux.hidden_state_indices(n)
         plan["last_layer_output_needed"] = n in aux.hidden_state_indices(n)
@@ -103,7 +105,10 @@ def run(args: argparse.Namespace) -> int:
     spec, plan, target, problems = None, None, None, []
     try:
         target = None if args.target is None else read_target(args.target)
-        spec = read_drafter(args.path).spec
+        located = locate_drafter(args.path)
+        if located.how != "model directory":
+            print(f"reading {located.directory} ({located.how})", file=sys.stderr)
+        spec = read_drafter(located.directory).spec
         if target is not None:
             problems = check_against_target(spec, target)
         plan = capture_plan(spec, target)

@@ -1,11 +1,12 @@
 """Launch stock SGLang with EAGLE-3 for any drafter checkpoint (hub id, model dir, trainer output).
 
-The drafter may be a hub id (passed through untouched), a model directory of any supported
-dialect (SafeAILab, SpecForge, AngelSlim, ModelOpt, speculators, NeMo), an outer training
-checkpoint ``epoch_<E>_step_<S>/`` (its ``model/`` is used) or a legacy ``draft_model.pt`` +
-``config.json`` (exported once into a model directory). It is validated against the target
-before anything starts; this package's SGLang plugin then serves it with the right capture
-layers. Arguments after ``--`` go to ``python -m sglang.launch_server`` unchanged.
+The drafter may be a hub id (fetched into the local Hugging Face cache), a model directory of any
+supported dialect (SafeAILab, SpecForge, AngelSlim, ModelOpt, speculators, NeMo), a trainer's
+checkpoint folder epoch_<E>_step_<S>/ (its model/ or model/consolidated/ is used, or the legacy
+draft_model.pt it holds) or a legacy draft_model.pt + config.json folder (exported once into a
+model directory). It is validated against the target before anything starts; this package's
+SGLang plugin then serves it with the right capture layers. Arguments after -- go to
+python -m sglang.launch_server unchanged.
 """
 
 from __future__ import annotations
@@ -14,32 +15,34 @@ import argparse
 import hashlib
 import importlib.util
 import os
-import re
 import shlex
 import signal
 import subprocess
 import sys
 
-from sglang_eagle_ext.errors import DrafterError
+from sglang_eagle_ext.cli.options import positive_int
+from sglang_eagle_ext.drafter.locate import Located, is_hub_id, locate_drafter
+from sglang_eagle_ext.drafter.target import TargetInfo, read_target
+from sglang_eagle_ext.errors import DrafterError, Problem
 
 INSTALL_HINT = ("SGLang is not installed in this Python environment. Install it with\n"
                 "    pip install 'sglang-eagle-ext[sglang]'\n"
                 "(on a CPU-only machine: pip install -r requirements/sglang-cpu-0.5.23.txt), "
                 "or use --print-only to see the command.")
-_EPOCH_DIR = re.compile(r"^epoch_\d+_step_\d+$")
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--target", required=True, help="target model (directory or hub id)")
+    parser.add_argument("--target", required=True, help="target model: a local directory or a hub id")
     parser.add_argument("--draft", required=True, help="drafter: hub id, model directory, "
-                        "epoch_<E>_step_<S>/ training checkpoint or legacy draft_model.pt dir")
-    parser.add_argument("--algorithm", default="EAGLE3", choices=["EAGLE3"])
-    parser.add_argument("--num-steps", type=int, default=3)
-    parser.add_argument("--topk", type=int, default=1)
-    parser.add_argument("--num-draft-tokens", type=int, default=None,
-                        help="default: num-steps + 1 for topk 1, else topk * num-steps + 1")
+                        "epoch_<E>_step_<S>/ training checkpoint or legacy draft_model.pt directory")
+    parser.add_argument("--algorithm", default="EAGLE3", choices=["EAGLE3"], help="SGLang's speculative algorithm")
+    parser.add_argument("--num-steps", type=positive_int, default=3, help="draft steps per verify step")
+    parser.add_argument("--topk", type=positive_int, default=1, help="branching of the draft tree (1: chain)")
+    parser.add_argument("--num-draft-tokens", type=positive_int, default=None,
+                        help="verified tokens per step (default: num-steps + 1 for topk 1, else "
+                             "topk * num-steps + 1)")
     parser.add_argument("--export-dir", default=None,
-                        help="where legacy checkpoints are exported (default: the user cache)")
+                        help="where legacy checkpoints are exported (default: <user cache>/exports)")
     parser.add_argument("--print-only", action="store_true",
                         help="write nothing; print the command and the paths a launch would use")
     parser.add_argument("extra", nargs=argparse.REMAINDER,
@@ -51,51 +54,27 @@ def cache_dir() -> str:
     return os.path.join(root, "sglang-eagle-ext")
 
 
-def is_hub_id(value: str) -> bool:
-    return not os.path.exists(value) and re.fullmatch(r"[\w.-]+/[\w.-]+", value) is not None
+def export_directory(located: Located, export_dir: str | None) -> str:
+    """Where a legacy checkpoint's model directory is written (one per source path)."""
+    digest = hashlib.sha256(located.directory.encode()).hexdigest()[:12]
+    return os.path.join(export_dir or os.path.join(cache_dir(), "exports"),
+                        f"{os.path.basename(located.directory.rstrip(os.sep))}-{digest}")
 
 
-class Resolution:
-    """Where the drafter SGLang will load lives, and what has to happen first."""
+def target_info(target: str) -> TargetInfo | None:
+    """The target's facts: a local directory must exist; a hub id's config comes through
+    ``huggingface_hub`` (None when it cannot be fetched: the checks that need it are skipped)."""
+    if is_hub_id(target):
+        from huggingface_hub import hf_hub_download
 
-    def __init__(self, given: str, model_dir: str, reason: str, export_from: str | None = None):
-        self.given, self.model_dir, self.reason, self.export_from = given, model_dir, reason, export_from
-
-
-def resolve_draft(draft: str, export_dir: str | None) -> Resolution:
-    if is_hub_id(draft):
-        return Resolution(draft, draft, "hub id, passed through untouched")
-    path = os.path.abspath(draft)
-    if not os.path.isdir(path):
-        raise DrafterError([_problem(path, "path", "does not exist or is not a directory",
-                                     "pass a drafter directory or a hub id such as org/name")])
-    if _EPOCH_DIR.match(os.path.basename(path.rstrip(os.sep))) or (
-            os.path.isdir(os.path.join(path, "model")) and not os.path.isfile(
-                os.path.join(path, "config.json"))):
-        inner = os.path.join(path, "model")
-        if not os.path.isdir(inner):
-            raise DrafterError([_problem(path, "model/", "training checkpoint without a model/ "
-                                         "directory", "point --draft at the model directory")])
-        return _resolve_local(inner, "training checkpoint: its model/ directory", export_dir)
-    return _resolve_local(path, "model directory", export_dir)
-
-
-def _resolve_local(path: str, reason: str, export_dir: str | None) -> Resolution:
-    from sglang_eagle_ext.drafter.export import is_legacy_checkpoint
-
-    if is_legacy_checkpoint(path):
-        digest = hashlib.sha256(path.encode()).hexdigest()[:12]
-        target = os.path.join(export_dir or os.path.join(cache_dir(), "exports"),
-                              f"{os.path.basename(path.rstrip(os.sep))}-{digest}")
-        return Resolution(path, target, reason + " with a legacy draft_model.pt: exported to a "
-                          "model directory", export_from=path)
-    return Resolution(path, path, reason)
-
-
-def _problem(file, field, message, fix):
-    from sglang_eagle_ext.errors import Problem
-
-    return Problem(file, field, message, fix)
+        try:
+            return read_target(hf_hub_download(target, "config.json"))
+        except Exception:  # offline, gated, or not there: SGLang will say so itself
+            return None
+    if not os.path.exists(target):
+        raise DrafterError([Problem(os.path.abspath(target), "--target", "does not exist",
+                                    "pass the target model's directory or its hub id (org/name)")])
+    return read_target(target)
 
 
 def build_command(args, model_dir: str) -> list[str]:
@@ -114,38 +93,32 @@ def build_command(args, model_dir: str) -> list[str]:
 
 
 def run(args) -> int:
-    from sglang_eagle_ext.drafter.reader import read_drafter
     from sglang_eagle_ext.drafter.export import export_is_current, export_legacy
+    from sglang_eagle_ext.drafter.reader import read_drafter
     from sglang_eagle_ext.sglang.draft_config import capture_layer_ids
-    from sglang_eagle_ext.drafter.target import read_target
 
     try:
-        resolution = resolve_draft(args.draft, args.export_dir)
-        target_info = read_target(args.target) if os.path.exists(args.target) else None
-        capture_ids = "decided by SGLang (hub id)"
-        spec = None
-        if resolution.export_from is None and not is_hub_id(resolution.model_dir):
-            spec = read_drafter(resolution.model_dir, target=target_info).spec
-        elif resolution.export_from is not None:
-            spec = read_drafter(resolution.export_from, target=target_info).spec
-        if spec is not None:
-            ids = capture_layer_ids(spec, target_info)
-            capture_ids = ("SGLang default taps" if ids is None else
-                           f"{list(ids)} (SGLang layer-output ids = hidden-state indices "
-                           f"{[i + 1 for i in ids]})")
+        located = locate_drafter(args.draft)
+        target = target_info(args.target)
+        spec = read_drafter(located.directory, target=target).spec
+        ids = capture_layer_ids(spec, target)
     except DrafterError as exc:
         print(exc, file=sys.stderr)
         return 1
-    command = build_command(args, resolution.model_dir)
-    needs_export = resolution.export_from is not None and not export_is_current(
-        resolution.export_from, resolution.model_dir)
-    lines = [f"drafter:        {resolution.given} ({resolution.reason})",
-             f"served from:    {resolution.model_dir}"
-             + (" (to be written)" if needs_export else "")]
-    if spec is not None:
-        lines.append(f"drafter:        {spec.dialect.value} dialect, {spec.num_layers} layer(s), "
-                     f"{spec.num_aux_hidden_states} aux, draft vocab {spec.draft_vocab_size}")
-    lines += [f"target capture: {capture_ids}", "command:        " + shlex.join(command)]
+    served_from = export_directory(located, args.export_dir) if located.legacy else located.directory
+    command = build_command(args, served_from)
+    needs_export = located.legacy and not export_is_current(located.directory, served_from)
+    capture = ("SGLang default taps" if ids is None else
+               f"{list(ids)} (SGLang layer-output ids = hidden-state indices {[i + 1 for i in ids]})")
+    lines = [f"drafter:        {located.given} ({located.how}"
+             + (", exported to a model directory)" if located.legacy else ")"),
+             f"served from:    {served_from}" + (" (to be written)" if needs_export else ""),
+             f"drafter:        {spec.dialect.value} dialect, {spec.num_layers} layer(s), "
+             f"{spec.num_aux_hidden_states} aux, draft vocab {spec.draft_vocab_size}",
+             f"target:         {args.target}" + ("" if target else " (config not fetched: checks that need "
+                                                  "the target were skipped)"),
+             f"target capture: {capture}"]
+    lines += [f"note:           {note}" for note in spec.notes] + ["command:        " + shlex.join(command)]
     if args.print_only:
         print("\n".join(lines))
         return 0
@@ -154,7 +127,7 @@ def run(args) -> int:
         return 2
     if needs_export:
         try:
-            export_legacy(resolution.export_from, resolution.model_dir, target=target_info)
+            export_legacy(located.directory, served_from, target=target)
         except DrafterError as exc:
             print(exc, file=sys.stderr)
             return 1

@@ -22,6 +22,7 @@ import sys
 import time
 from dataclasses import dataclass
 
+from sglang_eagle_ext.cli.options import positive_int
 from sglang_eagle_ext.cli.serve_cmd import INSTALL_HINT, cache_dir
 
 PROMPTS = ["The old sailor counts", "A curious child waits for"]
@@ -31,13 +32,13 @@ ATTENTION_BACKENDS = ("auto", "fa3", "flashinfer", "triton")
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workdir", default=None,
                         help="where the tiny models are built and reused (default: <user cache>/demo)")
-    parser.add_argument("--max-new-tokens", type=int, default=24, help="tokens generated per prompt")
-    parser.add_argument("--num-steps", type=int, default=3, help="draft steps per verify (chain drafting)")
+    parser.add_argument("--max-new-tokens", type=positive_int, default=24, help="tokens generated per prompt")
+    parser.add_argument("--num-steps", type=positive_int, default=3, help="draft steps per verify (chain drafting)")
     parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
                         help="auto: the GPU when one is visible, else the CPU")
     parser.add_argument("--attention-backend", choices=ATTENTION_BACKENDS, default="auto",
                         help="GPU attention backend; auto: fa3 when sgl_kernel has it, else triton")
-    parser.add_argument("--timeout", type=int, default=900, help="seconds allowed for the SGLang run")
+    parser.add_argument("--timeout", type=positive_int, default=900, help="seconds allowed for the SGLang run")
 
 
 def say(message: str) -> None:

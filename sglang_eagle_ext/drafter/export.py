@@ -22,15 +22,9 @@ from sglang_eagle_ext.errors import DrafterError, Problem
 from sglang_eagle_ext.drafter.model_dir import membership_mask, staged_directory, write_json
 from sglang_eagle_ext.drafter.config_json import canonical_config
 
-LEGACY_WEIGHTS = "draft_model.pt"
 EXPORT_RECORD = "exported_from.json"
 # Fields that legitimately differ between the legacy checkpoint and its export.
 _PROVENANCE = {"path", "dialect", "architecture", "files", "notes", "aux_layers"}
-
-
-def is_legacy_checkpoint(directory: str) -> bool:
-    return (os.path.isfile(os.path.join(directory, LEGACY_WEIGHTS))
-            and os.path.isfile(os.path.join(directory, "config.json")))
 
 
 def source_fingerprint(directory: str) -> list[list]:

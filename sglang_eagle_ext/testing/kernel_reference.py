@@ -131,7 +131,7 @@ def tree_sampling_reference(predicts, accept_index, accept_token_num, candidates
                             uniform_samples_for_final_sampling, target_probs, draft_probs,
                             threshold_single: float = 1.0, threshold_acc: float = 1.0) -> None:
     """Reference for
-    :func:`sglang_eagle_ext.kernels.tree_sampling.tree_speculative_sampling_target_only`."""
+    :func:`sglang_eagle_ext.kernels.sampling.tree_speculative_sampling_target_only`."""
     bs, n = candidates.shape
     max_accepts = accept_index.shape[1] - 1
     probs = target_probs.reshape(bs * n, -1)
@@ -197,7 +197,7 @@ def fused_tree_sampling_reference(predicts, accept_index, accept_token_num, cand
                                   uniform_samples_for_final_sampling, logits, temperatures, top_ks,
                                   top_ps, threshold_single: float = 1.0,
                                   threshold_acc: float = 1.0) -> None:
-    """Reference for :func:`sglang_eagle_ext.kernels.tree_sampling.tree_sampling_from_logits`:
+    """Reference for :func:`sglang_eagle_ext.kernels.sampling.tree_sampling_from_logits`:
     the target-only tree sampler applied to :func:`filtered_probs_reference` of every row."""
     bs, n = candidates.shape
     rows = [filtered_probs_reference(logits[r], float(temperatures[r // n]), int(top_ks[r // n]),

@@ -45,13 +45,37 @@ def test_print_only_nemo_training_checkpoint(tmp_path, target, capsys, monkeypat
     assert "target capture: [1, 5, 8]" in out
 
 
-def test_hub_id_passes_through(capsys):
-    assert main(["serve", "--target", "meta-llama/Llama-3.1-8B-Instruct", "--draft",
-                 "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", "--topk", "4", "--num-steps", "2",
+def test_legacy_layout_in_a_training_step_folder_is_exported(tmp_path, target, capsys):
+    """NeMo's older trainer kept draft_model.pt + config.json + eagle_meta.pt in epoch_*_step_*/."""
+    legacy, _, _ = _legacy(tmp_path)
+    step = tmp_path / "run" / "epoch_1_step_6250"
+    os.makedirs(step.parent)
+    os.rename(legacy, step)
+    assert main(["serve", "--target", target, "--draft", str(step), "--export-dir", str(tmp_path / "x"),
                  "--print-only"]) == 0
     out = capsys.readouterr().out
-    assert "--speculative-draft-model-path yuhuili/EAGLE3-LLaMA3.1-Instruct-8B" in out
-    assert "--speculative-num-draft-tokens 9" in out
+    assert "legacy draft_model.pt checkpoint, exported to a model directory" in out and "(to be written)" in out
+
+
+def test_consolidated_nemo_checkpoint_is_found(tmp_path, target, capsys):
+    step = tmp_path / "epoch_0_step_10"
+    fixtures.build("F12-nemo", str(step / "model" / "consolidated"), seed=4)
+    assert main(["serve", "--target", target, "--draft", str(step), "--print-only"]) == 0
+    assert f"--speculative-draft-model-path {step / 'model' / 'consolidated'}" in capsys.readouterr().out
+
+
+def test_peagle_in_a_training_step_folder_is_named(tmp_path, target, capsys):
+    step = tmp_path / "epoch_0_step_5"
+    fixtures.build("F13-peagle-speculators", str(step))
+    assert main(["serve", "--target", target, "--draft", str(step), "--print-only"]) == 1
+    assert "P-EAGLE" in capsys.readouterr().err
+
+
+def test_a_missing_local_target_is_reported(tmp_path, capsys):
+    draft = fixtures.build("F1-specforge", str(tmp_path / "d"))
+    assert main(["serve", "--target", str(tmp_path / "no-such-target"), "--draft", draft, "--print-only"]) == 1
+    err = capsys.readouterr().err
+    assert "no-such-target" in err and "--target" in err
 
 
 def _legacy(tmp_path):

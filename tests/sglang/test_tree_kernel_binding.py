@@ -6,7 +6,7 @@ import types
 import pytest
 import torch
 
-from sglang_eagle_ext.kernels import tree_sampling, verify_greedy
+from sglang_eagle_ext.kernels import sampling, verify_greedy
 from sglang_eagle_ext.sglang.compat import tree_kernels as sglang_binding
 
 
@@ -50,7 +50,7 @@ def test_triton_binds_every_present_point_and_restores(fake_sglang, monkeypatch)
     assert len(patched) == 4, patched
     utils = fake_sglang["sglang.srt.speculative.eagle_utils"]
     info = fake_sglang["sglang.srt.speculative.eagle_info"]
-    assert info.tree_speculative_sampling_target_only.__wrapped__ is tree_sampling.tree_speculative_sampling_target_only
+    assert info.tree_speculative_sampling_target_only.__wrapped__ is sampling.tree_speculative_sampling_target_only
     assert fake_sglang["sgl_kernel"].verify_tree_greedy.__wrapped__ is verify_greedy.verify_tree_greedy
 
     # The func wrapper keeps SGLang's contract: retrieve_* keywords in, the three outputs back.

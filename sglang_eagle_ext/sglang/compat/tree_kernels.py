@@ -28,7 +28,7 @@ bound when its module imports and has the attribute, whatever the release.
 
 Only the op-level drop-ins are bound: SGLang still computes the argmax and the renormalised
 probabilities itself. The fused paths (:func:`~sglang_eagle_ext.kernels.verify_greedy.
-verify_tree_greedy_from_logits`, :func:`~sglang_eagle_ext.kernels.tree_sampling.
+verify_tree_greedy_from_logits`, :func:`~sglang_eagle_ext.kernels.sampling.
 tree_sampling_from_logits`) need SGLang's verify code changed to call them.
 """
 
@@ -110,7 +110,7 @@ def _greedy_func():
 
 
 def _sampling_op():
-    from sglang_eagle_ext.kernels.tree_sampling import tree_speculative_sampling_target_only
+    from sglang_eagle_ext.kernels.sampling import tree_speculative_sampling_target_only
 
     return _retrive_spelling(tree_speculative_sampling_target_only)
 

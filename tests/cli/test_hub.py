@@ -1,0 +1,74 @@
+"""Hub drafters: inspect, serve and eval take a hub id, fetch it through huggingface_hub and check
+it exactly like a local directory. Offline (HF_HUB_OFFLINE=1) against a local cache built here."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+from sglang_eagle_ext.testing import fixtures
+
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+
+
+def hub_cache(root, repo_id: str, source: str) -> str:
+    """A Hugging Face cache holding ``source`` as the snapshot of ``repo_id``'s main branch."""
+    repo = os.path.join(root, "models--" + repo_id.replace("/", "--"))
+    os.makedirs(os.path.join(repo, "refs"))
+    with open(os.path.join(repo, "refs", "main"), "w") as handle:
+        handle.write(COMMIT)
+    shutil.copytree(source, os.path.join(repo, "snapshots", COMMIT))
+    return os.path.join(repo, "snapshots", COMMIT)
+
+
+def cli(cache, *argv):
+    env = dict(os.environ, HF_HUB_CACHE=str(cache), HF_HUB_OFFLINE="1")
+    return subprocess.run([sys.executable, "-c", "import sys; from sglang_eagle_ext.cli import main; "
+                           "sys.exit(main())", *argv], capture_output=True, text=True, env=env, timeout=600)
+
+
+def test_inspect_and_serve_a_hub_drafter_offline(tmp_path):
+    cache = tmp_path / "hub"
+    snapshot = hub_cache(cache, "org/tiny-eagle3", fixtures.build("F8-speculators-4-aux", str(tmp_path / "d")))
+    target = tmp_path / "target"
+    target.mkdir()
+    (target / "config.json").write_text(json.dumps(fixtures.target_config()))
+
+    inspected = cli(cache, "inspect", "org/tiny-eagle3", "--target", str(target), "--json")
+    assert inspected.returncode == 0, inspected.stderr
+    report = json.loads(inspected.stdout)
+    assert report["status"] == "ok" and report["description"]["num_aux_hidden_states"] == 4
+    assert report["capture"]["hidden_state_indices"] == [2, 5, 9, 11]
+
+    served = cli(cache, "serve", "--target", str(target), "--draft", "org/tiny-eagle3", "--print-only")
+    assert served.returncode == 0, served.stderr
+    assert f"--speculative-draft-model-path {snapshot}" in served.stdout  # the plugin reads it as local
+    assert "target capture: [1, 4, 8, 10]" in served.stdout
+
+
+def test_a_hub_drafter_is_checked_like_a_local_one(tmp_path):
+    cache = tmp_path / "hub"
+    source = fixtures.build("F3-modelopt", str(tmp_path / "d"))
+    config = json.load(open(os.path.join(source, "config.json")))
+    config["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = [1, 5, 5]
+    json.dump(config, open(os.path.join(source, "config.json"), "w"))
+    hub_cache(cache, "org/broken-eagle3", source)
+    result = cli(cache, "inspect", "org/broken-eagle3")
+    assert result.returncode == 1 and "duplicate aux layer ids" in result.stdout
+
+
+def test_an_uncached_hub_id_offline_says_so(tmp_path):
+    result = cli(tmp_path / "empty-cache", "inspect", "org/not-downloaded")
+    assert result.returncode == 1 and "Traceback" not in result.stderr + result.stdout
+    assert "not in the local Hugging Face cache and HF_HUB_OFFLINE is set" in result.stdout
+
+
+def test_eval_a_hub_drafter_offline(tmp_path, shared_target, shared_drafter):
+    cache = tmp_path / "hub"
+    hub_cache(cache, "org/demo-drafter", shared_drafter)
+    result = cli(cache, "eval", "--target", shared_target, "--draft", "org/demo-drafter", "--num-prompts", "1",
+                 "--max-new-tokens", "6", "--json")
+    assert result.returncode == 0, result.stderr
+    rows = json.loads(result.stdout)["rows"]
+    assert rows["chain greedy"]["accept_length"] > 1.0
