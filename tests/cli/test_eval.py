@@ -74,7 +74,3 @@ def test_table_and_failures(shared_target, shared_drafter, capsys, tmp_path):
     assert "tokens gained per verify step" in out
     assert main(["eval", "--target", shared_target, "--draft", str(tmp_path)]) == 1
     assert "config.json" in capsys.readouterr().err
-    for option in ("--aux-layers", "--compare-aux-layers"):
-        assert main(["eval", "--target", shared_target, "--draft", shared_drafter, option,
-                     "1,2,99"]) == 1
-        assert "do not exist" in capsys.readouterr().err
