@@ -109,11 +109,9 @@ SPEED_TARGET = dict(num_hidden_layers=32, hidden_size=4096, num_attention_heads=
 
 def engine_kwargs(**wanted):
     """Only the fields this SGLang's ServerArgs has (they move between releases)."""
-    import inspect
+    from sglang_eagle_ext.sglang.compat.runtime import server_option_names
 
-    from sglang.srt.server_args import ServerArgs
-
-    fields = getattr(ServerArgs, "__dataclass_fields__", None) or inspect.signature(ServerArgs).parameters
+    fields = server_option_names()
     graph_bs = wanted.pop("graph_bs")
     for name in ("cuda_graph_bs", "cuda_graph_bs_decode"):
         if name in fields:

@@ -62,17 +62,19 @@ def engine_options(device: str, attention_backend: str) -> dict:
     if device == "cpu":
         return dict(device="cpu", dtype="float32", attention_backend="triton", sampling_backend="pytorch",
                     disable_cuda_graph=True)
-    from sglang.srt.server_args import ServerArgs
+    from sglang_eagle_ext.sglang.compat.runtime import server_option_names
 
     backend = gpu_attention_backend() if attention_backend == "auto" else attention_backend
     options = dict(dtype="bfloat16", attention_backend=backend, sampling_backend="pytorch")
     # decode CUDA graphs for the demo's batch only (the argument's name moved between releases)
-    fields = ServerArgs.__dataclass_fields__
+    # and no prefill graphs (0.5.11: piecewise; 0.5.16+: the prefill phase), which add ~20 s per start
+    fields = server_option_names()
     for name in ("cuda_graph_max_bs", "cuda_graph_max_bs_decode"):
         if name in fields:
             options[name] = len(PROMPTS)
-    if "disable_piecewise_cuda_graph" in fields:
-        options["disable_piecewise_cuda_graph"] = True
+    for name in ("disable_piecewise_cuda_graph", "disable_prefill_cuda_graph"):
+        if name in fields:
+            options[name] = True
     return options
 
 

@@ -27,3 +27,18 @@ def test_demo_on_cuda_without_a_gpu_says_so(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert main(["demo", "--workdir", str(tmp_path), "--device", "cuda"]) == 2
     assert "no CUDA GPU is visible" in capsys.readouterr().err
+
+
+def test_gpu_engine_options_exist_in_the_installed_release():
+    # ServerArgs turned from a dataclass into a msgspec Struct in SGLang 0.5.20 and its CUDA graph
+    # options were renamed: every option the GPU demo passes must be one this release takes
+    from sglang.srt.server_args import ServerArgs
+
+    from sglang_eagle_ext.demo.run import PROMPTS, engine_options
+    from sglang_eagle_ext.sglang.compat.runtime import server_option_names
+
+    options = engine_options("cuda", "triton")
+    names = server_option_names()
+    assert "dtype" in names and set(options) <= names
+    assert options["dtype"] == "bfloat16" and len(PROMPTS) in options.values()
+    ServerArgs(model_path="unused", **options)  # the release accepts them as given

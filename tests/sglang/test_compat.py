@@ -168,7 +168,7 @@ def test_draft_input_width_precedence():
 
 
 class TargetRunner:
-    """0.5.11's ModelRunner: reads the drafter's capture ids in ``__init__`` through whatever
+    """0.5.11 - 0.5.15's ModelRunner: reads the drafter's capture ids in ``__init__`` through whatever
     config loader is in force then (here: the raw config, as before a late activation) and
     applies them in ``init_aux_hidden_state_capture``."""
 
@@ -226,14 +226,16 @@ def test_target_capture_ids_come_from_the_normalised_config(tmp_path, runner_cls
     assert applied("org/some-eagle3-drafter", target) is None
 
 
-def test_each_release_applies_the_capture_ids_where_its_runner_does():
-    # 0.5.11's runner applies them in init_aux_hidden_state_capture, later ones in
-    # init_attention_backends from spec_aux_config
-    patches = [p for p in capture_ids.PATCHES if p.needed(Version("0.5.11"))]
-    assert len(patches) == 1
+@pytest.mark.parametrize("release, method", [("0.5.11", "init_aux_hidden_state_capture"),
+                                             ("0.5.13", "init_aux_hidden_state_capture"),
+                                             ("0.5.15.post1", "init_aux_hidden_state_capture"),
+                                             ("0.5.16", "init_attention_backends"),
+                                             ("0.5.23", "init_attention_backends")])
+def test_each_release_applies_the_capture_ids_where_its_runner_does(release, method):
+    # (read from each release's model_runner.py) up to 0.5.15 init_aux_hidden_state_capture
+    # applies self.eagle_aux_hidden_state_layer_ids; from 0.5.16 init_attention_backends applies
+    # spec_aux_config's
+    (patch,) = [p for p in capture_ids.PATCHES if p.needed(Version(release))]
     runner_module = SimpleNamespace(ModelRunner=type("ModelRunner", (), {}))
-    with pytest.raises(UnsupportedRelease, match="ModelRunner.init_aux_hidden_state_capture"):
-        patches[0].apply(runner_module)
-    (later,) = [p for p in capture_ids.PATCHES if p.needed(Version("0.5.23"))]
-    with pytest.raises(UnsupportedRelease, match="ModelRunner.init_attention_backends"):
-        later.apply(runner_module)
+    with pytest.raises(UnsupportedRelease, match=f"ModelRunner.{method}"):
+        patch.apply(runner_module)

@@ -55,10 +55,11 @@ def _applier(method: str, holder_name: str):
     return apply
 
 
-# Which method applies the ids, and where it reads them, changed in 0.5.XX_CAPTURE.
+# 0.5.11 - 0.5.15 apply the ids in init_aux_hidden_state_capture from self; 0.5.16 moved them
+# into spec_aux_config, applied from init_attention_backends.
 PATCHES = (
-    Patch("target-capture-ids", SpecifierSet(">=0.5.11,<0.5.12"), MODEL_RUNNER,
+    Patch("target-capture-ids", SpecifierSet(">=0.5.11,<0.5.16"), MODEL_RUNNER,
           _applier("init_aux_hidden_state_capture", "")),
-    Patch("target-capture-ids", SpecifierSet(">=0.5.12"), MODEL_RUNNER,
+    Patch("target-capture-ids", SpecifierSet(">=0.5.16"), MODEL_RUNNER,
           _applier("init_attention_backends", "spec_aux_config")),
 )

@@ -9,7 +9,8 @@ import importlib
 
 
 def _runtime_context():
-    """0.5.17+ keep the server's state in ``sglang.srt.runtime_context``."""
+    """0.5.14+ keep the server's state in ``sglang.srt.runtime_context`` (``get_parallel`` from
+    0.5.14, ``get_server_args`` from 0.5.15, ``get_spec`` from 0.5.17)."""
     try:
         return importlib.import_module("sglang.srt.runtime_context")
     except ImportError:
@@ -45,7 +46,8 @@ def eagle3_draft_parallel_spec():
 
 def draft_window_size() -> int | None:
     """``--speculative-draft-window-size`` (0.5.12+), None where the option does not exist: the
-    runtime context's bags (0.5.17+), else the global server args (0.5.12 - 0.5.16)."""
+    runtime context's bags (0.5.15+), else the global server args (0.5.11 - 0.5.14; from 0.5.20
+    ``get_global_server_args`` raises, but the context answers first there)."""
     context = _runtime_context()
     for getter in ("get_spec", "get_server_args"):
         if context is not None and hasattr(context, getter):
@@ -54,3 +56,12 @@ def draft_window_size() -> int | None:
     if not hasattr(server_args, "get_global_server_args"):
         return None
     return getattr(server_args.get_global_server_args(), "speculative_draft_window_size", None)
+
+
+def server_option_names() -> frozenset[str]:
+    """The options this release's ``ServerArgs`` takes (a dataclass up to 0.5.19, a msgspec
+    Struct from 0.5.20); their names move between releases."""
+    from sglang.srt.server_args import ServerArgs
+
+    fields = getattr(ServerArgs, "__dataclass_fields__", None) or getattr(ServerArgs, "__struct_fields__", ())
+    return frozenset(fields)
