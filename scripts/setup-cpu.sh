@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Build ./.venv on a CPU-only machine: torch 2.13 CPU, the lean SGLang 0.5.23 install (its full
-# dependency set is several GB of CUDA wheels that a CPU never uses), test tools and this package.
+# Build ./.venv on a CPU-only machine: this package with its `cpu` extra (torch 2.13 CPU and what
+# SGLang 0.5.23 imports on the CPU path; its full dependency set is several GB of CUDA wheels that
+# a CPU never uses), SGLang 0.5.23 without its dependencies, and the test tools.
 # Idempotent: a second run only re-installs this package.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,7 +12,7 @@ fi
 installed() { .venv/bin/python -c "import importlib.util as u, sys; sys.exit(not all(u.find_spec(m) for m in sys.argv[1:]))" "$@"; }
 if ! installed sglang torch triton pytest hypothesis transformers; then
     .venv/bin/pip install --quiet --upgrade pip
-    .venv/bin/pip install --quiet -r requirements/sglang-cpu-0.5.23.txt
+    .venv/bin/pip install --quiet -e ".[cpu,test]"
     .venv/bin/pip install --quiet --no-deps sglang==0.5.23
 fi
 .venv/bin/pip install --quiet --no-deps -e .

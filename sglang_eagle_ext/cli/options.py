@@ -59,6 +59,16 @@ def device_problem(device: str) -> str | None:
     return None
 
 
+SERVING_DEVICES = ("auto", "cpu", "cuda")
+
+
+def serving_device(requested: str) -> str:
+    """One of :data:`SERVING_DEVICES` resolved: ``auto`` is the GPU when torch sees one, else the CPU."""
+    import torch
+
+    return requested if requested != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
+
+
 def existing_file(text: str) -> str:
     if not os.path.isfile(text):
         raise argparse.ArgumentTypeError(f"{text!r} is not a readable file")

@@ -20,15 +20,17 @@ import signal
 import subprocess
 import sys
 
-from sglang_eagle_ext.cli.options import positive_int
+from sglang_eagle_ext.cli.options import SERVING_DEVICES, device_problem, positive_int, serving_device
 from sglang_eagle_ext.drafter.locate import Located, is_hub_id, locate_drafter
 from sglang_eagle_ext.drafter.target import TargetInfo, read_target
 from sglang_eagle_ext.errors import DrafterError, Problem
+from sglang_eagle_ext.sglang.compat import cpu
 
-INSTALL_HINT = ("SGLang is not installed in this Python environment. Install it with\n"
-                "    pip install 'sglang-eagle-ext[sglang]'\n"
-                "(on a CPU-only machine: pip install -r requirements/sglang-cpu-0.5.23.txt), "
-                "or use --print-only to see the command.")
+INSTALL_HINT = ("SGLang is not installed in this Python environment. With a GPU:\n"
+                "    pip install 'sglang>=0.5.11,<0.5.24'\n"
+                "On a CPU-only machine (from this package's clone):\n"
+                "    pip install '.[cpu]' && pip install --no-deps sglang==0.5.23\n"
+                "(README, Install); or use --print-only to see the command.")
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -41,6 +43,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--num-draft-tokens", type=positive_int, default=None,
                         help="verified tokens per step (default: num-steps + 1 for topk 1, else "
                              "topk * num-steps + 1)")
+    parser.add_argument("--device", choices=SERVING_DEVICES, default="auto",
+                        help="auto: the GPU when one is visible, else the CPU (float32, Triton's "
+                             "interpreter, SGLang's CPU flags added unless given after --)")
     parser.add_argument("--export-dir", default=None,
                         help="where legacy checkpoints are exported (default: <user cache>/exports)")
     parser.add_argument("--print-only", action="store_true",
@@ -89,6 +94,8 @@ def build_command(args, model_dir: str) -> list[str]:
     extra = list(args.extra)
     if extra and extra[0] == "--":
         extra = extra[1:]
+    if serving_device(args.device) == "cpu":
+        command += cpu.server_flags(extra)
     return command + extra
 
 
@@ -97,6 +104,9 @@ def run(args) -> int:
     from sglang_eagle_ext.drafter.reader import read_drafter
     from sglang_eagle_ext.sglang.draft_config import capture_layer_ids
 
+    if device_problem(serving_device(args.device)):
+        print(f"serve: --device {device_problem(serving_device(args.device))}", file=sys.stderr)
+        return 2
     try:
         located = locate_drafter(args.draft)
         target = target_info(args.target)
@@ -118,7 +128,9 @@ def run(args) -> int:
              f"target:         {args.target}" + ("" if target else " (config not fetched: checks that need "
                                                   "the target were skipped)"),
              f"target capture: {capture}"]
-    lines += [f"note:           {note}" for note in spec.notes] + ["command:        " + shlex.join(command)]
+    device = serving_device(args.device)
+    lines += [f"note:           {note}" for note in spec.notes] + [f"device:         {device}"]
+    lines += ["command:        " + shlex.join(command)]
     if args.print_only:
         print("\n".join(lines))
         return 0
@@ -132,6 +144,8 @@ def run(args) -> int:
             print(exc, file=sys.stderr)
             return 1
     print("\n".join(lines), file=sys.stderr, flush=True)
+    if device == "cpu":
+        return launch(command, cpu.process_environment(dict(os.environ)))
     return launch(command)
 
 

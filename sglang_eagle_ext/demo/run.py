@@ -22,8 +22,9 @@ import sys
 import time
 from dataclasses import dataclass
 
-from sglang_eagle_ext.cli.options import positive_int
+from sglang_eagle_ext.cli.options import SERVING_DEVICES, device_problem, positive_int, serving_device
 from sglang_eagle_ext.cli.serve_cmd import INSTALL_HINT, cache_dir
+from sglang_eagle_ext.sglang.compat import cpu
 
 PROMPTS = ["The old sailor counts", "A curious child waits for"]
 ATTENTION_BACKENDS = ("auto", "fa3", "flashinfer", "triton")
@@ -34,7 +35,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="where the tiny models are built and reused (default: <user cache>/demo)")
     parser.add_argument("--max-new-tokens", type=positive_int, default=24, help="tokens generated per prompt")
     parser.add_argument("--num-steps", type=positive_int, default=3, help="draft steps per verify (chain drafting)")
-    parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
+    parser.add_argument("--device", choices=SERVING_DEVICES, default="auto",
                         help="auto: the GPU when one is visible, else the CPU")
     parser.add_argument("--attention-backend", choices=ATTENTION_BACKENDS, default="auto",
                         help="GPU attention backend; auto: fa3 when sgl_kernel has it, else triton")
@@ -60,8 +61,7 @@ def gpu_attention_backend() -> str:
 def engine_options(device: str, attention_backend: str) -> dict:
     """SGLang engine arguments for a greedy demo run on ``device``."""
     if device == "cpu":
-        return dict(device="cpu", dtype="float32", attention_backend="triton", sampling_backend="pytorch",
-                    disable_cuda_graph=True)
+        return dict(cpu.ENGINE_OPTIONS)
     from sglang_eagle_ext.sglang.compat.runtime import server_option_names
 
     backend = gpu_attention_backend() if attention_backend == "auto" else attention_backend
@@ -122,13 +122,10 @@ def serve_greedy(target: str, drafter: str, device: str, num_steps: int, new_tok
                  attention_backend: str = "auto", timeout: int = 900) -> ServedRun:
     """Greedy EAGLE-3 generation of :data:`PROMPTS` by stock SGLang in a subprocess (SGLang's
     schedulers need a fresh process; on CPU, the CPU shims in every process)."""
-    from sglang_eagle_ext.sglang.compat import cpu
-
     env = dict(os.environ)
     env.pop("SGLANG_EAGLE_EXT", None)
     if device == "cpu":
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [cpu.SITE_DIR, env.get("PYTHONPATH")]))
-        env["TRITON_INTERPRET"] = "1"
+        env = cpu.process_environment(env)
     child = [sys.executable, "-c", "from sglang_eagle_ext.demo.run import engine_child; engine_child()",
              target, drafter, device, str(num_steps), str(new_tokens), attention_backend]
     try:
@@ -162,17 +159,7 @@ def plain_greedy(target: str, new_tokens: int, device: str = "cpu") -> list[list
     return outputs
 
 
-def _device(requested: str) -> str | None:
-    import torch
-
-    if requested == "cuda" and not torch.cuda.is_available():
-        return None
-    return requested if requested != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
-
-
 def run(args) -> int:
-    from sglang_eagle_ext.sglang.compat import cpu
-
     cpu.install()
     from sglang_eagle_ext.demo.distill import DistillSettings, build_tiny_drafter
     from sglang_eagle_ext.demo.tiny_target import build_tiny_target
@@ -180,9 +167,9 @@ def run(args) -> int:
     if importlib.util.find_spec("sglang") is None:
         print(INSTALL_HINT, file=sys.stderr)
         return 2
-    device = _device(args.device)
-    if device is None:
-        print("demo: --device cuda, but no CUDA GPU is visible to torch (use --device cpu)", file=sys.stderr)
+    device = serving_device(args.device)
+    if device_problem(device):
+        print(f"demo: --device {device_problem(device)}", file=sys.stderr)
         return 2
     started = time.monotonic()
     workdir = os.path.abspath(args.workdir or os.path.join(cache_dir(), "demo"))

@@ -129,9 +129,11 @@ def sample_residual_reference(residual: torch.Tensor, coin: float) -> int:
 def tree_sampling_reference(predicts, accept_index, accept_token_num, candidates, retrive_index,
                             retrive_next_token, retrive_next_sibling, uniform_samples,
                             uniform_samples_for_final_sampling, target_probs, draft_probs,
-                            threshold_single: float = 1.0, threshold_acc: float = 1.0) -> None:
+                            threshold_single: float = 1.0, threshold_acc: float = 1.0,
+                            strict_acceptance: bool = False) -> None:
     """Reference for
-    :func:`sglang_eagle_ext.kernels.sampling.tree_speculative_sampling_target_only`."""
+    :func:`sglang_eagle_ext.kernels.sampling.tree_speculative_sampling_target_only`
+    (``strict_acceptance``: SGLang 0.5.21+'s test, as in its ``sampling.cuh``)."""
     bs, n = candidates.shape
     max_accepts = accept_index.shape[1] - 1
     probs = target_probs.reshape(bs * n, -1)
@@ -146,7 +148,11 @@ def tree_sampling_reference(predicts, accept_index, accept_token_num, candidates
         token = int(candidates[b, child])
         q = probs[row, token]
         prob_acc = prob_acc + q
-        if bool(coin <= prob_acc / threshold_acc) or bool(q >= threshold_single):
+        if strict_acceptance:
+            accepted = bool(q > 0) and (bool(coin < prob_acc / threshold_acc) or bool(q >= threshold_single))
+        else:
+            accepted = bool(coin <= prob_acc / threshold_acc) or bool(q >= threshold_single)
+        if accepted:
             state[b] = (torch.zeros((), dtype=torch.float32), uniform_samples[b, child])
             return True
         scratch[row, token] = q
@@ -195,8 +201,8 @@ def filtered_probs_reference(logits_row: torch.Tensor, temperature: float, top_k
 def fused_tree_sampling_reference(predicts, accept_index, accept_token_num, candidates, retrive_index,
                                   retrive_next_token, retrive_next_sibling, uniform_samples,
                                   uniform_samples_for_final_sampling, logits, temperatures, top_ks,
-                                  top_ps, threshold_single: float = 1.0,
-                                  threshold_acc: float = 1.0) -> None:
+                                  top_ps, threshold_single: float = 1.0, threshold_acc: float = 1.0,
+                                  strict_acceptance: bool = False) -> None:
     """Reference for :func:`sglang_eagle_ext.kernels.sampling.tree_sampling_from_logits`:
     the target-only tree sampler applied to :func:`filtered_probs_reference` of every row."""
     bs, n = candidates.shape
@@ -206,4 +212,4 @@ def fused_tree_sampling_reference(predicts, accept_index, accept_token_num, cand
     tree_sampling_reference(predicts, accept_index, accept_token_num, candidates, retrive_index,
                             retrive_next_token, retrive_next_sibling, uniform_samples,
                             uniform_samples_for_final_sampling, target_probs,
-                            torch.zeros_like(target_probs), threshold_single, threshold_acc)
+                            torch.zeros_like(target_probs), threshold_single, threshold_acc, strict_acceptance)

@@ -4,8 +4,12 @@ import importlib.util
 import json
 import os
 import signal
+import socket
+import subprocess
 import sys
 import threading
+import time
+import urllib.request
 
 import pytest
 import torch
@@ -13,6 +17,7 @@ import torch
 from sglang_eagle_ext.drafter.reader import read_drafter
 from sglang_eagle_ext.cli import main, serve_cmd
 from sglang_eagle_ext.drafter.export import export_legacy
+from sglang_eagle_ext.sglang.compat import cpu
 from sglang_eagle_ext.testing import fixtures
 
 
@@ -141,12 +146,68 @@ def test_without_sglang_exit_code_2(tmp_path, target, capsys, monkeypatch):
 def test_launch_builds_flags_and_returns_exit_code(tmp_path, target, monkeypatch):
     draft = fixtures.build("F7-speculators-2-layers", str(tmp_path / "d"))
     seen = []
-    monkeypatch.setattr(serve_cmd, "launch", lambda command: seen.append(command) or 3)
-    assert main(["serve", "--target", target, "--draft", draft, "--topk", "2"]) == 3
-    command = seen[0]
+    monkeypatch.setattr(serve_cmd, "launch", lambda command, env=None: seen.append((command, env)) or 3)
+    assert main(["serve", "--target", target, "--draft", draft, "--topk", "2", "--device", "cpu",
+                 "--", "--dtype", "bfloat16"]) == 3
+    command, env = seen[0]
     assert command[1:3] == ["-m", "sglang.launch_server"]
     assert command[command.index("--speculative-draft-model-path") + 1] == draft
     assert command[command.index("--speculative-num-draft-tokens") + 1] == "7"
+    # on CPU: SGLang's CPU flags, except one the user gave, and the shims in every SGLang process
+    assert command[command.index("--device") + 1] == "cpu" and "--disable-cuda-graph" in command
+    assert command.count("--dtype") == 1 and command[command.index("--dtype") + 1] == "bfloat16"
+    assert env["TRITON_INTERPRET"] == "1" and env["PYTHONPATH"].split(os.pathsep)[0] == cpu.SITE_DIR
+
+
+def test_cpu_serving_without_extra_flags(shared_target, shared_drafter, tmp_path):
+    # what a user types on a CPU-only machine: no PYTHONPATH, no TRITON_INTERPRET, no SGLang flags;
+    # the served greedy text must equal plain greedy decoding of the target
+    from sglang_eagle_ext.demo.run import PROMPTS, plain_greedy
+
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "PYTHONPATH")}
+    log = open(tmp_path / "server.log", "w")
+    server = subprocess.Popen([sys.executable, "-m", "sglang_eagle_ext", "serve", "--target", shared_target,
+                               "--draft", shared_drafter, "--", "--port", str(port), "--mem-fraction-static",
+                               "0.3", "--max-total-tokens", "2048"],
+                              env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        wait_until_ready(port, server, tmp_path / "server.log", timeout=480)
+        reply = post(port, "/generate", {"text": PROMPTS[0], "sampling_params": {
+            "temperature": 0, "max_new_tokens": 12, "ignore_eos": True}})
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=60)
+        log.close()
+    assert reply["output_ids"] == plain_greedy(shared_target, 12)[0]
+    assert reply["meta_info"]["spec_verify_ct"] < 12  # drafts were accepted: EAGLE-3 ran
+    assert "drafts served by sglang_eagle_ext.sglang.model" in (tmp_path / "server.log").read_text()
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def post(port: int, path: str, body: dict) -> dict:
+    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=300) as response:
+        return json.load(response)
+
+
+def wait_until_ready(port: int, server: subprocess.Popen, log_path, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            pytest.fail(f"serve exited with {server.returncode}:\n{log_path.read_text()[-3000:]}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health_generate", timeout=120):
+                return
+        except OSError:
+            time.sleep(2)
+    pytest.fail(f"server not ready in {timeout} s:\n{log_path.read_text()[-3000:]}")
 
 
 def test_launch_forwards_signals(tmp_path):

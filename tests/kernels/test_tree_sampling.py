@@ -4,11 +4,13 @@ Coins are fixed per example, so a kernel and its reference must make the very sa
 differ only when a coin lands within float rounding of a CDF step (probability ~1e-7 a draw).
 """
 
+import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from tests.kernels.row_pass_readback import chunk_pass
-from tests.kernels.tree_fixtures import assert_same, built_tree, draw_tree_shape, favour_children, poisoned_outputs
+from tests.kernels.tree_fixtures import (assert_same, built_tree, draw_tree_shape, favour_children, one_child_round,
+                                         poisoned_outputs)
 
 from sglang_eagle_ext.kernels import sampling
 from sglang_eagle_ext.kernels.sampling import scratch
@@ -22,7 +24,8 @@ def sampling_rounds(draw):
     topk, steps, n = draw_tree_shape(draw, max_topk=4, max_steps=4, max_n=20)
     thresholds = draw(st.sampled_from([(1.0, 1.0), (1.0, 1.0), (0.0, 0.0), (0.5, 0.3), (0.9, 1.0)]))
     return dict(bs=draw(st.integers(1, 3)), topk=topk, steps=steps, n=n, seed=draw(st.integers(0, 2**31 - 1)),
-                orphans=draw(st.booleans()), thresholds=thresholds, boost=draw(st.sampled_from([0.0, 3.0, 8.0])))
+                orphans=draw(st.booleans()), thresholds=thresholds, boost=draw(st.sampled_from([0.0, 3.0, 8.0])),
+                strict=draw(st.booleans()))
 
 
 def _case(case):
@@ -42,13 +45,30 @@ def test_sampling_op_matches_reference(case):
     bs, n, steps = case["bs"], case["n"], case["steps"]
     tree_args, logits, gen = _case(case)
     probs = torch.softmax(logits / 0.8, -1).reshape(bs, n, VOCAB)
+    if case["seed"] % 2:  # zero-mass children, as after a top-k / top-p renorm
+        probs = torch.where(probs < 0.03, 0.0, probs)
     results = []
     for op in (reference.tree_sampling_reference, sampling.tree_speculative_sampling_target_only):
         out, draft = poisoned_outputs(bs, n, steps), torch.zeros_like(probs)
         kwargs = {"block_v": 16} if op is sampling.tree_speculative_sampling_target_only else {}
-        op(*out, *tree_args, probs, draft, *case["thresholds"], **kwargs)
+        op(*out, *tree_args, probs, draft, *case["thresholds"], strict_acceptance=case["strict"], **kwargs)
         results.append(out + (draft,))
     assert_same(*results)
+
+
+@pytest.mark.parametrize("op", [reference.tree_sampling_reference, sampling.tree_speculative_sampling_target_only])
+@pytest.mark.parametrize("child_prob, coin, threshold_single, accepted_before, accepted_strict", [
+    (0.5, 0.5, 1.0, True, False),   # coin equal to the running sum: `<=` accepts, 0.5.21's `<` does not
+    (0.5, 0.25, 1.0, True, True),
+    (0.0, 0.0, 1.0, True, False),   # zero target mass, coin 0: accepted only before 0.5.21
+    (0.0, 0.7, 0.0, True, False),   # zero mass passes threshold_single 0 only before 0.5.21
+])
+def test_each_release_acceptance_test(op, child_prob, coin, threshold_single, accepted_before, accepted_strict):
+    tree, probs, thresholds = one_child_round(child_prob, coin, threshold_single)
+    for strict, expected in ((False, accepted_before), (True, accepted_strict)):
+        out = poisoned_outputs(1, 2, 1)
+        op(*out, *tree, probs, torch.zeros_like(probs), *thresholds, strict_acceptance=strict)
+        assert int(out[2][0]) == int(expected), (strict, out)
 
 
 @st.composite
@@ -79,10 +99,11 @@ def test_fused_sampler_matches_reference(case, data):
         logits = logits.to(torch.bfloat16)
     expected = poisoned_outputs(bs, n, steps)
     reference.fused_tree_sampling_reference(*expected, *tree_args, logits, temperatures, top_ks, top_ps,
-                                            *case["thresholds"])
+                                            *case["thresholds"], strict_acceptance=case["strict"])
     ours = poisoned_outputs(bs, n, steps)
     sampling.tree_sampling_from_logits(*ours, *tree_args, logits, temperatures, top_ks, top_ps,
-                                       *case["thresholds"], block_v=block_v, scratch_slots=slots)
+                                       *case["thresholds"], strict_acceptance=case["strict"], block_v=block_v,
+                                       scratch_slots=slots)
     assert_same(ours, expected)
 
 

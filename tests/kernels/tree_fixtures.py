@@ -48,3 +48,12 @@ def poisoned_outputs(bs: int, n: int, steps: int):
 def assert_same(outputs, expected):
     for got, want in zip(outputs, expected):
         assert torch.equal(got, want), (got, want)
+
+
+def one_child_round(child_prob: float, coin: float, threshold_single: float):
+    """A root with one child (token 1) whose target probability is ``child_prob`` (exact in
+    float32), the root's coin ``coin``: what SGLang's two acceptance tests decide differently."""
+    probs = torch.tensor([[[1.0 - child_prob, child_prob, 0.0, 0.0], [0.25, 0.25, 0.25, 0.25]]])
+    tree = (torch.tensor([[3, 1]]), torch.tensor([[0, 1]]), torch.tensor([[1, -1]]), torch.tensor([[-1, -1]]),
+            torch.tensor([[coin, 0.5]]), torch.tensor([0.1]))
+    return tree, probs, (threshold_single, 1.0)

@@ -37,7 +37,8 @@ def fake_sglang(monkeypatch):
     for parent in ("sglang", "sglang.srt", "sglang.srt.speculative"):
         monkeypatch.setitem(sys.modules, parent, sys.modules.get(parent) or types.ModuleType(parent))
     # Layouts of other releases must not resolve to the real package during this test.
-    for absent in ("sglang.kernels.ops.speculative.spec_tree", "sglang.srt.speculative.eagle_info_v2",
+    for absent in ("sglang.kernels.ops.speculative.spec_tree", "sglang.kernels.ops.speculative.tree",
+                   "sglang.kernels.ops.speculative.sampling", "sglang.srt.speculative.eagle_info_v2",
                    "sglang.srt.speculative.ngram_worker"):
         monkeypatch.setitem(sys.modules, absent, None)
     yield fakes
@@ -50,7 +51,8 @@ def test_triton_binds_every_present_point_and_restores(fake_sglang, monkeypatch)
     assert len(patched) == 4, patched
     utils = fake_sglang["sglang.srt.speculative.eagle_utils"]
     info = fake_sglang["sglang.srt.speculative.eagle_info"]
-    assert info.tree_speculative_sampling_target_only.__wrapped__ is sampling.tree_speculative_sampling_target_only
+    assert info.tree_speculative_sampling_target_only.__wrapped__.__wrapped__ is \
+        sampling.tree_speculative_sampling_target_only
     assert fake_sglang["sgl_kernel"].verify_tree_greedy.__wrapped__ is verify_greedy.verify_tree_greedy
 
     # The func wrapper keeps SGLang's contract: retrieve_* keywords in, the three outputs back.
@@ -88,3 +90,30 @@ def test_default_is_sglangs_ops(monkeypatch):
     monkeypatch.delenv(sglang_binding.ENV_SWITCH, raising=False)
     assert sglang_binding.selected_backend() == "sglang"
     assert sglang_binding.apply() == []
+
+
+@pytest.mark.parametrize("release, accepted", [("0.5.20", 1), ("0.5.21", 0), ("0.5.22", 0)])
+def test_jit_op_layout_and_each_release_acceptance_test(fake_sglang, monkeypatch, release, accepted):
+    # 0.5.21-0.5.22 import the tree sampling and greedy ops inside eagle_sample /
+    # verify_tree_greedy_func from the JIT ops' modules; the bound sampling op must apply the
+    # installed release's acceptance test (0.5.21: `coin <`, so a coin equal to the child's
+    # probability rejects it)
+    from sglang_eagle_ext.sglang import compat
+    from tests.kernels.tree_fixtures import one_child_round, poisoned_outputs
+
+    for name, attr in (("sglang.kernels.ops.speculative.sampling", "tree_speculative_sampling_target_only"),
+                       ("sglang.kernels.ops.speculative.tree", "verify_tree_greedy")):
+        module = types.ModuleType(name)
+        setattr(module, attr, _sentinel(attr))
+        monkeypatch.setitem(sys.modules, name, module)
+    for parent in ("sglang.kernels", "sglang.kernels.ops", "sglang.kernels.ops.speculative"):
+        monkeypatch.setitem(sys.modules, parent, types.ModuleType(parent))
+    monkeypatch.setattr(compat, "installed_release", lambda: sglang_binding.Version(release))
+    monkeypatch.setenv(sglang_binding.ENV_SWITCH, "triton")
+    patched = sglang_binding.apply()
+    assert any(line.startswith("sglang.kernels.ops.speculative.tree.verify_tree_greedy") for line in patched)
+    op = sys.modules["sglang.kernels.ops.speculative.sampling"].tree_speculative_sampling_target_only
+    tree, probs, thresholds = one_child_round(0.5, 0.5, 1.0)
+    out = poisoned_outputs(1, 2, 1)
+    op(*out, *tree, probs, torch.zeros_like(probs), *thresholds, deterministic=True)
+    assert int(out[2][0]) == accepted

@@ -33,7 +33,7 @@ def _sampling_target_only_kernel(predicts_ptr, accept_index_ptr, accept_num_ptr,
                                  retrive_index_ptr, next_token_ptr, next_sibling_ptr, coins_ptr,
                                  final_coins_ptr, target_ptr, draft_ptr, threshold_single, threshold_acc,
                                  vocab, N: tl.constexpr, MAX_ACCEPTS: tl.constexpr, BLOCK_V: tl.constexpr,
-                                 BLOCK_N: tl.constexpr):
+                                 BLOCK_N: tl.constexpr, STRICT: tl.constexpr):
     b = tl.program_id(0)
     last_row = tree_entry(retrive_index_ptr, b, N, 0)
     write_accept_slot(accept_index_ptr, b, MAX_ACCEPTS, 0, last_row)
@@ -49,7 +49,7 @@ def _sampling_target_only_kernel(predicts_ptr, accept_index_ptr, accept_num_ptr,
         token = tree_entry(cand_ptr, b, N, cur)
         q = tl.load(target_ptr + last_row * vocab + token)
         prob_acc += q
-        if accept(coin, prob_acc, q, threshold_single, threshold_acc):
+        if accept(coin, prob_acc, q, threshold_single, threshold_acc, STRICT):
             prob_acc = 0.0
             coin, accepted, last_row = take_child(coins_ptr, predicts_ptr, accept_index_ptr, retrive_index_ptr, b, N,
                                                   MAX_ACCEPTS, accepted, last_row, cur, token)
@@ -81,14 +81,17 @@ def tree_speculative_sampling_target_only(predicts: torch.Tensor, accept_index: 
                                           uniform_samples_for_final_sampling: torch.Tensor,
                                           target_probs: torch.Tensor, draft_probs: torch.Tensor,
                                           threshold_single: float = 1.0, threshold_acc: float = 1.0,
-                                          deterministic: bool = True, *, block_v: int = 8192) -> None:
+                                          deterministic: bool = True, *, strict_acceptance: bool = False,
+                                          block_v: int = 8192) -> None:
     r"""Target-only tree speculative sampling, in place: drop-in for
     ``sgl_kernel.tree_speculative_sampling_target_only``.
 
     Walking from the root of each request's verify tree, child ``c`` of the current node (tried in
     sibling order) with target probability ``q`` adds ``q`` to a running sum ``acc``; it is
     accepted when ``coin <= acc / max(threshold_acc, 1e-9)`` or ``q >= threshold_single``, where
-    ``coin`` is the coin of the current node; acceptance moves to ``c`` and resets ``acc``. With
+    ``coin`` is the coin of the current node (with ``strict_acceptance``, SGLang 0.5.21+'s test:
+    ``q > 0`` and (``coin < acc / max(threshold_acc, 1e-9)`` or ``q >= threshold_single``));
+    acceptance moves to ``c`` and resets ``acc``. With
     both thresholds 1 this samples exactly from the target (SGLang's semantics). The bonus token
     is drawn from ``relu(target - draft)`` at the last accepted row (``draft`` not subtracted
     after ``S`` accepts) by inverse CDF in vocabulary order: the first index whose running sum
@@ -132,6 +135,9 @@ def tree_speculative_sampling_target_only(predicts: torch.Tensor, accept_index: 
         Divides the running sum in the acceptance test (at least ``1e-9``), default ``1.0``.
     deterministic: bool
         Accepted for compatibility: this kernel always is deterministic.
+    strict_acceptance: bool
+        The acceptance test of SGLang 0.5.21+ (its JIT op), default ``False``: that of
+        ``sgl_kernel``'s op, which releases up to 0.5.20 call.
     block_v: int
         Vocabulary tile of the residual passes (a power of two); speed only, never results.
 
@@ -142,15 +148,15 @@ def tree_speculative_sampling_target_only(predicts: torch.Tensor, accept_index: 
     """
     del deterministic
     bs, n = candidates.shape
-    _sampling_target_only_specialised(block_v, n, accept_index.shape[1] - 1).launch(
+    _sampling_target_only_specialised(block_v, n, accept_index.shape[1] - 1, strict_acceptance).launch(
         (bs,), predicts, accept_index, accept_token_num, candidates, retrive_index, retrive_next_token,
         retrive_next_sibling, uniform_samples, uniform_samples_for_final_sampling, target_probs,
         draft_probs, float(threshold_single), max(float(threshold_acc), 1e-9), target_probs.shape[-1])
 
 
 @functools.lru_cache(maxsize=None)
-def _sampling_target_only_specialised(block_v: int, n: int, max_accepts: int):
+def _sampling_target_only_specialised(block_v: int, n: int, max_accepts: int, strict: bool):
     """The tree's sizes are compile-time constants: fixed for a server's run, and each runtime
     argument costs host time at every launch."""
     return _launch_sampling_target_only.specialise(N=n, MAX_ACCEPTS=max_accepts, BLOCK_V=block_v,
-                                                   BLOCK_N=block_n(n), num_warps=16)
+                                                   BLOCK_N=block_n(n), STRICT=strict, num_warps=16)

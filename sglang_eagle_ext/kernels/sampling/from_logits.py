@@ -25,7 +25,7 @@ def tree_sampling_from_logits(predicts: torch.Tensor, accept_index: torch.Tensor
                               uniform_samples_for_final_sampling: torch.Tensor, logits: torch.Tensor,
                               temperatures: torch.Tensor, top_ks: torch.Tensor, top_ps: torch.Tensor,
                               threshold_single: float = 1.0, threshold_acc: float = 1.0, *,
-                              block_v: int = CHUNK, scratch_slots: int = SHORTLIST_SLOTS, tile: int = TILE) -> None:
+                              strict_acceptance: bool = False, block_v: int = CHUNK, scratch_slots: int = SHORTLIST_SLOTS, tile: int = TILE) -> None:
     r"""SGLang's verify sampling (softmax with temperature, top-k renorm, top-p renorm,
     :func:`~sglang_eagle_ext.kernels.sampling.tree_speculative_sampling_target_only`) fused,
     straight from the logits, in place: no probability tensor and no ``(bs, n, V)`` scratch.
@@ -82,6 +82,8 @@ def tree_sampling_from_logits(predicts: torch.Tensor, accept_index: torch.Tensor
         Per request, shape ``(bs,)``, float32 in ``(0, 1]``.
     threshold_single, threshold_acc: float
         The acceptance thresholds of the drop-in op, default ``1.0`` (exact sampling).
+    strict_acceptance: bool
+        The drop-in op's choice of acceptance test (SGLang 0.5.21+'s when True).
     block_v: int
         Logits per chunk of the row pass, a power of two >= 2.
     scratch_slots: int
@@ -100,7 +102,8 @@ def tree_sampling_from_logits(predicts: torch.Tensor, accept_index: torch.Tensor
     bs, n = candidates.shape
     rows, vocab = logits.shape
     assert rows == bs * n and logits.stride(1) == 1
-    plan = plan_launches(rows, vocab, block_v, scratch_slots, tile, CHUNK_PASS_WARPS, HOT_SEGMENTS, GATHER_SEGMENTS)
+    plan = plan_launches(rows, vocab, block_v, scratch_slots, tile, CHUNK_PASS_WARPS, HOT_SEGMENTS, GATHER_SEGMENTS,
+                         strict_acceptance)
     # No reshape of the per-request vectors: the kernels index them as flat memory, and every
     # view costs host time, which is what small batches are made of.
     buffer = launch_row_pass(logits, n, temperatures, top_ks, top_ps, plan)

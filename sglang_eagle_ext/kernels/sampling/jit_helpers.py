@@ -59,9 +59,12 @@ def request_filters(temperatures_ptr, top_ks_ptr, top_ps_ptr, b, vocab):
 
 
 @triton.jit
-def accept(coin, prob_acc, q, threshold_single, threshold_acc):
+def accept(coin, prob_acc, q, threshold_single, threshold_acc, STRICT: tl.constexpr):
     """SGLang's acceptance test of a child with target probability ``q`` (``prob_acc``: the
-    running sum over the children tried at the node, ``q`` included)."""
+    running sum over the children tried at the node, ``q`` included). ``STRICT``: the test of
+    SGLang 0.5.21+ (half-open ``coin <`` and no child without target mass), else the earlier one."""
+    if STRICT:
+        return (q > 0.0) & ((coin < prob_acc / threshold_acc) | (q >= threshold_single))
     return (coin <= prob_acc / threshold_acc) | (q >= threshold_single)
 
 

@@ -47,10 +47,11 @@ class Plan(NamedTuple):
 
 @functools.lru_cache(maxsize=256)
 def plan_launches(rows: int, vocab: int, block_v: int, scratch_slots: int, tile: int, num_warps: int,
-                  hot_segments: int, gather_segments: int) -> Plan:
+                  hot_segments: int, gather_segments: int, strict_acceptance: bool) -> Plan:
     """The plan of a call shape: ``block_v`` logits per chunk, ``scratch_slots`` shortlist
     slots, the row pass's loop step ``tile`` (capped at ``block_v``), ``num_warps`` per row-pass
-    program, ``hot_segments`` segments the gather may read, ``gather_segments`` of them per step."""
+    program, ``hot_segments`` segments the gather may read, ``gather_segments`` of them per step,
+    and the walk's acceptance test (``strict_acceptance``: SGLang 0.5.21+'s)."""
     tile = min(tile, block_v)
     groups = min(GROUPS, max(block_v // 2, 1))
     segment = min(SEGMENT, tile, block_v // groups)
@@ -63,7 +64,8 @@ def plan_launches(rows: int, vocab: int, block_v: int, scratch_slots: int, tile:
         launch_chunk_pass.specialise(CHUNK=block_v, TILE=tile, SEGMENT=segment, GROUPS=groups, HOT=hot,
                                      GATHER=min(gather_segments, hot), SLOTS=scratch_slots, num_warps=num_warps),
         launch_row_filters.specialise(CHUNKS=chunks, SLOTS=scratch_slots, num_warps=ROW_FILTER_WARPS),
-        launch_walk.specialise(BLOCK_V=walk_tile, CHUNKS=chunks, SLOTS=scratch_slots, num_warps=_warps(walk_tile)),
+        launch_walk.specialise(BLOCK_V=walk_tile, CHUNKS=chunks, SLOTS=scratch_slots, STRICT=strict_acceptance,
+                               num_warps=_warps(walk_tile)),
         num_chunks, min(SELECT_MAX, groups, scratch_slots // 2),
         scratch.scratch_words(rows, num_chunks, scratch_slots, segments, hot))
 

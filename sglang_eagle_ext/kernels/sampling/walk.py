@@ -97,7 +97,8 @@ def _draw_from_shortlists(shortlist_ptr, stats_ptr, first_record, num_chunks, ro
 def _walk_kernel(predicts_ptr, accept_index_ptr, accept_num_ptr, cand_ptr, retrive_index_ptr, next_token_ptr,
                  next_sibling_ptr, coins_ptr, final_coins_ptr, logits_ptr, stride_row, temperatures_ptr, top_ks_ptr,
                  top_ps_ptr, scratch_ptr, threshold_single, threshold_acc, n, max_accepts, vocab,
-                 num_chunks, BLOCK_V: tl.constexpr, CHUNKS: tl.constexpr, SLOTS: tl.constexpr):
+                 num_chunks, BLOCK_V: tl.constexpr, CHUNKS: tl.constexpr, SLOTS: tl.constexpr,
+                 STRICT: tl.constexpr):
     b = tl.program_id(0)
     scale, top_k, top_p, top_k_active, top_p_active = request_filters(
         temperatures_ptr, top_ks_ptr, top_ps_ptr, b, vocab)
@@ -131,7 +132,7 @@ def _walk_kernel(predicts_ptr, accept_index_ptr, accept_num_ptr, cand_ptr, retri
             token = tree_entry(cand_ptr, b, n, cur)
             q = _token_prob(row_ptr, token, scale, row_max, floor_key, total)
             prob_acc += q
-            if accept(coin, prob_acc, q, threshold_single, threshold_acc):
+            if accept(coin, prob_acc, q, threshold_single, threshold_acc, STRICT):
                 prob_acc = 0.0
                 coin, accepted, last_row = take_child(coins_ptr, predicts_ptr, accept_index_ptr, retrive_index_ptr, b,
                                                       n, max_accepts, accepted, last_row, cur, token)

@@ -28,6 +28,9 @@ _TORCHVISION_SCHEMAS = (
     "nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor",
     "qnms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor",
 )
+# SGLang's options for a CPU-only host: its defaults assume CUDA (bf16 kernels, FlashInfer, graphs)
+ENGINE_OPTIONS = dict(device="cpu", dtype="float32", attention_backend="triton", sampling_backend="pytorch",
+                      disable_cuda_graph=True)
 _keepalive: list = []  # torch.library registrations live as long as their Library object
 
 
@@ -81,3 +84,21 @@ def install() -> bool:
         for name, patch in _POST_IMPORT.items():
             after_import(name, patch)
     return True
+
+
+def process_environment(env: dict) -> dict:
+    """``env`` for an SGLang process tree on a CPU-only host: the shims' folder on ``PYTHONPATH``
+    (SGLang's schedulers are fresh processes) and Triton's interpreter for its kernels."""
+    return {**env, "PYTHONPATH": os.pathsep.join(filter(None, [SITE_DIR, env.get("PYTHONPATH")])),
+            "TRITON_INTERPRET": "1"}
+
+
+def server_flags(given: list[str]) -> list[str]:
+    """:data:`ENGINE_OPTIONS` as ``sglang.launch_server`` flags, leaving out any in ``given``."""
+    flags = []
+    for name, value in ENGINE_OPTIONS.items():
+        flag = "--" + name.replace("_", "-")
+        if any(arg == flag or arg.startswith(flag + "=") for arg in given):
+            continue
+        flags += [flag] if value is True else [flag, str(value)]
+    return flags

@@ -15,16 +15,20 @@ Binding points (SGLang looks every one of them up at call time), by feature dete
 bound when its module imports and has the attribute, whatever the release.
 
 * build (the leaf op under SGLang's ``build_tree_kernel_efficient`` wrapper):
-  ``sglang.srt.speculative.eagle_utils.sgl_build_tree_kernel_efficient`` (0.5.6 - 0.5.20),
+  ``sglang.srt.speculative.eagle_utils.sgl_build_tree_kernel_efficient`` (0.5.11 - 0.5.22; from
+  ``sgl_kernel`` up to 0.5.20, from the JIT ops 0.5.21 - 0.5.22),
   ``sglang.kernels.ops.speculative.spec_tree.sgl_build_tree_kernel_efficient`` (0.5.23, CUDA/ROCm),
   and the platform dispatcher ``build_tree_kernel_efficient_func`` that 0.5.23's wrapper calls
   (in ``eagle_utils`` and ``spec_tree``);
-* greedy: ``sgl_kernel.verify_tree_greedy`` (imported inside ``verify_tree_greedy_func`` up to
-  0.5.20) and ``verify_tree_greedy_func`` in ``eagle_utils`` and in the modules holding a copy
+* greedy: ``verify_tree_greedy``, imported inside ``verify_tree_greedy_func`` from ``sgl_kernel``
+  (up to 0.5.20) or from the JIT ops' ``sglang.kernels.ops.speculative.tree`` (0.5.21 - 0.5.22),
+  and ``verify_tree_greedy_func`` in ``eagle_utils`` and in the modules holding a copy
   (``eagle_info``, ``eagle_info_v2``, ``ngram_worker``; 0.5.23 imports it at module level);
 * sampling: ``tree_speculative_sampling_target_only`` in ``eagle_info`` / ``eagle_info_v2``
   (module-level imports up to 0.5.13), ``sgl_kernel`` (imported inside ``eagle_sample``,
-  0.5.14 - 0.5.20) and ``eagle_utils`` (0.5.23).
+  0.5.14 - 0.5.20), ``sglang.kernels.ops.speculative.sampling`` (imported inside
+  ``eagle_sample``, 0.5.21 - 0.5.22) and ``eagle_utils`` (module level, 0.5.23). The drop-in
+  applies the installed release's acceptance test (:data:`STRICT_ACCEPTANCE_SINCE`).
 
 Only the op-level drop-ins are bound: SGLang still computes the argmax and the renormalised
 probabilities itself. The fused paths (:func:`~sglang_eagle_ext.kernels.verify_greedy.
@@ -39,6 +43,8 @@ import importlib
 import os
 from typing import Callable, Dict, List, Tuple
 
+from packaging.version import Version
+
 ENV_SWITCH = "SGLANG_EAGLE_EXT_TREE_KERNELS"
 CHOICES = ("triton", "sglang")
 
@@ -47,13 +53,18 @@ BUILD_POINTS = [(_SPEC + "eagle_utils", "sgl_build_tree_kernel_efficient"),
                 ("sglang.kernels.ops.speculative.spec_tree", "sgl_build_tree_kernel_efficient")]
 BUILD_FUNC_POINTS = [(_SPEC + "eagle_utils", "build_tree_kernel_efficient_func"),
                      ("sglang.kernels.ops.speculative.spec_tree", "build_tree_kernel_efficient_func")]
-GREEDY_OP_POINTS = [("sgl_kernel", "verify_tree_greedy")]
+GREEDY_OP_POINTS = [("sgl_kernel", "verify_tree_greedy"),
+                    ("sglang.kernels.ops.speculative.tree", "verify_tree_greedy")]
 GREEDY_FUNC_POINTS = [(_SPEC + name, "verify_tree_greedy_func")
                       for name in ("eagle_utils", "eagle_info", "eagle_info_v2", "ngram_worker")]
 SAMPLING_POINTS = [(_SPEC + "eagle_info", "tree_speculative_sampling_target_only"),
                    (_SPEC + "eagle_info_v2", "tree_speculative_sampling_target_only"),
                    ("sgl_kernel", "tree_speculative_sampling_target_only"),
+                   ("sglang.kernels.ops.speculative.sampling", "tree_speculative_sampling_target_only"),
                    (_SPEC + "eagle_utils", "tree_speculative_sampling_target_only")]
+# SGLang 0.5.21 changed the acceptance test of its (now JIT) tree sampling op: half-open `coin <`
+# and no child without target mass (its sampling.cuh); the drop-in follows the installed release.
+STRICT_ACCEPTANCE_SINCE = Version("0.5.21")
 
 _originals: Dict[Tuple[str, str], Callable] = {}
 
@@ -111,8 +122,15 @@ def _greedy_func():
 
 def _sampling_op():
     from sglang_eagle_ext.kernels.sampling import tree_speculative_sampling_target_only
+    from sglang_eagle_ext.sglang.compat import installed_release
 
-    return _retrive_spelling(tree_speculative_sampling_target_only)
+    strict = installed_release() >= STRICT_ACCEPTANCE_SINCE
+
+    @functools.wraps(tree_speculative_sampling_target_only)
+    def release_sampling_op(*args, **kwargs):
+        tree_speculative_sampling_target_only(*args, strict_acceptance=strict, **kwargs)
+
+    return _retrive_spelling(release_sampling_op)
 
 
 def selected_backend() -> str:
