@@ -2,7 +2,8 @@
 # Build ./.venv on a CPU-only machine: this package with its `cpu` extra (torch 2.13 CPU and what
 # SGLang 0.5.23 imports on the CPU path; its full dependency set is several GB of CUDA wheels that
 # a CPU never uses), SGLang 0.5.23 without its dependencies, and the test tools.
-# Idempotent: a second run only re-installs this package.
+# Idempotent: a second run only re-installs this package (a regular install: every editable mode
+# of setuptools prints a warning on each run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"
@@ -12,8 +13,8 @@ fi
 installed() { .venv/bin/python -c "import importlib.util as u, sys; sys.exit(not all(u.find_spec(m) for m in sys.argv[1:]))" "$@"; }
 if ! installed sglang torch triton pytest hypothesis transformers; then
     .venv/bin/pip install --quiet --upgrade pip
-    .venv/bin/pip install --quiet -e ".[cpu,test]"
+    .venv/bin/pip install --quiet ".[cpu,test]"
     .venv/bin/pip install --quiet --no-deps sglang==0.5.23
 fi
-.venv/bin/pip install --quiet --no-deps -e .
+.venv/bin/pip install --quiet --no-deps --force-reinstall .
 .venv/bin/python -c "from sglang_eagle_ext.sglang.compat import cpu as cpu_shims; cpu_shims.install(); import sglang; print('environment ready: sglang', sglang.__version__)"
