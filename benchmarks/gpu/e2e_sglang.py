@@ -109,21 +109,11 @@ SPEED_TARGET = dict(num_hidden_layers=32, hidden_size=4096, num_attention_heads=
 
 def engine_kwargs(**wanted):
     """Only the fields this SGLang's ServerArgs has (they move between releases)."""
-    from sglang_eagle_ext.sglang.compat.runtime import server_option_names
+    from sglang_eagle_ext.sglang.compat.runtime import decode_graph_options, server_option_names
 
+    # decode graphs are what the rows test
+    wanted.update(decode_graph_options(wanted.pop("graph_bs")))
     fields = server_option_names()
-    graph_bs = wanted.pop("graph_bs")
-    for name in ("cuda_graph_bs", "cuda_graph_bs_decode"):
-        if name in fields:
-            wanted[name] = graph_bs
-    for name in ("cuda_graph_max_bs", "cuda_graph_max_bs_decode"):
-        if name in fields:
-            wanted[name] = max(graph_bs)
-    # prefill graphs off (0.5.11: piecewise; 0.5.16: the prefill phase): decode graphs are what
-    # the rows test, and prefill capture would add ~20 s to every engine start
-    for name in ("disable_piecewise_cuda_graph", "disable_prefill_cuda_graph"):
-        if name in fields:
-            wanted[name] = True
     return {k: v for k, v in wanted.items() if k in fields}
 
 

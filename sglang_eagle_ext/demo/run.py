@@ -62,20 +62,11 @@ def engine_options(device: str, attention_backend: str) -> dict:
     """SGLang engine arguments for a greedy demo run on ``device``."""
     if device == "cpu":
         return dict(cpu.ENGINE_OPTIONS)
-    from sglang_eagle_ext.sglang.compat.runtime import server_option_names
+    from sglang_eagle_ext.sglang.compat.runtime import decode_graph_options
 
     backend = gpu_attention_backend() if attention_backend == "auto" else attention_backend
-    options = dict(dtype="bfloat16", attention_backend=backend, sampling_backend="pytorch")
-    # decode CUDA graphs for the demo's batch only (the argument's name moved between releases)
-    # and no prefill graphs (0.5.11: piecewise; 0.5.16+: the prefill phase), which add ~20 s per start
-    fields = server_option_names()
-    for name in ("cuda_graph_max_bs", "cuda_graph_max_bs_decode"):
-        if name in fields:
-            options[name] = len(PROMPTS)
-    for name in ("disable_piecewise_cuda_graph", "disable_prefill_cuda_graph"):
-        if name in fields:
-            options[name] = True
-    return options
+    return dict(dtype="bfloat16", attention_backend=backend, sampling_backend="pytorch",
+                **decode_graph_options(range(1, len(PROMPTS) + 1)))
 
 
 def engine_child() -> None:

@@ -40,5 +40,6 @@ def test_gpu_engine_options_exist_in_the_installed_release():
     options = engine_options("cuda", "triton")
     names = server_option_names()
     assert "dtype" in names and set(options) <= names
-    assert options["dtype"] == "bfloat16" and len(PROMPTS) in options.values()
+    assert options["dtype"] == "bfloat16" and options["cuda_graph_max_bs_decode"] == len(PROMPTS)
+    assert options["disable_prefill_cuda_graph"] and options["cuda_graph_bs_decode"] == [1, 2]
     ServerArgs(model_path="unused", **options)  # the release accepts them as given

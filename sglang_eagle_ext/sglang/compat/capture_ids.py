@@ -13,7 +13,7 @@ from packaging.specifiers import SpecifierSet
 
 from sglang_eagle_ext.drafter.reader import load_drafter
 from sglang_eagle_ext.sglang.compat.config_loading import target_of
-from sglang_eagle_ext.sglang.compat.patch import Patch, require, wrap_method
+from sglang_eagle_ext.sglang.compat.patch import Patch, required_class, wrap_method
 from sglang_eagle_ext.sglang.draft_config import drafter_directory, sglang_config_dict
 
 MODEL_RUNNER = "sglang.srt.model_executor.model_runner"
@@ -49,9 +49,7 @@ def patch_target_capture_ids(runner_cls, method: str, holder_name: str) -> bool:
 
 def _applier(method: str, holder_name: str):
     def apply(module) -> None:
-        runner_cls = getattr(module, "ModelRunner", None)
-        require(runner_cls is not None and hasattr(runner_cls, method), f"ModelRunner.{method}")
-        patch_target_capture_ids(runner_cls, method, holder_name)
+        patch_target_capture_ids(required_class(module, "ModelRunner", method), method, holder_name)
     return apply
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from packaging.specifiers import SpecifierSet
 
 from sglang_eagle_ext.sglang.compat.draft_width import draft_input_width, uses_aux_states
-from sglang_eagle_ext.sglang.compat.patch import Patch, require, wrap_method
+from sglang_eagle_ext.sglang.compat.patch import Patch, required_class, wrap_method
 
 
 def patch_draft_extend_graph_width(runner_cls) -> bool:
@@ -28,9 +28,7 @@ def patch_draft_extend_graph_width(runner_cls) -> bool:
 
 
 def _apply(module) -> None:
-    runner_cls = getattr(module, "EAGLEDraftExtendCudaGraphRunner", None)
-    require(runner_cls is not None and hasattr(runner_cls, "capture"), "EAGLEDraftExtendCudaGraphRunner.capture")
-    patch_draft_extend_graph_width(runner_cls)
+    patch_draft_extend_graph_width(required_class(module, "EAGLEDraftExtendCudaGraphRunner", "capture"))
 
 
 PATCH = Patch("draft-extend-graph-width", SpecifierSet("<0.5.12"),

@@ -7,7 +7,7 @@ from __future__ import annotations
 from packaging.specifiers import SpecifierSet
 
 from sglang_eagle_ext.sglang.compat.draft_width import draft_input_width, uses_aux_states
-from sglang_eagle_ext.sglang.compat.patch import Patch, require, wrap_method
+from sglang_eagle_ext.sglang.compat.patch import Patch, required_class, wrap_method
 
 
 def _draft_runner(worker):
@@ -35,9 +35,7 @@ def patch_hidden_size_for(draft_extend_input_cls) -> bool:
 
 
 def _apply(module) -> None:
-    input_cls = getattr(module, "EagleDraftExtendInput", None)
-    require(input_cls is not None and hasattr(input_cls, "hidden_size_for"), "EagleDraftExtendInput.hidden_size_for")
-    patch_hidden_size_for(input_cls)
+    patch_hidden_size_for(required_class(module, "EagleDraftExtendInput", "hidden_size_for"))
 
 
 PATCH = Patch("hidden-size-for", SpecifierSet(">=0.5.12,<0.5.15"), "sglang.srt.speculative.eagle_info", _apply)

@@ -25,6 +25,13 @@ def require(condition: bool, what: str) -> None:
                                  "not support this release (set SGLANG_EAGLE_EXT=0 to use stock SGLang)")
 
 
+def required_class(module, class_name: str, method: str):
+    """``module.<class_name>`` when it has ``method``; stops the server otherwise."""
+    cls = getattr(module, class_name, None)
+    require(cls is not None and hasattr(cls, method), f"{class_name}.{method}")
+    return cls
+
+
 @dataclass(frozen=True)
 class Patch:
     """One change to SGLang: its name (the log line lists it), the releases that need it, the

@@ -65,3 +65,18 @@ def server_option_names() -> frozenset[str]:
 
     fields = getattr(ServerArgs, "__dataclass_fields__", None) or getattr(ServerArgs, "__struct_fields__", ())
     return frozenset(fields)
+
+
+def decode_graph_options(batch_sizes) -> dict:
+    """Options for decode CUDA graphs of exactly ``batch_sizes`` and no prefill graphs (0.5.11:
+    piecewise; 0.5.16+: the prefill phase), which add ~20 s to every start; the names moved
+    between releases."""
+    names = server_option_names()
+    options = {}
+    for name in ("cuda_graph_bs", "cuda_graph_bs_decode"):
+        options[name] = list(batch_sizes)
+    for name in ("cuda_graph_max_bs", "cuda_graph_max_bs_decode"):
+        options[name] = max(batch_sizes)
+    for name in ("disable_piecewise_cuda_graph", "disable_prefill_cuda_graph"):
+        options[name] = True
+    return {name: value for name, value in options.items() if name in names}
