@@ -32,3 +32,20 @@ def shared_drafter(tmp_path_factory, shared_target):
     """The demo's distilled drafter for :func:`shared_target`, built once per session."""
     return build_tiny_drafter(str(tmp_path_factory.getbasetemp() / "tiny-drafter"), shared_target,
                               DistillSettings())
+
+
+@pytest.fixture(scope="session")
+def sglang_dist():
+    """SGLang's single-process (gloo, world size 1) distributed state, once per session (the
+    SGLang model tests, and the producer-layout tests that load each layout through SGLang)."""
+    from sglang.test.layer_ut_utils import init_single_process_dist
+
+    init_single_process_dist(master_port=29000 + os.getpid() % 1000)
+    yield
+
+
+@pytest.fixture
+def no_grad():
+    """SGLang's layers write KV caches in place, which autograd forbids on leaf tensors."""
+    with torch.no_grad():
+        yield

@@ -48,6 +48,9 @@ def canonical_config(spec: DrafterSpec) -> dict[str, Any]:
             continue
         (config["eagle_config"] if key.place is Place.EAGLE else config)[key.name] = value
     config["use_sliding_window"] = spec.sliding_window is not None
+    # SGLang's llama_eagle3 reads the carried-state switch as `norm_output` (speculators' and
+    # NeMo's meaning, not SpecForge's); `carry_normed_state` above is what this package reads back.
+    config["norm_output"] = spec.norm_output
     if not spec.use_aux_hidden_state:
         config.pop("num_aux_hidden_states")
     return config

@@ -56,6 +56,11 @@ _BOILERPLATE = frozenset({
     "has_no_defaults_at_init", "target_model_type", "parallel_drafting", "eagle_config",
     *_MODELOPT_EAGLE_KEYS})
 _CLOSE_MATCH = 0.85  # difflib ratio from which an unknown key counts as a misspelling
+# Largest vocabulary accepted: 16 times the largest released tokenizer (Gemma's 262,144). The
+# vocabulary map, the one tensor read while checking a drafter, is sized by it, so the memory a
+# check can take stays bounded whatever a config claims.
+MAX_VOCAB = 1 << 22
+_MAXIMA = {"vocab_size": MAX_VOCAB, "draft_vocab_size": MAX_VOCAB}
 
 
 def detect_dialect(config: dict[str, Any], config_file: str) -> tuple[Dialect, list[Problem]]:
@@ -89,7 +94,7 @@ def detect_dialect(config: dict[str, Any], config_file: str) -> tuple[Dialect, l
             "SGLANG_EAGLE_EXT=0); this package serves Llama/Qwen3-layer drafters")]
     quantization = config.get("quantization_config")
     if quantization is not None:
-        method = quantization.get("quant_method") if isinstance(quantization, dict) else quantization
+        method = _quantization_method(quantization)
         return Dialect.FLAT, [Problem(
             config_file, "quantization_config", f"a quantized drafter ({method!r})", "serve the unquantized "
             "export of this drafter: its weight scales are not read by this package")]
@@ -109,6 +114,17 @@ def detect_dialect(config: dict[str, Any], config_file: str) -> tuple[Dialect, l
         "point at an EAGLE-3 drafter directory (its config.json names one of the known "
         "architectures, or is a speculators config)",
         expected=" | ".join(known), found=json.dumps(config.get("architectures")))]
+
+
+def _quantization_method(quantization: Any) -> Any:
+    """HF's ``quant_method``, or the ``quantization.quant_algo`` of the quant config that
+    ModelOpt's EAGLE exporter stores as it is (no ``quant_method`` there)."""
+    if not isinstance(quantization, dict):
+        return quantization
+    nested = quantization.get("quantization")
+    if quantization.get("quant_method") is None and isinstance(nested, dict):
+        return nested.get("quant_algo")
+    return quantization.get("quant_method")
 
 
 def is_drafter_config(config: Any) -> bool:
@@ -204,6 +220,12 @@ def read_config_values(config: Any, config_file: str, problems: list[Problem]) -
                 default_of(declaration, result.values)
         if found:
             result.stated[name] = found[0][0].path(dialect)
+            maximum = _MAXIMA.get(name)
+            if maximum is not None and isinstance(value, int) and value > maximum:
+                problems.append(Problem(config_file, result.stated[name], "larger than any tokenizer's "
+                                        "vocabulary", "write the vocabulary size the drafter was trained "
+                                        "with", expected=f"at most {maximum}", found=str(value)))
+                value = None
         result.values[name] = value
     _check_unknown_keys(places, config_file, problems, result.notes)
     return result
@@ -340,6 +362,31 @@ def _norm_before_residual(found, places, result, problems):
     return False
 
 
+def _norm_output(found, places, result, problems):
+    """Whether the carried state is the final-normed one (see the field's declaration): the
+    package's own ``carry_normed_state`` wherever written; ``norm_output`` as its producer means
+    it, which for the flat layout is SpecForge's final-norm-before-lm_head switch."""
+    if not found:
+        return False
+    key, raw = found[0]
+    path = key.path(result.dialect)
+    value = _checked(raw, bool, path, result.file, problems)
+    if value is None or key.name != "norm_output" or result.dialect is not Dialect.FLAT:
+        return value
+    if not value:
+        problems.append(Problem(
+            result.file, path, "SpecForge's norm_output: false trains lm_head on the hidden state "
+            "without the final norm; SGLang and vLLM always apply the final norm before lm_head, so "
+            "the drafts would not be the ones trained", "retrain with norm_output: true (SpecForge's "
+            "default); if the drafter comes from speculators or NeMo Automodel, keep the config that "
+            "producer wrote (their norm_output means a post-norm carried state)",
+            expected="true, or the key absent", found="false"))
+        return None
+    result.notes.append("norm_output = true read as SpecForge's: the final norm feeds lm_head and the "
+                        "carried hidden state is the pre-norm one (as SpecForge trains it)")
+    return False
+
+
 def _num_layers_claim(found, places, result, problems):
     if result.dialect is Dialect.NEMO:
         depth = places.dicts[Place.TOP].get("num_hidden_layers")
@@ -370,6 +417,7 @@ _SPECIAL = {
     "num_aux_hidden_states": _int_claim,
     "draft_vocab_size": _int_claim,
     "norm_before_residual": _norm_before_residual,
+    "norm_output": _norm_output,
 }
 
 
@@ -398,7 +446,7 @@ def _check_unknown_keys(places: _Places, config_file: str, problems: list[Proble
             near = difflib.get_close_matches(key, sorted(declared), n=1, cutoff=_CLOSE_MATCH)
             if near and near[0] not in places.dicts[place]:
                 problems.append(Problem(config_file, prefix + key, "unknown key: no producer writes it, "
-                                        f"so the setting it was meant for would silently take its default",
+                                        "so the setting it was meant for would silently take its default",
                                         f"did you mean {prefix + near[0]!r}? rename the key",
                                         expected=prefix + near[0], found=prefix + key))
             else:

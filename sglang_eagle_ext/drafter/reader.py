@@ -21,7 +21,7 @@ from sglang_eagle_ext.drafter import weight_names
 from sglang_eagle_ext.drafter.dialects import PEAGLE_FIX, ConfigValues, read_config_values
 from sglang_eagle_ext.drafter.spec import GATED_ACTIVATIONS, Dialect, DrafterSpec, LaterLayerNorm
 from sglang_eagle_ext.drafter.target import TargetInfo, check_against_target, read_target
-from sglang_eagle_ext.drafter.tensors import TensorIndex, load_pickle
+from sglang_eagle_ext.drafter.tensors import JSON_FILE_LIMIT, TensorIndex, load_pickle
 from sglang_eagle_ext.errors import DrafterError, Problem
 
 # Weight files in the order they are looked for, relative to the checkpoint directory.
@@ -125,7 +125,13 @@ def _read_config(directory: str) -> Any:
                                     "and the weights)")])
     try:
         with open(config_file, "rb") as handle:
-            text = handle.read().decode("utf-8")
+            data = handle.read(JSON_FILE_LIMIT + 1)
+        if len(data) > JSON_FILE_LIMIT:
+            raise DrafterError([Problem(config_file, "config.json", "far larger than any model config, "
+                                        "so it is not parsed", "restore the config.json written with "
+                                        "the checkpoint", expected=f"at most {JSON_FILE_LIMIT} bytes",
+                                        found=f"{os.path.getsize(config_file)} bytes")])
+        text = data.decode("utf-8")
     except FileNotFoundError:
         raise DrafterError([Problem(config_file, "config.json", "missing", "point at the drafter "
                                     "directory that holds config.json (a trainer's epoch_*/step_* "
@@ -149,6 +155,9 @@ def _weight_files(directory: str, problems: list[Problem]) -> list[str]:
         if not candidate.endswith(".index.json"):
             return [path]
         try:
+            if os.path.getsize(path) > JSON_FILE_LIMIT:
+                raise ValueError(f"{os.path.getsize(path)} bytes, far larger than a shard index "
+                                 f"(at most {JSON_FILE_LIMIT} are parsed)")
             with open(path, encoding="utf-8") as handle:
                 weight_map = json.load(handle)["weight_map"]
             shards = sorted(set(weight_map.values()))
@@ -399,6 +408,13 @@ def _read(directory: str) -> DrafterCheckpoint:
         spec_values["layer_kind"] = "qwen3"
         notes.append("q_norm/k_norm tensors present: Qwen3-style draft layers")
     spec_values["o_proj_bias"] = "layers.0.self_attn.o_proj.bias" in names
+    for flag, tensor in (("attention_bias", "layers.0.self_attn.q_proj.bias"),
+                         ("mlp_bias", "layers.0.mlp.gate_proj.bias")):
+        if flag not in values.stated and tensor in names:
+            # a config serialised as a diff against its class's defaults (gpt-oss: attention_bias
+            # true) leaves the flag out; the biases in the weights state it
+            spec_values[flag] = True
+            notes.append(f"{flag} not in the config: true, as the weights hold {tensor}")
     spec_values["later_layer_norm"] = _later_layer_norm(names, num_layers, weights_file, problems)
     layer_types = spec_values.pop("layer_types")
     if layer_types is not None and len(layer_types) == num_layers:
@@ -462,7 +478,8 @@ def _read(directory: str) -> DrafterCheckpoint:
     notes += _check_shapes(spec, shapes, index, weights_file, problems)
     if has_map and not problems:
         d2t, d2t_file = (index.read("d2t"), weights_file) if "d2t" in names else (meta[1], meta[0])
-        t2d = index.read("t2d") if "t2d" in names and shapes["t2d"] == (spec.vocab_size,) else None
+        t2d = (index.read("t2d") if "t2d" in names and shapes["t2d"] == (spec.vocab_size,)
+               and index.entries["t2d"].dtype is not None else None)
         _check_vocab_map(d2t, t2d, spec, d2t_file, problems)
     if problems:
         raise DrafterError(problems)

@@ -77,14 +77,18 @@ class AuxLayers:
         ``num_target_layers`` (the target depth N) is needed for the default taps and to
         recognise a layer-output list that reaches N, which can only be a boundary list (SGLang's
         gpt-oss rule: layer N does not exist). Returns ``None`` when N is required but unknown.
+
+        Ascending, whatever order the ids were written in: every trainer and engine (SGLang, vLLM,
+        ModelOpt's hooks) concatenates the captured states in layer order, and ModelOpt's Megatron
+        export writes its default ids in Python set order (``[1, 28, 15]`` for a 32-layer target).
         """
         if self.declared is None:
             return None if num_target_layers is None else default_aux_indices(num_target_layers)
         if self.convention is IdConvention.LAYER_OUTPUT:
             if num_target_layers is not None and max(self.declared) == num_target_layers:
-                return self.declared
-            return tuple(i + 1 for i in self.declared)
-        return self.declared
+                return tuple(sorted(self.declared))
+            return tuple(sorted(i + 1 for i in self.declared))
+        return tuple(sorted(self.declared))
 
     def sglang_layer_ids(self, num_target_layers: int | None = None) -> tuple[int, ...] | None:
         """The same taps in SGLang's ``eagle_aux_hidden_state_layer_ids`` convention for
@@ -297,8 +301,19 @@ class DrafterSpec:
     norm_before_residual: bool = declare(
         "layer 0's residual is hidden_norm(fc(aux)) instead of fc(aux)", top("norm_before_residual"),
         default=False, written=top("norm_before_residual"))
-    norm_output: bool = declare("the hidden state carried to the next step is post-final-norm",
-                                top("norm_output"), default=False, written=top("norm_output"))
+    norm_output: bool = declare(
+        "the hidden state carried to the next draft step is the final-normed one (logits always read "
+        "the final-normed state). This is what `norm_output: true` means to speculators "
+        "(vllm-project/speculators@c05b95b3 src/speculators/models/eagle3/core.py:302-306), NeMo "
+        "Automodel (NVIDIA-NeMo/Automodel@36044ad3 nemo_automodel/components/speculative/eagle/"
+        "draft_llama.py:934-941) and SGLang's llama_eagle3. SpecForge's `norm_output` means something "
+        "else (sgl-project/SpecForge@a6b6b023 specforge/modeling/draft/llama3_eagle.py:1690,1772-1777; "
+        "specforge/algorithms/eagle3/model.py:386-400): it gates the final norm before lm_head "
+        "(default true) and the carried state is always the pre-norm one, so in the flat "
+        "(SpecForge) layout `norm_output: true` reads as false here and `false` (lm_head on the "
+        "un-normed state, which no engine serves) is refused. This package writes the fact as "
+        "`carry_normed_state` (read the same in every layout) next to SGLang's `norm_output`",
+        top("carry_normed_state"), top("norm_output"), default=False, written=top("carry_normed_state"))
 
     # vocabulary and embeddings
     vocab_size: int = declare("the target's vocabulary (V)", layer("vocab_size"), default=REQUIRED,

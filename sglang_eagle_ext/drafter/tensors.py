@@ -1,19 +1,25 @@
 """Where a checkpoint's tensors are: names, shapes and dtypes from file headers, data on demand.
 
-Safetensors headers are read without touching tensor data; torch pickles are opened
-memory-mapped (``weights_only=True``, never arbitrary code), so indexing a checkpoint costs its
-headers whatever sizes the files claim. :meth:`TensorIndex.read` then reads one tensor.
+Safetensors headers are parsed here (the 8-byte length, then the JSON table), and every byte range
+is checked against the file's size before anything else happens, so indexing costs the header
+whatever sizes the file claims (no memory map, no tensor data). Torch pickles in the zip format
+are opened memory-mapped (``weights_only=True``, never arbitrary code); the legacy format, which
+can only be read whole, is refused above :data:`LEGACY_PICKLE_LIMIT`. :meth:`TensorIndex.read`
+then reads one tensor.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import pickle
+import struct
 import zipfile
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from safetensors import SafetensorError, safe_open
+from safetensors import safe_open
 
 from sglang_eagle_ext.drafter import weight_names
 from sglang_eagle_ext.errors import Problem
@@ -24,6 +30,19 @@ _SAFETENSORS_DTYPES = {
     "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
     "BOOL": torch.bool, "F8_E4M3": torch.float8_e4m3fn, "F8_E5M2": torch.float8_e5m2,
 }
+# Bits per element of every dtype the safetensors format names (those no drafter holds too, so
+# that their byte ranges are still checked).
+_SAFETENSORS_BITS = {
+    "BOOL": 8, "U8": 8, "I8": 8, "F8_E4M3": 8, "F8_E5M2": 8, "F8_E8M0": 8, "I16": 16, "U16": 16,
+    "F16": 16, "BF16": 16, "I32": 32, "U32": 32, "F32": 32, "I64": 64, "U64": 64, "F64": 64,
+    "C64": 64, "F4": 4, "F6_E2M3": 6, "F6_E3M2": 6, "F8_E4M3FNUZ": 8, "F8_E5M2FNUZ": 8,
+}
+# A drafter's safetensors header is a few kilobytes, a whole target shard's a few megabytes.
+SAFETENSORS_HEADER_LIMIT = 16 << 20
+# Legacy (non-zip) torch pickles are read whole by torch.load; larger ones are refused unread.
+LEGACY_PICKLE_LIMIT = 64 << 20
+# config.json files and shard indexes are kilobytes; a larger one is refused without parsing it.
+JSON_FILE_LIMIT = 16 << 20
 
 
 @dataclass(frozen=True)
@@ -75,13 +94,13 @@ class TensorIndex:
 
     def _index_safetensors(self, path: str, problems: list[Problem]) -> None:
         try:
-            with safe_open(path, framework="pt") as handle:  # checks every byte range against the file
-                for raw in handle.keys():
-                    tensor = handle.get_slice(raw)
-                    self.add(path, raw, tensor.get_shape(), _SAFETENSORS_DTYPES.get(tensor.get_dtype()), problems)
-        except (SafetensorError, OSError, ValueError) as exc:
+            tensors = read_safetensors_header(path)
+        except HeaderError as exc:
             problems.append(Problem(path, "<safetensors header>", f"corrupt or truncated file ({exc})",
                                     "re-download or re-export the checkpoint"))
+            return
+        for raw, (dtype, shape) in tensors.items():
+            self.add(path, raw, shape, _SAFETENSORS_DTYPES.get(dtype), problems)
 
     def _index_pickle(self, path: str, problems: list[Problem]) -> None:
         state = load_pickle(path, problems)
@@ -102,12 +121,107 @@ class TensorIndex:
             self.add(path, raw, tensor.shape, tensor.dtype, problems)
 
 
-def load_pickle(path: str, problems: list[Problem]) -> Any:
-    """A torch pickle as plain data (``weights_only=True``), memory-mapped when the file is in
-    torch's zip format so that no tensor is read until used."""
+class HeaderError(ValueError):
+    """A safetensors file whose header cannot be trusted; the message says why."""
+
+
+def read_safetensors_header(path: str) -> dict[str, tuple[str, tuple[int, ...]]]:
+    """Tensor name -> (safetensors dtype name, shape), from the header alone.
+
+    The format: an 8-byte little-endian header length, that many bytes of a JSON object (name
+    -> ``{"dtype", "shape", "data_offsets": [begin, end]}``, plus an optional ``__metadata__``
+    object), then the data, which the byte ranges must cover exactly, back to back. Every claim
+    is checked against the file's size here, so a header that claims more than the file holds
+    is refused before any tensor is read. Raises :class:`HeaderError`.
+    """
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True, mmap=zipfile.is_zipfile(path))
-    except (pickle.UnpicklingError, RuntimeError, EOFError, OSError, ValueError) as exc:
+        size = os.path.getsize(path)
+        with open(path, "rb") as handle:
+            prefix = handle.read(8)
+            if len(prefix) < 8:
+                raise HeaderError(f"{size} bytes: shorter than the 8-byte header length")
+            (length,) = struct.unpack("<Q", prefix)
+            if length > SAFETENSORS_HEADER_LIMIT:
+                raise HeaderError(f"the header claims {length} bytes; a drafter's header is a few "
+                                  f"kilobytes (at most {SAFETENSORS_HEADER_LIMIT} are read)")
+            if 8 + length > size:
+                raise HeaderError(f"the header claims {length} bytes but the file holds {size - 8} after "
+                                  "its length")
+            text = handle.read(length)
+    except OSError as exc:
+        raise HeaderError(f"cannot be read: {exc}") from None
+    try:
+        table = json.loads(text.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise HeaderError(f"the header is not a JSON object ({exc})") from None
+    if not isinstance(table, dict):
+        raise HeaderError(f"the header is a JSON {type(table).__name__}, not an object")
+    data_size = size - 8 - length
+    tensors, ranges = {}, []
+    for name, info in table.items():
+        if name == "__metadata__":
+            if not (isinstance(info, dict) and all(isinstance(v, str) for v in info.values())):
+                raise HeaderError(f"__metadata__ must map names to strings: {json.dumps(info)[:120]}")
+            continue
+        dtype, shape, offsets = (info.get(k) if isinstance(info, dict) else None
+                                 for k in ("dtype", "shape", "data_offsets"))
+        if not (isinstance(dtype, str) and _int_list(shape) and _int_list(offsets) and len(offsets) == 2
+                and 0 <= offsets[0] <= offsets[1]):
+            raise HeaderError(f"the entry of {name!r} is not {{dtype, shape, data_offsets}}: "
+                              f"{json.dumps(info)[:120]}")
+        count = 1
+        for dim in shape:
+            count *= dim
+        bits = _SAFETENSORS_BITS.get(dtype)
+        if bits is None:
+            raise HeaderError(f"{name!r} has the dtype {dtype!r}, which the safetensors format does not know")
+        if offsets[1] - offsets[0] != (count * bits + 7) // 8:
+            raise HeaderError(f"{name!r} ({dtype} {shape}) needs {(count * bits + 7) // 8} bytes but its "
+                              f"data_offsets span {offsets[1] - offsets[0]}")
+        tensors[name] = (dtype, tuple(shape))
+        ranges.append((offsets[0], offsets[1], name))
+    end = 0
+    for begin, stop, name in sorted(ranges):
+        if begin != end:
+            raise HeaderError(f"the data of {name!r} starts at byte {begin} of the data, not at {end} "
+                              "(gaps and overlaps are not allowed)")
+        end = stop
+    if end != data_size:
+        raise HeaderError(f"the header claims {end} bytes of tensor data but the file holds {data_size}"
+                          + (" (truncated)" if end > data_size else ""))
+    return tensors
+
+
+def _int_list(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0
+                                           for v in value)
+
+
+def load_pickle(path: str, problems: list[Problem], limit: int = LEGACY_PICKLE_LIMIT) -> Any:
+    """A torch pickle as plain data (``weights_only=True``), memory-mapped when the file is in
+    torch's zip format so that no tensor is read until used. A legacy-format pickle is read whole
+    by torch, so one larger than ``limit`` bytes is refused unread."""
+    try:
+        zipped = zipfile.is_zipfile(path)
+        size = os.path.getsize(path)
+        if zipped:  # the pickled structure itself (data.pkl) is read whole; the tensors are mapped
+            with zipfile.ZipFile(path) as archive:
+                size = max((i.file_size for i in archive.infolist() if i.filename.endswith("data.pkl")),
+                           default=0)
+    except (OSError, zipfile.BadZipFile) as exc:
+        problems.append(Problem(path, "<pickle>", f"cannot be read ({exc})", "re-download the checkpoint"))
+        return None
+    if size > limit:
+        what = (f"its pickled structure (data.pkl) claims {size} bytes" if zipped
+                else f"a legacy-format torch pickle of {size} bytes")
+        problems.append(Problem(
+            path, "<pickle>", f"{what}, which torch would read whole: not opened", "re-save it with a "
+            "current torch.save (zip format, read memory-mapped) or as safetensors",
+            expected=f"at most {limit} bytes of pickled structure", found=f"{size} bytes"))
+        return None
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True, mmap=zipped)
+    except (pickle.UnpicklingError, RuntimeError, EOFError, OSError, ValueError, MemoryError) as exc:
         problems.append(Problem(
             path, "<pickle>", f"cannot be read as plain tensors ({(str(exc) or type(exc).__name__).splitlines()[0]})",
             "re-export the checkpoint as safetensors; pickles are only loaded with "

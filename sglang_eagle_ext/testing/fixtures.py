@@ -150,7 +150,9 @@ def write_checkpoint(directory: str, config: dict, tensors: dict[str, torch.Tens
     return directory
 
 
-def _speculators_config(layer_template: dict, g: Geometry, **top) -> dict:
+def speculators_config(layer_template: dict, g: Geometry, **top) -> dict:
+    """A speculators ``Eagle3SpeculatorConfig``: ``layer_template`` shrunk to ``g`` as the
+    ``transformer_layer_config``; ``top`` sets or overrides top-level keys."""
     layer = shrink(layer_template, g)
     layer.pop("draft_vocab_size", None)
     layer.pop("architectures", None)
@@ -193,7 +195,8 @@ def f2_angelslim(d, seed):
                             rename(canonical_tensors(g, seed), midlayer=True))
 
 
-def _modelopt_config(g: Geometry, **eagle) -> dict:
+def modelopt_config(g: Geometry, **eagle) -> dict:
+    """A flat config with ModelOpt's exported ``eagle_config`` keys; ``eagle`` overrides them."""
     config = shrink(template("sgl-project__SpecForge-configs-llama3-8B-eagle3"), g)
     config["eagle_config"] = {"eagle_aux_hidden_state_layer_ids": None, "use_aux_hidden_state": True,
                               "use_input_layernorm_in_first_layer": True, "use_last_layernorm": True,
@@ -207,12 +210,12 @@ def f3_modelopt(d, seed):
     g = Geometry()
     tensors = canonical_tensors(g, seed)
     del tensors["t2d"]  # ModelOpt never writes t2d
-    return write_checkpoint(d, _modelopt_config(g, eagle_aux_hidden_state_layer_ids=[1, 5, 8]), tensors)
+    return write_checkpoint(d, modelopt_config(g, eagle_aux_hidden_state_layer_ids=[1, 5, 8]), tensors)
 
 
 def f4_modelopt_no_aux(d, seed):
     g = Geometry(fc=False, draft_vocab=512)
-    config = _modelopt_config(g, use_aux_hidden_state=False)
+    config = modelopt_config(g, use_aux_hidden_state=False)
     config["draft_vocab_size"] = None
     return write_checkpoint(d, config, canonical_tensors(g, seed))
 
@@ -227,15 +230,15 @@ def f5_gpt_oss_boundary(d, seed):
 
 def f6_speculators(d, seed):
     g = Geometry(embed=True)
-    config = _speculators_config(template("sgl-project__SpecForge-configs-llama3-8B-eagle3"), g,
-                                 norm_before_residual=True)
+    config = speculators_config(template("sgl-project__SpecForge-configs-llama3-8B-eagle3"), g,
+                                norm_before_residual=True)
     return write_checkpoint(d, config, canonical_tensors(g, seed))
 
 
 def f7_speculators_two_layers(d, seed):
     g = Geometry(embed=True, layers=2)
-    config = _speculators_config(template("sgl-project__SpecForge-configs-llama3-8B-eagle3"), g,
-                                 norm_before_residual=True)
+    config = speculators_config(template("sgl-project__SpecForge-configs-llama3-8B-eagle3"), g,
+                                norm_before_residual=True)
     return write_checkpoint(d, config, canonical_tensors(g, seed))
 
 
@@ -243,15 +246,15 @@ def f8_speculators_four_aux(d, seed):
     g = Geometry(embed=True, num_aux=4, norm_before_fc=True)
     layer = dict(template("sgl-project__SpecForge-configs-qwen3-8b-eagle3"),
                  layer_types=["sliding_attention"], sliding_window=32, use_sliding_window=True)
-    config = _speculators_config(layer, g, norm_before_residual=True, norm_before_fc=True,
-                                 norm_output=True, eagle_aux_hidden_state_layer_ids=[2, 5, 9, 11])
+    config = speculators_config(layer, g, norm_before_residual=True, norm_before_fc=True,
+                                norm_output=True, eagle_aux_hidden_state_layer_ids=[2, 5, 9, 11])
     return write_checkpoint(d, config, canonical_tensors(g, seed))
 
 
 def f9_speculators_qwen3(d, seed):
     g = Geometry(embed=True, qwen3=True)
     layer = dict(template("sgl-project__SpecForge-configs-qwen3-8b-eagle3"), model_type="qwen3")
-    return write_checkpoint(d, _speculators_config(layer, g), canonical_tensors(g, seed))
+    return write_checkpoint(d, speculators_config(layer, g), canonical_tensors(g, seed))
 
 
 def f10_eagle31(d, seed):
@@ -288,9 +291,9 @@ def f12_nemo(d, seed):
 
 def f13_peagle(d, seed):
     g = Geometry(embed=True, layers=4, attention_bias=True)
-    config = _speculators_config(template("sgl-project__SpecForge-configs-qwen3-8b-eagle3"), g,
-                                 speculators_model_type="peagle", mask_token_id=g.vocab - 1,
-                                 architectures=["PEagleSpeculator"])
+    config = speculators_config(template("sgl-project__SpecForge-configs-qwen3-8b-eagle3"), g,
+                                speculators_model_type="peagle", mask_token_id=g.vocab - 1,
+                                architectures=["PEagleSpeculator"])
     config["transformer_layer_config"]["attention_bias"] = True
     tensors = canonical_tensors(g, seed)
     tensors["mask_hidden"] = torch.randn(1, 1, 3 * g.target_hidden)
@@ -355,5 +358,5 @@ def build(name: str, directory: str, seed: int = 0) -> str:
     return builders[name](directory, seed)
 
 
-__all__ = ["FIXTURES", "REJECTED_FIXTURES", "Geometry", "build", "canonical_tensors", "rename",
-           "shrink", "target_config", "template", "write_checkpoint"]
+__all__ = ["FIXTURES", "REJECTED_FIXTURES", "Geometry", "build", "canonical_tensors", "modelopt_config",
+           "rename", "shrink", "speculators_config", "target_config", "template", "write_checkpoint"]

@@ -55,8 +55,8 @@ def build_matched_drafter(directory: str, target_dir: str, *, layers: int, num_a
         tensors = fixtures.rename(tensors, midlayer=True)
     elif dialect == "speculators":
         layer_config = fixtures.template("sgl-project__SpecForge-configs-llama3-8B-eagle3")
-        config = fixtures._speculators_config(layer_config, geometry,
-                                              eagle_aux_hidden_state_layer_ids=indices)
+        config = fixtures.speculators_config(layer_config, geometry,
+                                             eagle_aux_hidden_state_layer_ids=indices)
         config["fc_norm"] = fc_norm
     else:
         raise ValueError(f"dialect {dialect!r} is not one of {DIALECTS}")

@@ -1,11 +1,8 @@
 """Every option's bad values end in a one-line error and a non-zero status, never a traceback."""
 
-import os
-
 import pytest
 
 from sglang_eagle_ext.cli import main
-from sglang_eagle_ext.testing import fixtures
 
 
 def outcome(argv, capsys):

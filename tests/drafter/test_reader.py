@@ -38,7 +38,8 @@ EXPECTED = {
                              {"norm_before_fc": True, "norm_output": True, "sliding_window": 32,
                               "layer_types": ("sliding_attention",)}),
     "F9-speculators-qwen3": (Dialect.SPECULATORS, 1, 3, (2, 6, 9), {"layer_kind": "qwen3"}),
-    "F10-eagle3.1": (Dialect.FLAT, 1, 3, (2, 6, 9), {"fc_norm": True, "norm_output": True}),
+    # SpecForge's `norm_output: true` is its final norm before lm_head; the carried state stays pre-norm
+    "F10-eagle3.1": (Dialect.FLAT, 1, 3, (2, 6, 9), {"fc_norm": True, "norm_output": False}),
     "F10-legacy-aux-norm": (Dialect.FLAT, 1, 3, (2, 6, 9), {"fc_norm": True}),
     "F11-cross-width": (Dialect.FLAT, 1, 3, (2, 6, 9), {"target_hidden_size": 96}),
     "F12-nemo": (Dialect.NEMO, 1, 3, (2, 6, 9), {"fc_norm": True, "norm_output": True}),

@@ -1,23 +1,18 @@
 """Our SGLang draft class, built with SGLang's layers, against the plain-PyTorch reference drafter.
 
 Every checkpoint dialect (F1-F12, F14 of the format catalogue) is loaded through SGLang's path
-(normalised config -> model class -> load_weights) and run for a prefill on target aux states
-followed by a decode step on the carried hidden state, over SGLang's paged KV cache; logits and
-carried states must match the reference to fp32 rounding.
+and compared with the reference by :func:`sglang_forward.assert_forward_matches_reference`
+(prefill on target aux states, a decode step on the carried hidden state, SGLang's paged KV cache;
+logits and carried states equal to fp32 rounding).
 """
-
-import os
 
 import pytest
 import torch
 
-from sglang_eagle_ext.drafter.reader import read_drafter
 from sglang_eagle_ext.errors import DrafterError
-from sglang_eagle_ext.reference.drafter import DraftCache, ReferenceDrafter
 from sglang_eagle_ext.drafter.target import read_target
 from sglang_eagle_ext.testing import fixtures
-
-TOKENS = 5
+from sglang_eagle_ext.testing.sglang_forward import assert_forward_matches_reference, build_draft
 
 
 def target_for(name: str):
@@ -26,63 +21,10 @@ def target_for(name: str):
     return read_target(config)
 
 
-def build_draft(directory: str, target):
-    """Our model exactly as SGLang builds it: normalised config, class, load_weights, sharing."""
-    from sglang_eagle_ext.sglang.compat.config_loading import DraftConfigLoader
-    from sglang_eagle_ext.sglang.model import LlamaForCausalLMEagle3
-
-    loader = DraftConfigLoader(original=None)
-    loader.target = target
-    model = LlamaForCausalLMEagle3(loader(directory))
-    model.load_weights(iter(()))
-    return model
-
-
 @pytest.mark.parametrize("name", sorted(fixtures.FIXTURES))
 def test_forward_matches_reference(name, tmp_path, sglang_dist, no_grad):
-    from tests.sglang.draft_forward import DraftRunner
-    from sglang.srt.model_executor.forward_batch_info import ForwardMode
-
     directory = fixtures.build(name, str(tmp_path / "drafter"), seed=hash(name) % 1000)
-    target = target_for(name)
-    checkpoint = read_drafter(directory, target=target)
-    spec = checkpoint.spec
-    model = build_draft(directory, target)
-    gen = torch.Generator().manual_seed(len(name))
-    target_embed = torch.randn(spec.vocab_size, spec.hidden_size, generator=gen) * 0.5
-    target_head = torch.randn(spec.vocab_size, spec.hidden_size, generator=gen) * 0.3
-    # what SGLang's EAGLE worker does after loading the draft
-    if model.load_lm_head_from_target:
-        model.set_embed_and_head(target_embed, target_head)
-    else:
-        model.set_embed(target_embed)
-    reference = ReferenceDrafter.from_tensors(spec, checkpoint.load_tensors(),
-                                              target_embed=target_embed, target_lm_head=target_head)
-
-    width = spec.fc_in_features if spec.use_aux_hidden_state else spec.hidden_size
-    ids = torch.randint(0, spec.vocab_size, (TOKENS + 1,), generator=gen)
-    aux = torch.randn(TOKENS, width, generator=gen)
-    runner = DraftRunner(spec)
-    prefill = runner.forward(model, ForwardMode.EXTEND, ids[:TOKENS], aux, prefix=0)
-    cache = DraftCache()
-    expected = reference(ids[None, :TOKENS], torch.arange(TOKENS), aux=aux[None], cache=cache)
-    vocab = spec.draft_vocab_size  # SGLang pads the head to a multiple of 64
-    torch.testing.assert_close(prefill.next_token_logits[0, :vocab], expected.logits[0, -1],
-                               rtol=1e-5, atol=1e-5)
-    torch.testing.assert_close(prefill.hidden_states, expected.carried[0], rtol=1e-5, atol=1e-5)
-
-    carried = prefill.hidden_states[-1:]
-    decode = runner.forward(model, ForwardMode.DECODE, ids[TOKENS:], carried, prefix=TOKENS)
-    expected = reference(ids[None, TOKENS:], torch.tensor([TOKENS]), carried=carried[None], cache=cache)
-    torch.testing.assert_close(decode.next_token_logits[0, :vocab], expected.logits[0, -1],
-                               rtol=1e-5, atol=1e-5)
-    torch.testing.assert_close(decode.hidden_states, expected.carried[0], rtol=1e-5, atol=1e-5)
-
-    if spec.has_vocab_map:
-        draft_ids = torch.arange(spec.draft_vocab_size)
-        assert torch.equal(model.get_hot_token_id(), reference.to_target_ids(draft_ids))
-    else:
-        assert model.get_hot_token_id() is None
+    assert_forward_matches_reference(directory, target_for(name), seed=len(name))
 
 
 def test_own_embedding_is_kept_and_missing_one_is_shared(tmp_path, sglang_dist, no_grad):
