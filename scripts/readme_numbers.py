@@ -1,0 +1,480 @@
+"""Fill the README's generated blocks from the committed result files in ``benchmarks/results/``.
+
+Every measured figure the README quotes lies between markers
+``<!-- generated:NAME:begin -->`` and ``<!-- generated:NAME:end -->`` and is rendered here from one
+result file, which records the machine, date and commit it came from::
+
+    python scripts/readme_numbers.py                # rewrite README.md's generated blocks
+    python scripts/readme_numbers.py --check        # exit 1 when README.md is not what it would write
+    python scripts/readme_numbers.py --measure-cpu  # rerun the demo and eval on this CPU machine
+                                                    # (two fresh builds) into cpu/demo_eval.json
+
+``tests/test_readme_numbers.py`` runs the check, so a README that drifts from its results fails.
+Standard library only: the check runs before any environment is built.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import re
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+RESULTS = ROOT / "benchmarks" / "results"
+CPU_TEST_RUNS = RESULTS / "cpu" / "test_runs.json"
+CPU_DEMO_EVAL = RESULTS / "cpu" / "demo_eval.json"
+E2E_RAW = RESULTS / "sglang_e2e_raw"
+GPU_DEMOS = RESULTS / "demo"
+TREE_KERNELS = RESULTS / "tree_kernels.json"
+SPEED_RUN = E2E_RAW / "v0.5.16-speed-8b.json"
+
+MARKER = re.compile(r"<!-- generated:(?P<name>[a-z0-9-]+):begin -->(?P<body>.*?)"
+                    r"<!-- generated:(?P=name):end -->", re.DOTALL)
+
+
+# ---------------------------------------------------------------------------------------------
+# Shared helpers
+# ---------------------------------------------------------------------------------------------
+
+def write_atomically(path: Path, text: str) -> None:
+    """Replace ``path`` in one step, so a reader (or a crash) never leaves half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, staging = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        # mkstemp makes the file private (0600); a committed file gets the usual umask mode.
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(staging, 0o666 & ~umask)
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(staging, path)
+    except BaseException:
+        os.unlink(staging)
+        raise
+
+
+def read_json(path: Path):
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def relative(path: Path) -> str:
+    return path.relative_to(ROOT).as_posix()
+
+
+def value_or_range(values, digits: int, unit: str = "") -> str:
+    """One value when every measurement rounds to the same figure, else "low-high"."""
+    shown = sorted({f"{value:.{digits}f}" for value in values}, key=float)
+    return (shown[0] if len(shown) == 1 else f"{shown[0]}-{shown[-1]}") + unit
+
+
+# ---------------------------------------------------------------------------------------------
+# --measure-cpu: the demo and eval on this machine, two fresh builds
+# ---------------------------------------------------------------------------------------------
+
+BUILD_LABELS = ("a", "b")
+EVAL_COMPARE_TAPS = "1,3,4"
+
+
+def git(*args: str) -> str:
+    # --no-optional-locks: status must not take the index lock from someone committing meanwhile.
+    return subprocess.run(["git", "--no-optional-locks", *args], cwd=ROOT, check=True, capture_output=True,
+                          text=True).stdout.strip()
+
+
+def cpu_model() -> str:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return "unknown"
+
+
+def machine_facts() -> dict:
+    """What a reader needs to judge whether their machine should give the same numbers."""
+    return {"nproc": len(os.sched_getaffinity(0)), "arch": platform.machine(),
+            "cpu_model": cpu_model()}
+
+
+def installed_versions(python: Path) -> dict:
+    """sglang / torch / transformers versions of the environment the CLI runs in."""
+    probe = ("import importlib.metadata as m, json; print(json.dumps({p: m.version(p) for p in "
+             "('sglang', 'torch', 'transformers')}))")
+    return json.loads(subprocess.run([str(python), "-c", probe], check=True, capture_output=True,
+                                     text=True).stdout)
+
+
+def run_timed(command: list[str]) -> tuple[subprocess.CompletedProcess, dict]:
+    """Run ``command``; its wall time, the CPU time it and its reaped descendants used, and the
+    machine's load around it (other work on a 2-core machine stretches the wall time; the load
+    and the CPU time let a reader tell a busy machine from a slow build)."""
+    print(f"[readme_numbers] $ {' '.join(command)}", file=sys.stderr, flush=True)
+    load_before, used_before = os.getloadavg()[0], resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.monotonic()
+    done = subprocess.run(command, capture_output=True, text=True)
+    wall = time.monotonic() - started
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (used.ru_utime - used_before.ru_utime) + (used.ru_stime - used_before.ru_stime)
+    return done, {"wall_s": round(wall, 1), "cpu_s": round(cpu, 1),
+                  "load_average_1m": [round(load_before, 2), round(os.getloadavg()[0], 2)]}
+
+
+def parse_demo(stdout: str) -> dict:
+    """The demo's result lines: acceptance length and the lossless check."""
+    acceptance = re.search(r"^acceptance length: ([0-9.]+) tokens per verify step", stdout, re.M)
+    lossless = re.search(r"^output equals plain greedy decoding: (yes|NO)$", stdout, re.M)
+    if not acceptance or not lossless:
+        raise RuntimeError("the demo printed no acceptance / lossless line:\n" + stdout[-2000:])
+    return {"acceptance_length": float(acceptance.group(1)),
+            "equals_plain_greedy": lossless.group(1) == "yes"}
+
+
+def measure_build(cli: Path, label: str) -> dict:
+    """One fresh build: the demo in a new workdir, then eval on the models it built."""
+    workdir = tempfile.mkdtemp(prefix=f"demo-{label}-")
+    demo_command = [str(cli), "demo", "--workdir", workdir]
+    demo, demo_timing = run_timed(demo_command)
+    if demo.returncode != 0:
+        raise RuntimeError(f"demo exited {demo.returncode}:\n{demo.stdout[-2000:]}\n{demo.stderr[-2000:]}")
+    eval_command = [str(cli), "eval", "--target", f"{workdir}/target",
+                    "--draft", f"{workdir}/drafter-2layer",
+                    "--compare-aux-layers", EVAL_COMPARE_TAPS, "--json"]
+    evaluated, eval_timing = run_timed(eval_command)
+    if evaluated.returncode != 0:
+        raise RuntimeError(f"eval exited {evaluated.returncode}:\n{evaluated.stderr[-2000:]}")
+    return {"label": label, "workdir": workdir,
+            "demo": {"command": " ".join(demo_command), **demo_timing,
+                     **parse_demo(demo.stdout), "stdout": demo.stdout},
+            "eval": {"command": " ".join(eval_command), **eval_timing,
+                     "report": json.loads(evaluated.stdout)}}
+
+
+def measure_cpu(cli: Path) -> dict:
+    """Both fresh builds with the facts of the machine and the code they ran."""
+    started = datetime.datetime.now(datetime.timezone.utc)
+    record = {"date": started.strftime("%Y-%m-%d %H:%M UTC"), "machine": machine_facts(),
+              "commit": git("rev-parse", "--short", "HEAD"),
+              # Uncommitted edits change what ran; say so rather than pretend the commit is all.
+              "uncommitted_paths": len(git("status", "--porcelain").splitlines()),
+              "versions": installed_versions(cli.parent / "python"),
+              "command": f"python scripts/readme_numbers.py --measure-cpu --cli {relative_cli(cli)}"}
+    record["builds"] = [measure_build(cli, label) for label in BUILD_LABELS]
+    return record
+
+
+def relative_cli(cli: Path) -> str:
+    try:
+        return cli.resolve().relative_to(ROOT).as_posix()
+    except ValueError:
+        return str(cli)
+
+
+# ---------------------------------------------------------------------------------------------
+# Supported-versions table
+# ---------------------------------------------------------------------------------------------
+
+COMPAT = ROOT / "sglang_eagle_ext" / "sglang" / "compat" / "__init__.py"
+NOT_RUN = RESULTS / "not_run.json"
+
+
+def supported_releases() -> list[str]:
+    """Every 0.X.Y release inside the package's ``SUPPORTED`` range, read from its source (this
+    script imports nothing from the package, so it runs without an environment)."""
+    declared = re.search(r'SUPPORTED = SpecifierSet\(">=(\d+)\.(\d+)\.(\d+),<(\d+)\.(\d+)\.(\d+)"\)',
+                         COMPAT.read_text(encoding="utf-8"))
+    if declared is None:
+        raise ValueError(f"{relative(COMPAT)}: no SUPPORTED = SpecifierSet(\">=a.b.c,<a.b.d\") to read")
+    major, minor, first, end_major, end_minor, end = map(int, declared.groups())
+    if (major, minor) != (end_major, end_minor):
+        raise ValueError(f"{relative(COMPAT)}: SUPPORTED spans minor releases; list them here")
+    return [f"{major}.{minor}.{patch}" for patch in range(first, end)]
+
+
+def release_key(release: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in release.split("."))
+
+
+def e2e_runs() -> list[dict]:
+    """Every end-to-end raw file that holds rows, with its path (speed-only files hold none)."""
+    runs = []
+    for path in sorted(E2E_RAW.glob("*.json")):
+        run = read_json(path)
+        if run.get("rows"):
+            runs.append({**run, "path": path})
+    return runs
+
+
+def row_is_lossless(row: dict) -> bool:
+    """Every prompt equal to the non-speculative engine, exactly or up to a near-tie."""
+    return not row["mismatch"] and row["exact"] + row["near_tie"] == row["prompts"]
+
+
+def newest(runs: list[dict]) -> dict:
+    return max(runs, key=lambda run: run["date"])
+
+
+def where(run: dict) -> str:
+    return f"{run['device']}, {run['date'][:10]}, `{run['commit']}`"
+
+
+def gpu_rows_cell(runs: list[dict]) -> str:
+    run = newest(runs)
+    lossless = sum(row_is_lossless(row) for row in run["rows"])
+    digests = ", ".join(sorted({row["output_digest"] for row in run["rows"]}))
+    earlier = f" ({len(runs)} runs, newest shown)" if len(runs) > 1 else ""
+    return f"{lossless}/{len(run['rows'])} rows lossless, digest {digests}; {where(run)}{earlier}"
+
+
+def gpu_demo_runs() -> list[dict]:
+    """The committed GPU demo transcripts: header line (date, device, release, commit) and results."""
+    header = re.compile(r"^# (?P<date>\d{4}-\d\d-\d\d)T\S*, (?P<device>[^,]+), [^,]+, sglang (?P<sglang>[\d.]+), "
+                        r".*commit (?P<commit>\w+)$", re.M)
+    runs = []
+    for path in sorted(GPU_DEMOS.glob("*.txt")):
+        transcript = path.read_text(encoding="utf-8")
+        found = header.search(transcript)
+        if found is None:
+            raise ValueError(f"{relative(path)}: no '# DATE, DEVICE, DRIVER, sglang X, ..., commit C' header")
+        runs.append({**found.groupdict(), "path": path, **parse_demo(transcript)})
+    return runs
+
+
+def gpu_demo_cell(runs: list[dict]) -> str:
+    run = newest(runs)
+    lossless = "yes" if run["equals_plain_greedy"] else "NO"
+    return (f"acceptance {run['acceptance_length']:.2f}, output equals plain greedy decoding: {lossless}; "
+            f"{where(run)}")
+
+
+def cpu_test_runs() -> list[dict]:
+    return read_json(CPU_TEST_RUNS)["runs"]
+
+
+def cpu_tests_cell(runs: list[dict]) -> str:
+    run = max(runs, key=lambda record: record["date"])
+    counts = ", ".join(f"{run[outcome]} {outcome}" for outcome in ("passed", "failed", "skipped"))
+    note = f" ({run['note']})" if run.get("note") else ""
+    return f"{counts}{note}; {run['machine']}, {run['date']}, `{run['commit']}`"
+
+
+def not_run_reason(release: str, column: str) -> str:
+    """Why a cell has no result, from ``not_run.json`` (a blocked run says why; others 'untested')."""
+    reason = read_json(NOT_RUN)["releases"].get(release, {}).get(column)
+    return f"untested ({reason})" if reason else "untested"
+
+
+def versions_table() -> str:
+    e2e = e2e_runs()
+    gpu_rows = [run for run in e2e if run.get("tp_size", 1) == 1]
+    tp2 = [run for run in e2e if run.get("tp_size", 1) == 2]
+    demos, tests = gpu_demo_runs(), cpu_test_runs()
+    lines = ["| SGLang | CPU tests | GPU rows (end to end) | TP=2 | GPU demo |", "|---|---|---|---|---|"]
+    for release in supported_releases():
+        def of(runs, key="sglang"):
+            return [run for run in runs if run[key] == release]
+        cells = [
+            cpu_tests_cell(of(tests)) if of(tests) else not_run_reason(release, "cpu"),
+            gpu_rows_cell(of(gpu_rows)) if of(gpu_rows) else not_run_reason(release, "gpu"),
+            gpu_rows_cell(of(tp2)) if of(tp2) else "not run",
+            gpu_demo_cell(of(demos)) if of(demos) else not_run_reason(release, "gpu"),
+        ]
+        lines.append(f"| {release} | " + " | ".join(cells) + " |")
+    near_tie = {run["near_tie_nats"] for run in e2e}
+    return ("\n\n" + "\n".join(lines) + "\n\n"
+            f"Generated by `python scripts/readme_numbers.py` from `{relative(CPU_TEST_RUNS)}`, "
+            f"`{relative(E2E_RAW)}/*.json` and `{relative(GPU_DEMOS)}/*.txt`. A row is lossless when "
+            "each prompt's greedy output equals the non-speculative engine's token by token, or first "
+            "differs where that engine's top-1/top-2 log-probability margin is at most "
+            f"{value_or_range(near_tie, 1)} nats (a bf16 near-tie); the digest is the rows' output "
+            "digest. TP=2 lists raw files with `\"tp_size\": 2`.\n\n")
+
+
+# ---------------------------------------------------------------------------------------------
+# GPU speed and kernel figures
+# ---------------------------------------------------------------------------------------------
+
+def gpu_row_releases() -> str:
+    releases = sorted({run["sglang"] for run in e2e_runs()}, key=release_key)
+    return " and ".join([", ".join(releases[:-1]), releases[-1]] if len(releases) > 1 else releases)
+
+
+def builtin_speed() -> str:
+    """Our class against SGLang's built-in one: median ratio of paired rounds per batch size."""
+    run = read_json(SPEED_RUN)
+    ratios = [f"{run['speed'][batch]['ours_vs_builtin']['ratio_median']:.3f}x at batch {batch[len('batch'):]}"
+              for batch in ("batch1", "batch32")]
+    return (f"{' and '.join(ratios)} on a GPU-bound target ({run['device']}, {run['date'][:10]}, "
+            f"`{run['commit']}`, `{relative(SPEED_RUN)}`)")
+
+
+SAMPLER_ROWS_FROM = 256  # verify rows (bs * tree size) where the logits, not launches, dominate
+
+
+def tree_kernel_figures() -> str:
+    """The fused sampler's speed-up and distance from the logits-read floor at large shapes, the
+    tree build's speed-up, and whether any op is slower, all from the eager (as SGLang calls
+    them) medians of ``tree_kernels.json``."""
+    results = read_json(TREE_KERNELS)
+    rows, meta = results["rows"], results["meta"]
+    large = [row for row in rows if row["rows"] >= SAMPLER_ROWS_FROM]
+    sampler = value_or_range([row["pipeline_x"] for row in large], 0)
+    floor = value_or_range([row["pipeline_ours_us"] / row["floor_us"] for row in large], 2)
+    build = value_or_range([row["build_x"] for row in rows], 1)
+    slowest = min(row[key] for row in rows for key in row if key.endswith("_x"))
+    slower = "no op slower at any shape" if slowest >= 1 else f"the slowest op at {slowest:.2f}x"
+    return (f"softmax / top-k / top-p / tree-sampling pipeline {sampler}x faster at {SAMPLER_ROWS_FROM}+ "
+            f"verify rows, within {floor}x of one read of the logits there; the tree build {build}x "
+            f"faster; {slower}; {meta['device']}, {meta['date']}, `{meta['commit']}`, "
+            f"`{relative(TREE_KERNELS)}`")
+
+
+# ---------------------------------------------------------------------------------------------
+# CPU demo and eval figures (two fresh builds on the CI-like machine)
+# ---------------------------------------------------------------------------------------------
+
+def cpu_record() -> dict:
+    return read_json(CPU_DEMO_EVAL)
+
+
+def cpu_machine(record: dict) -> str:
+    machine = record["machine"]
+    return f"{machine['nproc']}-core CPU ({machine['cpu_model']}, {machine['arch']})"
+
+
+def demo_cpu_time() -> str:
+    """The first run's wall time: fresh workdir, so building the models is included."""
+    record = cpu_record()
+    seconds = value_or_range([build["demo"]["wall_s"] for build in record["builds"]], 0, " s")
+    return f"{seconds} on a {record['machine']['nproc']}-core CPU"
+
+
+def demo_cpu_acceptance() -> str:
+    return value_or_range([build["demo"]["acceptance_length"] for build in cpu_record()["builds"]], 2)
+
+
+def demo_cpu_source() -> str:
+    record = cpu_record()
+    loads = [load for build in record["builds"] for load in build["demo"]["load_average_1m"]]
+    # A demo timed while other jobs share the cores takes longer than on an idle machine: say so.
+    busy = (f", while other jobs shared the machine (1-minute load {value_or_range(loads, 1)} around the "
+            "demo runs, so the time is an upper bound)" if max(loads) > record["machine"]["nproc"] else "")
+    return (f"CPU figures: {len(record['builds'])} fresh builds on a {cpu_machine(record)}, "
+            f"{record['date'][:10]}, commit `{record['commit']}`{busy}; a range where the builds differ "
+            f"(`{relative(CPU_DEMO_EVAL)}`).")
+
+
+def eval_reports() -> list[dict]:
+    return [build["eval"]["report"] for build in cpu_record()["builds"]]
+
+
+def eval_setup() -> str:
+    record, report = cpu_record(), eval_reports()[0]
+    tree = report["rows"]["tree greedy"]
+    tokens_per_prompt = tree["tokens"] // report["prompts"]
+    return (f"{report['prompts']} prompts x {tokens_per_prompt} tokens, {tree['num_steps']} steps, tree "
+            f"top-{tree['topk']}, {cpu_machine(record)}, {record['date'][:10]}, commit `{record['commit']}`, "
+            f"{len(record['builds'])} fresh builds, a cell showing the range where they differ")
+
+
+def gain(rows: dict) -> float:
+    """Mean tokens per verify step beyond plain decoding's one (as ``sglang-eagle eval`` prints)."""
+    return sum(row["accept_length"] - 1 for row in rows.values()) / len(rows)
+
+
+def eval_table() -> str:
+    """``sglang-eagle eval``'s table, each cell one value or the range over the fresh builds."""
+    reports = eval_reports()
+    tap_sets = [("rows", reports[0]["aux_indices"]), ("compared", reports[0]["compared"]["aux_indices"])]
+
+    def rows_of(report, key):
+        return report["rows"] if key == "rows" else report["compared"]["rows"]
+
+    def cell(name, key):
+        return value_or_range([rows_of(report, key)[name]["accept_length"] for report in reports], 3)
+
+    names = [str(indices) for _, indices in tap_sets]
+    cells = {name: [cell(name, key) for key, _ in tap_sets] for name in reports[0]["rows"]}
+    width = max(12, *(len(text) + 2 for text in names + [c for row in cells.values() for c in row]))
+    lines = ["accept length (tokens per verify step) by aux hidden-state indices",
+             f"{'drafting':<15}{'steps':>6}{'topk':>6}{'tokens':>8}{'temp':>6}"
+             + "".join(f"{name:>{width}}" for name in names)]
+    for name, row in reports[0]["rows"].items():
+        lines.append(f"{name:<15}{row['num_steps']:>6}{row['topk']:>6}{row['draft_tokens']:>8}"
+                     f"{row['temperature']:>6.1f}" + "".join(f"{text:>{width}}" for text in cells[name]))
+    own = [gain(report["rows"]) for report in reports]
+    other = [gain(report["compared"]["rows"]) for report in reports]
+    share = [100 * o / g for o, g in zip(other, own)]
+    lines.append(f"tokens gained per verify step (mean over rows): {value_or_range(own, 2)} with {names[0]}, "
+                 f"{value_or_range(other, 2)} with {names[1]} ({value_or_range(share, 0)}%)")
+    return "\n\n```\n" + "\n".join(lines) + "\n```\n\n"
+
+
+BLOCKS: dict = {
+    "versions": versions_table,
+    "gpu-row-releases": gpu_row_releases,
+    "builtin-speed": builtin_speed,
+    "tree-kernel-figures": tree_kernel_figures,
+    "demo-cpu-time": demo_cpu_time,
+    "demo-cpu-acceptance": demo_cpu_acceptance,
+    "demo-cpu-source": demo_cpu_source,
+    "eval-setup": eval_setup,
+    "eval-table": eval_table,
+}
+
+# ---------------------------------------------------------------------------------------------
+# Rewriting the README
+# ---------------------------------------------------------------------------------------------
+
+def with_blocks(readme: str, blocks: dict) -> str:
+    """``readme`` with every generated block's body replaced (a ValueError for a block with no
+    renderer, so a typo in a marker cannot leave stale text behind)."""
+    def body(match: re.Match) -> str:
+        name = match.group("name")
+        if name not in blocks:
+            raise ValueError(f"README.md has a generated block {name!r} that {relative(Path(__file__))} "
+                             f"does not render (known: {', '.join(sorted(blocks))})")
+        return f"<!-- generated:{name}:begin -->{blocks[name]()}<!-- generated:{name}:end -->"
+    return MARKER.sub(body, readme)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--check", action="store_true",
+                      help="only report whether README.md is what this script writes")
+    mode.add_argument("--measure-cpu", action="store_true",
+                      help=f"run the demo and eval on two fresh builds, write {relative(CPU_DEMO_EVAL)}")
+    parser.add_argument("--cli", type=Path, default=ROOT / ".venv" / "bin" / "sglang-eagle",
+                        help="the sglang-eagle executable --measure-cpu runs (default: .venv's)")
+    args = parser.parse_args(argv)
+    if args.measure_cpu:
+        write_atomically(CPU_DEMO_EVAL, json.dumps(measure_cpu(args.cli), indent=1) + "\n")
+        return 0
+    current = README.read_text(encoding="utf-8")
+    try:
+        generated = with_blocks(current, BLOCKS)
+    except ValueError as error:
+        print(f"{README}: {error}", file=sys.stderr)
+        return 2
+    if args.check:
+        if generated != current:
+            print(f"{README}: generated numbers are out of date; run python scripts/readme_numbers.py",
+                  file=sys.stderr)
+            return 1
+        return 0
+    if generated != current:
+        write_atomically(README, generated)
+    return 0
+
+
+
+if __name__ == "__main__":
+    sys.exit(main())
