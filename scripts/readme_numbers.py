@@ -218,7 +218,8 @@ def row_is_lossless(row: dict) -> bool:
 
 
 def newest(runs: list[dict]) -> dict:
-    return max(runs, key=lambda run: run["date"])
+    """The run with the latest date; of runs on the same date, the one recorded last."""
+    return max(reversed(runs), key=lambda run: run["date"])
 
 
 def where(run: dict) -> str:
@@ -259,7 +260,7 @@ def cpu_test_runs() -> list[dict]:
 
 
 def cpu_tests_cell(runs: list[dict]) -> str:
-    run = max(runs, key=lambda record: record["date"])
+    run = newest(runs)
     counts = ", ".join(f"{run[outcome]} {outcome}" for outcome in ("passed", "failed", "skipped"))
     note = f" ({run['note']})" if run.get("note") else ""
     return f"{counts}{note}; {run['machine']}, {run['date']}, `{run['commit']}`"
@@ -417,7 +418,15 @@ def eval_table() -> str:
     return "\n\n```\n" + "\n".join(lines) + "\n```\n\n"
 
 
+def layouts_table() -> str:
+    """The README's "Drafter layouts" table, from the declared producer layouts."""
+    from sglang_eagle_ext.testing.producer_layouts import markdown_table
+
+    return "\n\n" + markdown_table() + "\n"
+
+
 BLOCKS: dict = {
+    "layouts": layouts_table,
     "versions": versions_table,
     "gpu-row-releases": gpu_row_releases,
     "builtin-speed": builtin_speed,

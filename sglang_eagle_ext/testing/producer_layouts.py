@@ -5,7 +5,7 @@ A layout is what one producer's own export, conversion or training code writes: 
 path). Each is rebuilt here as a tiny random checkpoint with :mod:`fixtures`' helpers, together
 with what the package must make of it: the description fields that follow from the *producer's*
 semantics (never from this package's reader), or the one error that refuses it.
-``tests/drafter/test_producer_layouts.py`` checks both, and ``scripts/layouts_table.py`` turns
+``tests/drafter/test_producer_layouts.py`` checks both, and ``scripts/readme_numbers.py`` turns
 these declarations into the README's table.
 
 Tensors are generated under canonical names (:func:`fixtures.canonical_tensors`), then spelt the
