@@ -107,9 +107,23 @@ def test_fused_sampler_matches_reference(case, data):
     assert_same(ours, expected)
 
 
+def test_fused_sampler_treats_signed_zeros_as_equal():
+    # found by hypothesis: bf16 logits rounded to halves hold both -0.0 and +0.0 at the top-p
+    # pivot; the kernels' order keys once put -0.0 below +0.0 and dropped those tokens
+    case = dict(bs=1, topk=4, steps=2, n=5, seed=150737, orphans=True, thresholds=(1.0, 1.0), boost=0.0)
+    tree_args, logits, _ = _case(case)
+    logits = (torch.round(logits * 2) / 2).to(torch.bfloat16)
+    assert bool(((logits == 0) & torch.signbit(logits)).any()) and bool(((logits == 0) & ~torch.signbit(logits)).any())
+    filters = (torch.tensor([1.7]), torch.tensor([-1], dtype=torch.int32), torch.tensor([0.9]))
+    expected, ours = poisoned_outputs(1, 5, 2), poisoned_outputs(1, 5, 2)
+    reference.fused_tree_sampling_reference(*expected, *tree_args, logits, *filters)
+    sampling.tree_sampling_from_logits(*ours, *tree_args, logits, *filters, block_v=16, scratch_slots=32)
+    assert_same(ours, expected)
+
+
 def _key(x: torch.Tensor) -> torch.Tensor:
     """The kernels' int32 order key of float32 values (larger float, larger key)."""
-    bits = x.float().view(torch.int32)
+    bits = torch.where(x == 0, 0.0, x.float()).view(torch.int32)
     return bits ^ ((bits >> 31) & 0x7FFFFFFF)
 
 

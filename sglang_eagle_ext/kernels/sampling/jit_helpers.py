@@ -13,8 +13,9 @@ from sglang_eagle_ext.kernels.tree_walk import tree_entry, write_accept_slot
 
 @triton.jit
 def order_key32(x):
-    """int32 key of float32 ``x`` ordered like the floats (NaN aside): larger float, larger key."""
-    bits = x.to(tl.int32, bitcast=True)
+    """int32 key of float32 ``x`` ordered like the floats (NaN aside): larger float, larger key;
+    -0.0 equal to +0.0, as float comparison (and so top-k / top-p ties) has it."""
+    bits = tl.where(x == 0.0, 0.0, x).to(tl.int32, bitcast=True)
     return bits ^ ((bits >> 31) & 0x7FFFFFFF)
 
 
