@@ -150,11 +150,15 @@ def measure_build(cli: Path, label: str) -> dict:
     evaluated, eval_timing = run_timed(eval_command)
     if evaluated.returncode != 0:
         raise RuntimeError(f"eval exited {evaluated.returncode}:\n{evaluated.stderr[-2000:]}")
-    return {"label": label, "workdir": workdir,
-            "demo": {"command": " ".join(demo_command), **demo_timing,
-                     **parse_demo(demo.stdout), "stdout": demo.stdout},
-            "eval": {"command": " ".join(eval_command), **eval_timing,
-                     "report": json.loads(evaluated.stdout)}}
+    def portable(text: str) -> str:
+        """``text`` without this machine's paths (the committed record must name none)."""
+        return text.replace(str(cli), relative_cli(cli)).replace(workdir, f"<fresh {label} workdir>")
+
+    return {"label": label,
+            "demo": {"command": portable(" ".join(demo_command)), **demo_timing,
+                     **parse_demo(demo.stdout), "stdout": portable(demo.stdout)},
+            "eval": {"command": portable(" ".join(eval_command)), **eval_timing,
+                     "report": json.loads(portable(evaluated.stdout))}}
 
 
 def measure_cpu(cli: Path) -> dict:
