@@ -29,6 +29,13 @@ def _nemo_draft_config(target: dict, g: Geometry, **recipe) -> dict:
     return config
 
 
+def _nemo_saved_config(target, g: Geometry, **recipe) -> dict:
+    """The config.json NeMo saves for a drafter of ``target`` (a transformers config): the
+    target's config class over the recipe's keys, every field written."""
+    draft = type(target).from_dict(_nemo_draft_config(target.to_dict(), g, **recipe))
+    return json.loads(draft.to_json_string(use_diff=False))
+
+
 def _add_biases(tensors: dict[str, torch.Tensor], g: Geometry, seed: int, *, o_proj: bool,
                 mlp: bool) -> dict[str, torch.Tensor]:
     """Canonical tensors plus the o_proj / MLP biases of HF Llama's ``attention_bias`` (all four
@@ -63,8 +70,7 @@ def nemo_gpt_oss(d: str, seed: int) -> str:
         "rope_type": "yarn", "factor": 4.0, "beta_fast": 32.0, "beta_slow": 1.0, "truncate": False,
         "original_max_position_embeddings": 64, "rope_theta": 150000.0})
     target.architectures = ["GptOssForCausalLM"]
-    config = json.loads(GptOssConfig.from_dict(_nemo_draft_config(target.to_dict(), g)).to_json_string(
-        use_diff=False))
+    config = _nemo_saved_config(target, g)
     tensors = _add_biases(canonical_tensors(g, seed), g, seed, o_proj=True, mlp=False)
     return write_checkpoint(d, config, rename(tensors, model_prefix=True))
 
@@ -77,8 +83,7 @@ def nemo_llama_biases(d: str, seed: int) -> str:
     g = Geometry(embed=True, attention_bias=True)
     target = LlamaConfig(**_tiny(g), attention_bias=True, mlp_bias=True, max_position_embeddings=256)
     target.architectures = ["LlamaForCausalLM"]
-    config = json.loads(LlamaConfig.from_dict(_nemo_draft_config(target.to_dict(), g)).to_json_string(
-        use_diff=False))
+    config = _nemo_saved_config(target, g)
     tensors = _add_biases(canonical_tensors(g, seed), g, seed, o_proj=True, mlp=True)
     return write_checkpoint(d, config, rename(tensors, model_prefix=True))
 
@@ -184,8 +189,7 @@ def nemo_eagle31(d: str, seed: int) -> str:
     g = Geometry(fc_norm=True)
     target = LlamaConfig(**_tiny(g), max_position_embeddings=256, rope_theta=1000000.0)
     target.architectures = ["LlamaForCausalLM"]
-    config = json.loads(LlamaConfig.from_dict(_nemo_draft_config(
-        target.to_dict(), g, fc_norm=True, norm_output=True)).to_json_string(use_diff=False))
+    config = _nemo_saved_config(target, g, fc_norm=True, norm_output=True)
     return write_checkpoint(d, config, rename(canonical_tensors(g, seed), model_prefix=True))
 
 
