@@ -415,10 +415,6 @@ SPECULATORS_LAYOUTS = [
 
 # --- SpecForge: `export_to_sglang` of drafters for MoE and non-Llama targets ----------------
 
-def _specforge(name: str, g: Geometry) -> Callable[[], dict]:
-    return lambda: _shrunk_as_written(f"sgl-project__SpecForge-configs-{name}", g)
-
-
 def _specforge_tensors(g: Geometry, identity_map: bool = False) -> Callable[[int], dict]:
     """SpecForge's draft keeps ``t2d``/``d2t`` buffers in every checkpoint; with the draft
     vocabulary equal to the target's, no map is ever computed and they stay at their initial
