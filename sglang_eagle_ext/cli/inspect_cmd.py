@@ -54,7 +54,7 @@ def _listed(values):
 
 
 def _print_text(spec: DrafterSpec | None, problems: list[Problem], plan: dict | None,
-                target: TargetInfo | None, path: str) -> None:
+                target: TargetInfo | None, path: str, remote) -> None:
     if spec is None:
         print(f"drafter: {path}")
     else:
@@ -62,7 +62,7 @@ def _print_text(spec: DrafterSpec | None, problems: list[Problem], plan: dict | 
         print(f"dialect: {spec.dialect.value} (architecture {spec.architecture or '-'})")
         print("files read:")
         for file in spec.files:
-            print(f"  {file}")
+            print(f"  {file}" + ("  (on the hub: header and vocabulary map read by range)" if file in remote else ""))
         width = max(len(k) for k in spec.to_dict())
         print("description:")
         for key, value in spec.to_dict().items():
@@ -102,13 +102,14 @@ def _print_text(spec: DrafterSpec | None, problems: list[Problem], plan: dict | 
 
 
 def run(args: argparse.Namespace) -> int:
-    spec, plan, target, problems = None, None, None, []
+    spec, plan, target, problems, remote = None, None, None, [], {}
     try:
         target = None if args.target is None else read_target(args.target)
-        located = locate_drafter(args.path)
+        located = locate_drafter(args.path, weights=False)  # checks only: hub weights stay on the hub
+        remote = located.remote
         if located.how != "model directory":
             print(f"reading {located.directory} ({located.how})", file=sys.stderr)
-        spec = read_drafter(located.directory).spec
+        spec = read_drafter(located.directory, remote=remote).spec
         if target is not None:
             problems = check_against_target(spec, target)
         plan = capture_plan(spec, target)
@@ -118,10 +119,11 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps({
             "status": "rejected" if problems else "ok",
             "description": None if spec is None else spec.to_dict(),
+            "read_by_range": sorted(remote),
             "target": None if target is None else vars(target),
             "capture": plan,
             "problems": [vars(p) for p in problems],
         }, indent=2))
     else:
-        _print_text(spec, problems, plan, target, args.path)
+        _print_text(spec, problems, plan, target, args.path, remote)
     return 1 if problems else 0

@@ -1,20 +1,20 @@
 """Where the drafter a user names lives: a model directory, a trainer's checkpoint folder, a legacy
-``draft_model.pt`` folder, or a Hugging Face hub id (fetched through ``huggingface_hub``, which
-honours ``HF_HUB_OFFLINE`` and its local cache)."""
+``draft_model.pt`` folder, or a Hugging Face hub id (fetched by :mod:`sglang_eagle_ext.drafter.hub`)."""
 
 from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from sglang_eagle_ext.errors import DrafterError, Problem
 
+if TYPE_CHECKING:
+    from sglang_eagle_ext.drafter.hub import HubFile
+
 LEGACY_WEIGHTS = "draft_model.pt"
 _HUB_ID = re.compile(r"[\w.-]+/[\w.-]+")
-# What a drafter's repository holds beyond its config: weights, shard indices, vocabulary side files.
-_HUB_FILES = ("config.json", "*.safetensors", "*.safetensors.index.json", "*.bin", "*.bin.index.json",
-              "*.pt", "consolidated/*")
 
 
 @dataclass(frozen=True)
@@ -26,6 +26,7 @@ class Located:
     how: str
     legacy: bool = False  # draft_model.pt + config.json: exported to a model directory before serving
     hub_id: str | None = None
+    remote: dict[str, HubFile] = field(default_factory=dict)  # files of a hub drafter read by range
 
 
 def is_hub_id(value: str) -> bool:
@@ -37,11 +38,17 @@ def is_legacy_checkpoint(directory: str) -> bool:
             and os.path.isfile(os.path.join(directory, "config.json")))
 
 
-def locate_drafter(given: str) -> Located:
+def locate_drafter(given: str, weights: bool = True) -> Located:
     """Resolve ``given`` (see the module docstring); raises :class:`DrafterError` naming the path
-    and what to pass instead."""
+    and what to pass instead. ``weights=False``: the caller only checks the drafter, so a hub
+    drafter's weights are not downloaded (its safetensors headers are read remotely)."""
     if is_hub_id(given):
-        return _from_hub(given)
+        from sglang_eagle_ext.drafter import hub
+
+        fetched = hub.fetch(given, weights)
+        how = f"hub id {given} (local snapshot {fetched.directory}" + (
+            f"; {len(fetched.remote)} weight files read by range)" if fetched.remote else ")")
+        return Located(given, fetched.directory, how, hub_id=given, remote=fetched.remote)
     path = os.path.abspath(given)
     if not os.path.isdir(path):
         what = "does not exist" if not os.path.lexists(path) else "is not a directory"
@@ -64,24 +71,3 @@ def locate_drafter(given: str) -> Located:
     raise DrafterError([Problem(os.path.join(path, "config.json"), "config.json", "missing",
                                 "point at the drafter's model directory (a trainer's epoch_*_step_*/ folder "
                                 "keeps it in model/ or model/consolidated/)")])
-
-
-def _from_hub(repo_id: str) -> Located:
-    from huggingface_hub import snapshot_download
-    from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError, RepositoryNotFoundError
-
-    offline = os.environ.get("HF_HUB_OFFLINE", "0").strip().lower() in ("1", "true", "yes", "on")
-    try:
-        directory = snapshot_download(repo_id, allow_patterns=list(_HUB_FILES))
-    except LocalEntryNotFoundError:
-        raise DrafterError([Problem(repo_id, "<hub>", "not in the local Hugging Face cache" + (
-            " and HF_HUB_OFFLINE is set" if offline else " and the hub cannot be reached"),
-            "download it once with network access (huggingface-cli download " + repo_id + "), or unset "
-            "HF_HUB_OFFLINE")]) from None
-    except RepositoryNotFoundError:
-        raise DrafterError([Problem(repo_id, "<hub>", "no such repository on the Hugging Face hub (or it is "
-                                    "private)", "check the id, or log in with huggingface-cli login")]) from None
-    except (HfHubHTTPError, OSError) as exc:
-        raise DrafterError([Problem(repo_id, "<hub>", f"cannot be fetched ({exc})",
-                                    "retry, or download it into a local directory and pass that")]) from None
-    return Located(repo_id, directory, f"hub id {repo_id} (local snapshot {directory})", hub_id=repo_id)

@@ -13,7 +13,7 @@ import json
 import os
 import threading
 from dataclasses import dataclass, replace
-from typing import Any, Iterator
+from typing import Any, Iterator, Mapping
 
 import torch
 
@@ -21,7 +21,7 @@ from sglang_eagle_ext.drafter import weight_names
 from sglang_eagle_ext.drafter.dialects import PEAGLE_FIX, ConfigValues, read_config_values
 from sglang_eagle_ext.drafter.spec import GATED_ACTIVATIONS, Dialect, DrafterSpec, LaterLayerNorm
 from sglang_eagle_ext.drafter.target import TargetInfo, check_against_target, read_target
-from sglang_eagle_ext.drafter.tensors import JSON_FILE_LIMIT, TensorIndex, load_pickle
+from sglang_eagle_ext.drafter.tensors import JSON_FILE_LIMIT, FileBytes, TensorIndex, load_pickle
 from sglang_eagle_ext.errors import DrafterError, Problem
 
 # Weight files in the order they are looked for, relative to the checkpoint directory.
@@ -100,10 +100,12 @@ def load_drafter(path: str | os.PathLike) -> DrafterCheckpoint:
 
 
 def read_drafter(path: str | os.PathLike, target: str | os.PathLike | TargetInfo | None = None,
-                 ) -> DrafterCheckpoint:
+                 remote: Mapping[str, FileBytes] | None = None) -> DrafterCheckpoint:
     """:func:`load_drafter`, plus the checks that need the target (a model directory, config
-    file or :class:`TargetInfo`): aux indices in range, hidden width, vocabulary size."""
-    checkpoint = load_drafter(path)
+    file or :class:`TargetInfo`): aux indices in range, hidden width, vocabulary size.
+    ``remote``: weight files of ``path`` that are not on disk (a hub drafter's, path -> bytes read
+    by range); such a read is checked the same way and not kept."""
+    checkpoint = _read(os.path.abspath(os.fspath(path)), remote) if remote else load_drafter(path)
     if target is not None:
         problems = check_against_target(checkpoint.spec, target if isinstance(target, TargetInfo)
                                         else read_target(target))
@@ -147,10 +149,10 @@ def _read_config(directory: str) -> Any:
                                     "or re-export the checkpoint")]) from None
 
 
-def _weight_files(directory: str, problems: list[Problem]) -> list[str]:
+def _weight_files(directory: str, problems: list[Problem], remote: Mapping[str, FileBytes]) -> list[str]:
     for candidate in WEIGHT_FILES:
         path = os.path.join(directory, candidate)
-        if not os.path.isfile(path):
+        if not (os.path.isfile(path) or path in remote):
             continue
         if not candidate.endswith(".index.json"):
             return [path]
@@ -168,7 +170,7 @@ def _weight_files(directory: str, problems: list[Problem]) -> list[str]:
                                     "re-download the checkpoint"))
             return []
         paths = [os.path.join(directory, shard) for shard in shards]
-        absent = [p for p in paths if not os.path.isfile(p)]
+        absent = [p for p in paths if not (os.path.isfile(p) or p in remote)]
         if absent:
             problems.append(Problem(path, "weight_map", "shards listed but missing (or unreadable links)",
                                     "download every shard", found=", ".join(absent)))
@@ -376,17 +378,19 @@ def _check_shapes(spec: DrafterSpec, shapes: dict[str, tuple[int, ...]], index: 
     return notes
 
 
-def _read(directory: str) -> DrafterCheckpoint:
-    """Read and validate ``directory`` (config + weight headers + vocab map)."""
+def _read(directory: str, remote: Mapping[str, FileBytes] | None = None) -> DrafterCheckpoint:
+    """Read and validate ``directory`` (config + weight headers + vocab map); files in ``remote``
+    are read through it instead of from disk."""
+    remote = remote or {}
     config_file = os.path.join(directory, "config.json")
     problems: list[Problem] = []
     values = read_config_values(_read_config(directory), config_file, problems)
     if values is None:
         raise DrafterError(problems)
-    files = _weight_files(directory, problems)
+    files = _weight_files(directory, problems, remote)
     index = TensorIndex()
     for file in files:
-        index.index_file(file, problems)
+        index.index_file(file, problems, remote.get(file))
     if not files or problems:
         raise DrafterError(problems)
     weights_file = files[0] if len(files) == 1 else directory

@@ -2,7 +2,9 @@
 
 Safetensors headers are parsed here (the 8-byte length, then the JSON table), and every byte range
 is checked against the file's size before anything else happens, so indexing costs the header
-whatever sizes the file claims (no memory map, no tensor data). Torch pickles in the zip format
+whatever sizes the file claims (no memory map, no tensor data). The bytes come from a
+:class:`FileBytes`: a local file, or a file on the Hugging Face hub read by range requests
+(:mod:`sglang_eagle_ext.drafter.hub`), checked the same way. Torch pickles in the zip format
 are opened memory-mapped (``weights_only=True``, never arbitrary code); the legacy format, which
 can only be read whole, is refused above :data:`LEGACY_PICKLE_LIMIT`. :meth:`TensorIndex.read`
 then reads one tensor.
@@ -16,13 +18,13 @@ import pickle
 import struct
 import zipfile
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple, Protocol
 
 import torch
 from safetensors import safe_open
 
 from sglang_eagle_ext.drafter import weight_names
-from sglang_eagle_ext.errors import Problem
+from sglang_eagle_ext.errors import DrafterError, Problem
 
 # safetensors dtype names -> torch dtypes (those a drafter can hold)
 _SAFETENSORS_DTYPES = {
@@ -45,12 +47,40 @@ LEGACY_PICKLE_LIMIT = 64 << 20
 JSON_FILE_LIMIT = 16 << 20
 
 
+class FileBytes(Protocol):
+    """Random access to one file's bytes. ``read`` raises :class:`OSError` when they cannot be had."""
+
+    def size(self) -> int: ...
+
+    def read(self, offset: int, length: int) -> bytes: ...
+
+
+@dataclass(frozen=True)
+class LocalFile:
+    path: str
+
+    def size(self) -> int:
+        return os.path.getsize(self.path)
+
+    def read(self, offset: int, length: int) -> bytes:
+        with open(self.path, "rb") as handle:
+            handle.seek(offset)
+            return handle.read(length)
+
+
+class HeaderEntry(NamedTuple):
+    dtype: str  # the safetensors dtype name
+    shape: tuple[int, ...]
+    span: tuple[int, int]  # the tensor's bytes in the file: [begin, end)
+
+
 @dataclass(frozen=True)
 class TensorEntry:
     file: str
     raw_name: str
     shape: tuple[int, ...]
     dtype: torch.dtype | None  # None: a dtype no drafter holds (reported by the reader)
+    span: tuple[int, int] | None = None  # byte range in a safetensors file
 
     @property
     def nbytes(self) -> int:
@@ -66,16 +96,32 @@ class TensorIndex:
 
     entries: dict[str, TensorEntry] = field(default_factory=dict)
     pickled: dict[str, dict[str, torch.Tensor]] = field(default_factory=dict)  # file -> mmapped tensors
+    remote: dict[str, FileBytes] = field(default_factory=dict)  # file -> its bytes, read by range
 
     def read(self, name: str) -> torch.Tensor:
         """One tensor's data (a copy in memory)."""
         entry = self.entries[name]
         if entry.file in self.pickled:
             return self.pickled[entry.file][entry.raw_name].clone()
+        if entry.file in self.remote:
+            return self._read_range(entry)
         with safe_open(entry.file, framework="pt") as handle:
             return handle.get_tensor(entry.raw_name)
 
-    def add(self, file: str, raw: str, shape, dtype: torch.dtype, problems: list[Problem]) -> None:
+    def _read_range(self, entry: TensorEntry) -> torch.Tensor:
+        begin, end = entry.span
+        try:
+            data = self.remote[entry.file].read(begin, end - begin) if end > begin else b""
+        except OSError as exc:
+            raise DrafterError([Problem(entry.file, entry.raw_name, f"cannot be fetched ({exc})",
+                                        "retry, or download the drafter and pass its directory")]) from None
+        if not data:
+            return torch.empty(entry.shape, dtype=entry.dtype)
+        # safetensors data is little-endian, as is every platform torch runs on
+        return torch.frombuffer(bytearray(data), dtype=entry.dtype).reshape(entry.shape)
+
+    def add(self, file: str, raw: str, shape, dtype: torch.dtype | None, problems: list[Problem],
+            span: tuple[int, int] | None = None) -> None:
         name = weight_names.canonical_name(raw)
         if name in self.entries:
             first = self.entries[name]
@@ -84,23 +130,27 @@ class TensorIndex:
                                     f"keep one of {first.raw_name!r} and {raw!r}: remove the duplicate "
                                     "(a shard index must map each tensor to one shard)"))
             return
-        self.entries[name] = TensorEntry(file, raw, tuple(int(s) for s in shape), dtype)
+        self.entries[name] = TensorEntry(file, raw, tuple(int(s) for s in shape), dtype, span)
 
-    def index_file(self, path: str, problems: list[Problem]) -> None:
+    def index_file(self, path: str, problems: list[Problem], remote: FileBytes | None = None) -> None:
+        """Index ``path``; a safetensors file may come as ``remote`` bytes (its header is read by
+        range, and tensors later read the same way)."""
         if path.endswith((".bin", ".pt")):
             self._index_pickle(path, problems)
         else:
-            self._index_safetensors(path, problems)
+            self._index_safetensors(path, problems, remote)
 
-    def _index_safetensors(self, path: str, problems: list[Problem]) -> None:
+    def _index_safetensors(self, path: str, problems: list[Problem], remote: FileBytes | None) -> None:
         try:
-            tensors = read_safetensors_header(path)
+            tensors = read_safetensors_header(path, remote)
         except HeaderError as exc:
             problems.append(Problem(path, "<safetensors header>", f"corrupt or truncated file ({exc})",
                                     "re-download or re-export the checkpoint"))
             return
-        for raw, (dtype, shape) in tensors.items():
-            self.add(path, raw, shape, _SAFETENSORS_DTYPES.get(dtype), problems)
+        if remote is not None:
+            self.remote[path] = remote
+        for raw, entry in tensors.items():
+            self.add(path, raw, entry.shape, _SAFETENSORS_DTYPES.get(entry.dtype), problems, entry.span)
 
     def _index_pickle(self, path: str, problems: list[Problem]) -> None:
         state = load_pickle(path, problems)
@@ -125,8 +175,9 @@ class HeaderError(ValueError):
     """A safetensors file whose header cannot be trusted; the message says why."""
 
 
-def read_safetensors_header(path: str) -> dict[str, tuple[str, tuple[int, ...]]]:
-    """Tensor name -> (safetensors dtype name, shape), from the header alone.
+def read_safetensors_header(path: str, source: FileBytes | None = None) -> dict[str, HeaderEntry]:
+    """Tensor name -> (safetensors dtype name, shape, byte span), from the header alone. The
+    bytes are read from ``source`` (default: the local file ``path``).
 
     The format: an 8-byte little-endian header length, that many bytes of a JSON object (name
     -> ``{"dtype", "shape", "data_offsets": [begin, end]}``, plus an optional ``__metadata__``
@@ -134,20 +185,20 @@ def read_safetensors_header(path: str) -> dict[str, tuple[str, tuple[int, ...]]]
     is checked against the file's size here, so a header that claims more than the file holds
     is refused before any tensor is read. Raises :class:`HeaderError`.
     """
+    source = LocalFile(path) if source is None else source
     try:
-        size = os.path.getsize(path)
-        with open(path, "rb") as handle:
-            prefix = handle.read(8)
-            if len(prefix) < 8:
-                raise HeaderError(f"{size} bytes: shorter than the 8-byte header length")
-            (length,) = struct.unpack("<Q", prefix)
-            if length > SAFETENSORS_HEADER_LIMIT:
-                raise HeaderError(f"the header claims {length} bytes; a drafter's header is a few "
-                                  f"kilobytes (at most {SAFETENSORS_HEADER_LIMIT} are read)")
-            if 8 + length > size:
-                raise HeaderError(f"the header claims {length} bytes but the file holds {size - 8} after "
-                                  "its length")
-            text = handle.read(length)
+        size = source.size()
+        prefix = source.read(0, 8) if size >= 8 else b""
+        if len(prefix) < 8:
+            raise HeaderError(f"{size} bytes: shorter than the 8-byte header length")
+        (length,) = struct.unpack("<Q", prefix)
+        if length > SAFETENSORS_HEADER_LIMIT:
+            raise HeaderError(f"the header claims {length} bytes; a drafter's header is a few "
+                              f"kilobytes (at most {SAFETENSORS_HEADER_LIMIT} are read)")
+        if 8 + length > size:
+            raise HeaderError(f"the header claims {length} bytes but the file holds {size - 8} after "
+                              "its length")
+        text = source.read(8, length)
     except OSError as exc:
         raise HeaderError(f"cannot be read: {exc}") from None
     try:
@@ -178,7 +229,7 @@ def read_safetensors_header(path: str) -> dict[str, tuple[str, tuple[int, ...]]]
         if offsets[1] - offsets[0] != (count * bits + 7) // 8:
             raise HeaderError(f"{name!r} ({dtype} {shape}) needs {(count * bits + 7) // 8} bytes but its "
                               f"data_offsets span {offsets[1] - offsets[0]}")
-        tensors[name] = (dtype, tuple(shape))
+        tensors[name] = HeaderEntry(dtype, tuple(shape), (8 + length + offsets[0], 8 + length + offsets[1]))
         ranges.append((offsets[0], offsets[1], name))
     end = 0
     for begin, stop, name in sorted(ranges):

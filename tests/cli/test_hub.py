@@ -72,3 +72,63 @@ def test_eval_a_hub_drafter_offline(tmp_path, shared_target, shared_drafter):
     assert result.returncode == 0, result.stderr
     rows = json.loads(result.stdout)["rows"]
     assert rows["chain greedy"]["accept_length"] > 1.0
+
+
+def _online(hub, cache):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
+    env.update(HF_ENDPOINT=hub.endpoint, HF_HUB_CACHE=str(cache), HF_HUB_OFFLINE="0", HF_HUB_DISABLE_TELEMETRY="1",
+               HF_HUB_DISABLE_XET="1", HF_TOKEN="")
+    return env
+
+
+def _inspect(env, *argv):
+    return subprocess.run([sys.executable, "-c", "import sys; from sglang_eagle_ext.cli import main; "
+                           "sys.exit(main())", "inspect", *argv, "--json"], capture_output=True, text=True,
+                          env=env, timeout=600)
+
+
+def test_inspect_checks_a_hub_drafter_from_headers_without_downloading_its_weights(tmp_path):
+    from safetensors import safe_open
+
+    from tests.cli.fake_hub import FakeHub
+
+    source = fixtures.build("F8-speculators-4-aux", str(tmp_path / "d"))
+    weights = os.path.join(source, "model.safetensors")
+    local = _inspect(dict(os.environ), source)
+    assert local.returncode == 0, local.stderr
+    with FakeHub("org/tiny-eagle3", source, COMMIT) as hub:
+        result = _inspect(_online(hub, tmp_path / "cache"), "org/tiny-eagle3")
+        sent = dict(hub.sent)
+    assert result.returncode == 0, result.stderr + result.stdout
+    report, expected = json.loads(result.stdout), json.loads(local.stdout)
+    ignore = ("path", "files")
+    assert ({k: v for k, v in report["description"].items() if k not in ignore}
+            == {k: v for k, v in expected["description"].items() if k not in ignore})
+    assert report["capture"] == expected["capture"]
+    assert [os.path.basename(p) for p in report["read_by_range"]] == ["model.safetensors"]
+    # What came over the wire of the weights: the header, then the vocabulary map's bytes (d2t, t2d).
+    header = 8 + int.from_bytes(open(weights, "rb").read(8), "little")
+    with safe_open(weights, framework="pt") as handle:
+        vocab_map = sum(handle.get_tensor(n).numel() * handle.get_tensor(n).element_size() for n in ("d2t", "t2d"))
+    assert sent["model.safetensors"] == header + vocab_map < os.path.getsize(weights) / 4
+    assert sent["config.json"] == os.path.getsize(os.path.join(source, "config.json"))
+    assert not os.path.exists(os.path.join(tmp_path, "cache", "models--org--tiny-eagle3", "snapshots", COMMIT,
+                                           "model.safetensors"))
+    offline = cli(tmp_path / "cache", "inspect", "org/tiny-eagle3")  # the cache now has the config only
+    assert offline.returncode == 1 and "Traceback" not in offline.stderr
+    assert "its config is in the local Hugging Face cache but its weights are not and HF_HUB_OFFLINE is set" \
+        in offline.stdout
+
+
+def test_a_hub_drafter_read_by_range_is_checked_like_a_local_one(tmp_path):
+    from tests.cli.fake_hub import FakeHub
+
+    source = fixtures.build("F8-speculators-4-aux", str(tmp_path / "d"))
+    weights = os.path.join(source, "model.safetensors")
+    with open(weights, "r+b") as handle:  # truncate the data: the header now claims more than the file holds
+        handle.truncate(os.path.getsize(weights) - 64)
+    with FakeHub("org/cut-eagle3", source, COMMIT) as hub:
+        result = _inspect(_online(hub, tmp_path / "cache"), "org/cut-eagle3")
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    problems = json.loads(result.stdout)["problems"]
+    assert problems[0]["field"] == "<safetensors header>" and "truncated" in problems[0]["message"]

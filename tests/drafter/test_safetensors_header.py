@@ -35,9 +35,14 @@ GOOD = {"a": _entry("F32", [2, 3], 0, 24), "b": _entry("I64", [2], 24, 40)}
 def test_a_file_written_by_safetensors_reads_back(tmp_path):
     gen = torch.Generator().manual_seed(0)
     path = str(tmp_path / "x.safetensors")
-    save_file({"w": torch.randn(3, 5, generator=gen), "i": torch.arange(4), "m": torch.ones(7, dtype=torch.bool)},
-              path, metadata={"format": "pt"})
-    assert read_safetensors_header(path) == {"w": ("F32", (3, 5)), "i": ("I64", (4,)), "m": ("BOOL", (7,))}
+    tensors = {"w": torch.randn(3, 5, generator=gen), "i": torch.arange(4), "m": torch.ones(7, dtype=torch.bool)}
+    save_file(tensors, path, metadata={"format": "pt"})
+    header = read_safetensors_header(path)
+    assert {k: v[:2] for k, v in header.items()} == {"w": ("F32", (3, 5)), "i": ("I64", (4,)), "m": ("BOOL", (7,))}
+    data = open(path, "rb").read()
+    for name, tensor in tensors.items():  # each span holds exactly that tensor's bytes
+        begin, end = header[name].span
+        assert data[begin:end] == tensor.numpy().tobytes()
 
 
 @pytest.mark.parametrize("header, size, reason", [

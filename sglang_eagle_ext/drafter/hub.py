@@ -1,0 +1,146 @@
+"""Drafters on the Hugging Face hub, fetched through ``huggingface_hub`` (which honours
+``HF_HUB_OFFLINE``, the local cache and the user's token).
+
+A command that loads the weights (``serve``, ``eval``) takes a snapshot of the repository. One that
+only checks them (``inspect``) fetches the config, the shard index and the small vocabulary files,
+and reads each safetensors file it does not have by HTTP range requests: the header, then only the
+vocabulary map's bytes. Files already in the local cache are read from it; offline, only the cache
+is used.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fnmatch
+import os
+from dataclasses import dataclass
+from typing import Iterator
+
+from sglang_eagle_ext.drafter.reader import META_FILES, TOKEN_MAP_FILE, WEIGHT_FILES
+from sglang_eagle_ext.errors import DrafterError, Problem
+
+# What a drafter's repository holds beyond its config: weights, shard indices, vocabulary side files.
+_SNAPSHOT_FILES = ("config.json", "*.safetensors", "*.safetensors.index.json", "*.bin", "*.bin.index.json",
+                   "*.pt", "consolidated/*")
+# What a check reads whole: config, shard indices, vocabulary files, and pickled weights (a torch
+# pickle has no header to read apart from its data).
+_CHECK_FILES = ("*.index.json", "*.bin", "*.pt", *META_FILES, TOKEN_MAP_FILE)
+_RANGE_TIMEOUT_S = 30.0
+
+
+@dataclass(frozen=True)
+class HubFile:
+    """One file of a hub repository at a fixed commit, read by HTTP range requests."""
+
+    url: str
+    length: int
+
+    def size(self) -> int:
+        return self.length
+
+    def read(self, offset: int, length: int) -> bytes:
+        import httpx
+        from huggingface_hub import get_session
+        from huggingface_hub.errors import HfHubHTTPError
+        from huggingface_hub.utils import build_hf_headers, hf_raise_for_status
+
+        headers = {**build_hf_headers(), "range": f"bytes={offset}-{offset + length - 1}"}
+        try:
+            with get_session().stream("GET", self.url, headers=headers, follow_redirects=True,
+                                      timeout=_RANGE_TIMEOUT_S) as response:
+                hf_raise_for_status(response)
+                if response.status_code != 206:  # a server that ignores ranges would send the whole file
+                    raise OSError(f"{self.url} answered a range request with status {response.status_code}")
+                data = response.read()
+        except (httpx.HTTPError, HfHubHTTPError) as exc:
+            raise OSError(f"{self.url}: {exc}") from None
+        if len(data) != length:
+            raise OSError(f"{self.url} sent {len(data)} bytes for a range of {length}")
+        return data
+
+
+@dataclass(frozen=True)
+class HubDrafter:
+    """A hub drafter's local directory (its snapshot in the cache) and the files of it that are
+    read remotely (local path in that directory -> :class:`HubFile`)."""
+
+    repo_id: str
+    directory: str
+    remote: dict[str, HubFile]
+
+
+def is_offline() -> bool:
+    from huggingface_hub import constants
+
+    return bool(constants.HF_HUB_OFFLINE)
+
+
+def fetch(repo_id: str, weights: bool) -> HubDrafter:
+    """Fetch ``repo_id``: everything when ``weights``, else what its checks read (see the module
+    docstring). Raises :class:`DrafterError` saying why it cannot be had and what to do."""
+    with _hub_errors(repo_id):
+        if weights or is_offline():
+            directory = _snapshot(repo_id, _SNAPSHOT_FILES)
+            if not any(os.path.isfile(os.path.join(directory, name)) for name in WEIGHT_FILES):
+                raise DrafterError([Problem(
+                    repo_id, "<hub>", "its config is in the local Hugging Face cache but its weights are not"
+                    + (" and HF_HUB_OFFLINE is set" if is_offline() else ""),
+                    f"download it once with network access (huggingface-cli download {repo_id})")])
+            return HubDrafter(repo_id, directory, {})
+        from huggingface_hub import HfApi, hf_hub_download, hf_hub_url
+        from huggingface_hub.errors import EntryNotFoundError, LocalEntryNotFoundError
+
+        try:  # the branch's head: records it in the cache, so that offline use finds this snapshot
+            config = hf_hub_download(repo_id, "config.json")
+        except EntryNotFoundError as exc:
+            if isinstance(exc, LocalEntryNotFoundError):
+                raise
+            raise DrafterError([Problem(repo_id, "config.json", "the repository has no config.json at its top "
+                                        "level", "pass the repository of a drafter model directory")]) from None
+        directory = os.path.dirname(config)
+        commit = os.path.basename(directory)
+        info = HfApi().model_info(repo_id, revision=commit, files_metadata=True)
+        names = [sibling.rfilename for sibling in info.siblings or ()]
+        for name in names:  # the files a check reads whole
+            if any(fnmatch.fnmatch(name, pattern) for pattern in _CHECK_FILES):
+                hf_hub_download(repo_id, name, revision=commit)
+        remote = {}
+        for sibling in info.siblings or ():
+            local = os.path.join(directory, *sibling.rfilename.split("/"))
+            if sibling.rfilename.endswith(".safetensors") and not os.path.isfile(local):
+                remote[local] = HubFile(hf_hub_url(repo_id, sibling.rfilename, revision=commit),
+                                        int(sibling.size or 0))
+        return HubDrafter(repo_id, directory, remote)
+
+
+def _snapshot(repo_id: str, patterns: tuple[str, ...]) -> str:
+    from huggingface_hub import snapshot_download
+
+    directory = snapshot_download(repo_id, allow_patterns=list(patterns))
+    os.makedirs(directory, exist_ok=True)  # a repository holding none of the patterns has no snapshot folder
+    return directory
+
+
+@contextlib.contextmanager
+def _hub_errors(repo_id: str) -> Iterator[None]:
+    """huggingface_hub's failures as the package's errors, each with what to do."""
+    import httpx
+    from huggingface_hub.errors import (EntryNotFoundError, HfHubHTTPError, LocalEntryNotFoundError,
+                                        OfflineModeIsEnabled, RepositoryNotFoundError, RevisionNotFoundError)
+
+    try:
+        yield
+    except (LocalEntryNotFoundError, OfflineModeIsEnabled):
+        raise DrafterError([Problem(repo_id, "<hub>", "not in the local Hugging Face cache" + (
+            " and HF_HUB_OFFLINE is set" if is_offline() else " and the hub cannot be reached"),
+            f"download it once with network access (huggingface-cli download {repo_id}), or unset "
+            "HF_HUB_OFFLINE")]) from None
+    except EntryNotFoundError as exc:  # listed by the hub, then missing: the repository changed meanwhile
+        raise DrafterError([Problem(repo_id, "<hub>", f"a file went missing while it was fetched ({exc})",
+                                    "retry")]) from None
+    except (RepositoryNotFoundError, RevisionNotFoundError):
+        raise DrafterError([Problem(repo_id, "<hub>", "no such repository on the Hugging Face hub (or it is "
+                                    "private)", "check the id, or log in with huggingface-cli login")]) from None
+    except (HfHubHTTPError, httpx.HTTPError, OSError) as exc:
+        raise DrafterError([Problem(repo_id, "<hub>", f"cannot be fetched ({exc})",
+                                    "retry, or download it into a local directory and pass that")]) from None
