@@ -38,27 +38,31 @@ def _describe_bound(points: list[str]) -> str:
     return f"Triton, bound at {len(sites)} call sites ({', '.join(sites)})"
 
 
-def _apply_tree_kernels() -> str:
-    """Our Triton tree kernels (``SGLANG_EAGLE_EXT_TREE_KERNELS`` selects them), bound once
-    SGLang's scheduler module is loaded: the binding imports SGLang's speculative modules, which
-    is only safe after SGLang has imported them in its own order. Plugins are loaded from the
-    engine and scheduler modules, so this normally happens at once; a binding made later logs
-    its own line."""
-    from sglang_eagle_ext.sglang.compat import after_import, tree_kernels
+def _bind_verify_kernels(release) -> str:
+    """Our Triton tree kernels (``SGLANG_EAGLE_EXT_TREE_KERNELS`` selects them) and the fused
+    verify sampler (``SGLANG_EAGLE_EXT_FUSED_VERIFY``), bound once SGLang's scheduler module is
+    loaded: the binding imports SGLang's speculative modules, which is only safe after SGLang has
+    imported them in its own order. Plugins are loaded from the engine and scheduler modules, so
+    this normally happens at once; a binding made later logs its own line."""
+    from sglang_eagle_ext.sglang.compat import after_import, fused_verify, tree_kernels
 
     bound: list[str] = []
     deferred = False
 
     def bind(_scheduler_module) -> None:
-        bound.append(_describe_bound(tree_kernels.apply()))
+        kernels = _describe_bound(tree_kernels.apply())  # first: the dispatcher wraps what is bound
+        sites = []
+        if fused_verify.selected() and fused_verify.WIRED.contains(release, prereleases=True):
+            sites = fused_verify.apply(importlib.import_module(fused_verify.EAGLE_UTILS), release)
+        bound.append(f"tree kernels: {kernels}; verify: {fused_verify.describe(release, sites)}")
         if deferred:
-            _log(f"sglang-eagle-ext: tree kernels (pid {os.getpid()}): {bound[0]}")
+            _log(f"sglang-eagle-ext: (pid {os.getpid()}) {bound[0]}")
 
     after_import("sglang.srt.managers.scheduler", bind)
     if bound:
         return bound[0]
     deferred = True
-    return "bound when SGLang's scheduler loads (logged then)"
+    return "tree kernels and verify bound when SGLang's scheduler loads (logged then)"
 
 
 MODEL_MODULE = "sglang_eagle_ext.sglang.model"
@@ -98,7 +102,7 @@ def activate() -> str:
         release = compat.installed_release()
         patches = compat.arm(release)
         compat.after_import("sglang.srt.models.registry", _register)
-        kernels = _apply_tree_kernels()
+        kernels = _bind_verify_kernels(release)
     except BaseException as exc:  # noqa: BLE001 - re-raised as a process-stopping error
         raise PluginActivationError(
             f"sglang-eagle-ext failed to activate ({type(exc).__name__}: {exc}); refusing to let "
@@ -106,8 +110,7 @@ def activate() -> str:
             f"{SWITCH}=0 to serve with stock SGLang.") from exc
     untested = "" if release in compat.SUPPORTED else f" (untested: supported {compat.SUPPORTED})"
     _activation = (f"sglang-eagle-ext: EAGLE3 drafts served by {MODEL_MODULE}.{MODEL_CLASS} on SGLang "
-                   f"{release}{untested} (pid {os.getpid()}); patches: {', '.join(patches)}; "
-                   f"tree kernels: {kernels}")
+                   f"{release}{untested} (pid {os.getpid()}); patches: {', '.join(patches)}; {kernels}")
     _log(_activation)
     return _activation
 

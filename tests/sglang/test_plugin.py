@@ -42,9 +42,10 @@ def test_sglang_plugin_loader_activates_our_class():
     assert "patches: draft-config" in line
     # the registry import loads SGLang's scheduler after activation: the binding logs then,
     # and the switch defaults to SGLang's kernels
-    assert "tree kernels: bound when SGLang's scheduler loads" in line
-    assert any(l.startswith("sglang-eagle-ext: tree kernels (pid") and
-               "SGLang's (SGLANG_EAGLE_EXT_TREE_KERNELS=sglang)" in l for l in lines), lines
+    assert "tree kernels and verify bound when SGLang's scheduler loads" in line
+    assert any(l.startswith("sglang-eagle-ext: (pid") and
+               "tree kernels: SGLang's (SGLANG_EAGLE_EXT_TREE_KERNELS=sglang); verify: stock SGLang "
+               "(SGLANG_EAGLE_EXT_FUSED_VERIFY=0)" in l for l in lines), lines
 
 
 def test_switch_turns_the_plugin_off():

@@ -1,0 +1,236 @@
+"""Sampled EAGLE verify served by the fused from-logits sampler inside SGLang's server.
+
+Seam S2 of ``verify-seams.md``: SGLang's ``eagle_sample`` (0.5.14 and later; the function that
+applies penalties, logit bias and the grammar mask to the logits in place, then branches between
+greedy and sampled verify) is wrapped. When the fused path applies, the wrapper routes the call
+into the greedy arm (``sampling_info.is_all_greedy`` set for the call only; every release reads
+the branch from it), and the greedy arm's ``verify_tree_greedy_func``, a module global SGLang
+looks up at call time, is a dispatcher that then draws the coins exactly as the release does,
+runs :func:`~sglang_eagle_ext.kernels.sampling.tree_sampling_from_logits` on the adjusted logits
+(never modified, so logprobs are unchanged) and broadcasts the result from TP rank 0, as the
+sampled arm does. The release's acceptance test, thresholds and deterministic-coin seeding are
+kept; ``SIMULATE_ACC_LEN`` runs after the branch as before. The softmax, renorm passes and the
+``[bs, n, V]`` probability and zero draft tensors are never built; the greedy arm's argmax is
+the one wasted pass.
+
+Hands back to stock SGLang (logged once per reason): a device that is not CUDA, an idle batch,
+an all-greedy batch (stock greedy is already what it should be), rejection sampling / block
+verification, UNO target sampling, active watermarking, a verify input that is not
+``EagleVerifyInput`` (NGRAM), logits the sampler does not take. Releases before 0.5.14 sample in
+``EagleVerifyInput.verify`` / ``EagleVerifyInputV2Mixin.sample``, which are not wired: they serve
+stock.
+
+Switch: ``SGLANG_EAGLE_EXT_FUSED_VERIFY`` = ``1`` (serve sampled verify fused) or ``0`` (the
+default until the end-to-end benchmark shows it never slower).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
+
+from sglang_eagle_ext.sglang.compat.patch import require
+
+ENV_SWITCH = "SGLANG_EAGLE_EXT_FUSED_VERIFY"
+WIRED = SpecifierSet(">=0.5.14")
+EAGLE_UTILS = "sglang.srt.speculative.eagle_utils"
+# Modules that import ``eagle_sample`` by name (rebound there too); NGRAM's worker is left stock.
+CALLERS = ("sglang.srt.speculative.eagle_worker_common", "sglang.srt.speculative.eagle_worker_v2",
+           "sglang.srt.speculative.multi_layer_eagle_worker_v2")
+_SAMPLER_DTYPES = ("float32", "bfloat16", "float16")
+_DEVICES = ("cuda",)  # tests on a CPU host add "cpu" (the kernels then run in Triton's interpreter)
+
+_active = threading.local()  # the eagle_sample call being served fused (read by the dispatcher)
+_logged: set[str] = set()
+
+
+def selected() -> bool:
+    value = os.environ.get(ENV_SWITCH, "0").strip().lower()
+    if value not in ("0", "1", "off", "on", "false", "true"):
+        raise ValueError(f"{ENV_SWITCH}={value!r}: expected 1 (fused) or 0 (stock)")
+    return value in ("1", "on", "true")
+
+
+@dataclass(frozen=True)
+class _Call:
+    """What the dispatcher needs of the wrapped call."""
+
+    logits: Any  # [bs * n, V], already adjusted in place by eagle_sample
+    sampling_info: Any
+    seq_lens: Any
+
+
+def _setting(release: Version, name: str) -> Any:
+    """A speculative server setting, read where this release's ``eagle_sample`` reads it."""
+    if release >= Version("0.5.17"):
+        from sglang.srt.runtime_context import get_spec
+
+        return getattr(get_spec(), name)
+    if release >= Version("0.5.16"):
+        from sglang.srt.runtime_context import get_server_args
+
+        return getattr(get_server_args(), name)
+    from sglang.srt.server_args import get_global_server_args
+
+    return getattr(get_global_server_args(), name)
+
+
+def _tp_group():
+    """The group this release's sampled arm broadcasts over (attention TP under DP attention)."""
+    from sglang.srt.layers.dp_attention import is_dp_attention_enabled
+
+    try:
+        from sglang.srt.runtime_context import get_parallel
+    except ImportError:  # 0.5.14 - 0.5.15
+        from sglang.srt.distributed import get_tp_group
+        from sglang.srt.layers.dp_attention import get_attention_tp_group
+
+        return get_attention_tp_group() if is_dp_attention_enabled() else get_tp_group()
+    return get_parallel().attn_tp_group if is_dp_attention_enabled() else get_parallel().tp_group
+
+
+def _hand_back_reason(release: Version, verify_input, batch, logits_output, args, kwargs) -> str | None:
+    """Why this call must be served by stock SGLang, or None when the fused path applies."""
+    logits = logits_output.next_token_logits
+    info = batch.sampling_info
+    if logits.device.type not in _DEVICES:
+        return f"device {logits.device.type}"
+    if batch.forward_mode.is_idle():
+        return "idle batch"
+    if info.is_all_greedy:
+        return "all-greedy batch"
+    if type(verify_input).__name__ != "EagleVerifyInput":
+        return f"verify input {type(verify_input).__name__}"
+    if _setting(release, "speculative_use_rejection_sampling"):
+        return "rejection sampling"
+    uno = kwargs.get("uno_target_max_top_k", args[1] if len(args) > 1 else None)
+    if uno is not None:
+        return "UNO target sampling"
+    if kwargs.get("watermark_state") is not None and getattr(info, "has_watermark_candidates", False):
+        return "watermark"
+    if str(logits.dtype).removeprefix("torch.") not in _SAMPLER_DTYPES or logits.dim() != 2 or logits.stride(-1) != 1:
+        return f"logits {logits.dtype} {tuple(logits.shape)}"
+    return None
+
+
+def _log_once(reason: str) -> None:
+    if reason not in _logged:
+        _logged.add(reason)
+        print(f"sglang-eagle-ext: verify sampling by stock SGLang for this batch ({reason}); "
+              f"later batches like it are not logged (pid {os.getpid()})", file=sys.stderr, flush=True)
+
+
+def _wrap_eagle_sample(release: Version, original: Callable) -> Callable:
+    @functools.wraps(original)
+    def eagle_sample(verify_input, batch, logits_output, *args, **kwargs):
+        reason = _hand_back_reason(release, verify_input, batch, logits_output, args, kwargs)
+        if reason is not None:
+            if reason not in ("idle batch", "all-greedy batch"):
+                _log_once(reason)
+            return original(verify_input, batch, logits_output, *args, **kwargs)
+        info = batch.sampling_info
+        _active.call = _Call(logits_output.next_token_logits, info, batch.seq_lens)
+        info.is_all_greedy = True  # into the greedy arm, whose tree op is our dispatcher
+        try:
+            return original(verify_input, batch, logits_output, *args, **kwargs)
+        finally:
+            info.is_all_greedy = False
+            _active.call = None
+
+    eagle_sample.__eagle_ext_original__ = original
+    return eagle_sample
+
+
+def _dispatcher(module, release: Version, original: Callable) -> Callable:
+    from sglang_eagle_ext.kernels.sampling import tree_sampling_from_logits
+    from sglang_eagle_ext.sglang.compat.tree_kernels import STRICT_ACCEPTANCE_SINCE
+
+    strict = release >= STRICT_ACCEPTANCE_SINCE
+
+    @functools.wraps(original)
+    def verify_tree_greedy_func(*args, **kwargs):
+        call = getattr(_active, "call", None)
+        if call is None:  # a greedy verify: SGLang's (or the bound drop-in) op
+            return original(*args, **kwargs)
+        _active.call = None
+        names = ("predicts", "accept_index", "accept_token_num", "candidates", "retrive_index",
+                 "retrive_next_token", "retrive_next_sibling")
+        given = dict(zip(names, args))
+        given.update({k.replace("retrieve_", "retrive_"): v for k, v in kwargs.items()})
+        predicts, accept_index, accept_token_num = (given[k] for k in names[:3])
+        candidates = given["candidates"]
+        info = call.sampling_info
+        # the sampled arm's coins, drawn at the same point of the RNG stream as SGLang draws them
+        if hasattr(module, "_verify_coins"):  # 0.5.17+: seeded when deterministic inference is on
+            coins, final_coins = module._verify_coins(sampling_info=info, seq_lens=call.seq_lens,
+                                                      draft_token_num=candidates.shape[1],
+                                                      candidates=candidates, device=candidates.device)
+        else:
+            import torch
+
+            coins = torch.rand_like(candidates, dtype=torch.float32, device=candidates.device)
+            final_coins = torch.rand((candidates.shape[0],), dtype=torch.float32, device=candidates.device)
+        tree_sampling_from_logits(
+            predicts, accept_index, accept_token_num, candidates, given["retrive_index"],
+            given["retrive_next_token"], given["retrive_next_sibling"], coins, final_coins, call.logits,
+            info.temperatures, info.top_ks, info.top_ps,
+            _setting(release, "speculative_accept_threshold_single"),
+            _setting(release, "speculative_accept_threshold_acc"), strict_acceptance=strict)
+        group = _tp_group()
+        if group.world_size > 1:  # as the sampled arm: every rank takes rank 0's draws
+            group.broadcast(predicts, src=0)
+            group.broadcast(accept_index, src=0)
+            group.broadcast(accept_token_num, src=0)
+        return predicts, accept_index, accept_token_num
+
+    verify_tree_greedy_func.__eagle_ext_original__ = original
+    return verify_tree_greedy_func
+
+
+def describe(release: Version, sites: list[str]) -> str:
+    """The activation log's phrase for which path serves verify."""
+    if sites:
+        return f"fused sampler for sampled verify ({ENV_SWITCH}=1; eagle_sample wrapped at {len(sites) - 1} sites)"
+    if not WIRED.contains(release, prereleases=True):
+        return f"stock SGLang (release {release}: fused verify is wired from 0.5.14)"
+    return f"stock SGLang ({ENV_SWITCH}=0)"
+
+
+def apply(module, release: Version) -> list[str]:
+    """Wire the fused sampler into ``module`` (SGLang's ``eagle_utils``) and the modules that
+    imported ``eagle_sample`` from it; return the sites changed. Idempotent."""
+    require(callable(getattr(module, "eagle_sample", None)), f"{EAGLE_UTILS}.eagle_sample")
+    require(callable(getattr(module, "verify_tree_greedy_func", None)), f"{EAGLE_UTILS}.verify_tree_greedy_func")
+    if hasattr(module.eagle_sample, "__eagle_ext_original__"):
+        return []
+    stock_sample = module.eagle_sample
+    module.verify_tree_greedy_func = _dispatcher(module, release, module.verify_tree_greedy_func)
+    module.eagle_sample = _wrap_eagle_sample(release, stock_sample)
+    sites = [f"{EAGLE_UTILS}.eagle_sample", f"{EAGLE_UTILS}.verify_tree_greedy_func"]
+    for name in CALLERS:
+        caller = sys.modules.get(name)
+        if caller is not None and getattr(caller, "eagle_sample", None) is stock_sample:
+            caller.eagle_sample = module.eagle_sample
+            sites.append(f"{name}.eagle_sample")
+    return sites
+
+
+def restore(module) -> None:
+    """Undo :func:`apply` in ``module`` and its callers."""
+    wrapped = module.eagle_sample
+    original = getattr(wrapped, "__eagle_ext_original__", None)
+    if original is None:
+        return
+    module.eagle_sample = original
+    module.verify_tree_greedy_func = module.verify_tree_greedy_func.__eagle_ext_original__
+    for name in CALLERS:
+        caller = sys.modules.get(name)
+        if caller is not None and getattr(caller, "eagle_sample", None) is wrapped:
+            caller.eagle_sample = original

@@ -1,0 +1,81 @@
+"""Fused verify in SGLang's server: the installed release's own ``eagle_sample`` with the fused
+sampler wired in, against the float64 reference with the same coins; and when it hands back."""
+
+import json
+import os
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import pytest
+import torch
+from packaging.version import Version
+
+from sglang_eagle_ext.sglang.compat import cpu, fused_verify
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+@pytest.mark.parametrize("seed", [3, 8])
+def test_sglang_eagle_sample_serves_sampled_verify_fused(seed):
+    env = cpu.process_environment(dict(os.environ))
+    result = subprocess.run([sys.executable, "-m", "tests.sglang.fused_verify_case", str(seed)], cwd=ROOT, env=env,
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = json.loads(result.stdout.strip().splitlines()[-1])
+    assert out["sites"][:2] == ["sglang.srt.speculative.eagle_utils.eagle_sample",
+                                "sglang.srt.speculative.eagle_utils.verify_tree_greedy_func"]
+    # the same draws as the reference on the adjusted logits (logit bias, grammar -inf, a greedy row)
+    assert out["fused"] == out["want"]
+    assert out["logits_untouched"] and out["is_all_greedy_restored"]
+    assert out["broadcast_count"] == 3 and out["broadcasts"] == [[True, 0], [True, 0]]  # from rank 0
+    assert out["greedy"] == out["greedy_want"]  # an all-greedy batch keeps SGLang's greedy verify
+
+
+def _call(**changes):
+    info = SimpleNamespace(is_all_greedy=False, has_watermark_candidates=False)
+    batch = SimpleNamespace(forward_mode=SimpleNamespace(is_idle=lambda: changes.get("idle", False)), sampling_info=info)
+    info.is_all_greedy = changes.get("greedy", False)
+    verify_input = type(changes.get("input", "EagleVerifyInput"), (), {})()
+    logits = changes.get("logits", torch.zeros(4, 8))
+    return verify_input, batch, SimpleNamespace(next_token_logits=logits)
+
+
+@pytest.mark.parametrize("changes, args, kwargs, reason", [
+    ({}, (), {}, None),
+    ({"logits": torch.zeros(4, 8, device="meta")}, (), {}, "device meta"),
+    ({"idle": True}, (), {}, "idle batch"),
+    ({"greedy": True}, (), {}, "all-greedy batch"),
+    ({"input": "NgramVerifyInput"}, (), {}, "verify input NgramVerifyInput"),
+    ({}, (None, 20), {}, "UNO target sampling"),
+    ({}, (), {"uno_target_max_top_k": 20}, "UNO target sampling"),
+    ({"logits": torch.zeros(4, 8, dtype=torch.float64)}, (), {}, "logits torch.float64 (4, 8)"),
+    ({"logits": torch.zeros(8, 4).t()}, (), {}, "logits torch.float32 (4, 8)"),
+])
+def test_hand_back_reasons(monkeypatch, changes, args, kwargs, reason):
+    monkeypatch.setattr(fused_verify, "_DEVICES", ("cpu",))
+    monkeypatch.setattr(fused_verify, "_setting", lambda release, name: False)
+    assert fused_verify._hand_back_reason(Version("0.5.23"), *_call(**changes), args, kwargs) == reason
+
+
+def test_rejection_sampling_and_watermark_hand_back(monkeypatch):
+    monkeypatch.setattr(fused_verify, "_DEVICES", ("cpu",))
+    monkeypatch.setattr(fused_verify, "_setting", lambda release, name: name == "speculative_use_rejection_sampling")
+    assert fused_verify._hand_back_reason(Version("0.5.16"), *_call(), (), {}) == "rejection sampling"
+    monkeypatch.setattr(fused_verify, "_setting", lambda release, name: False)
+    verify_input, batch, output = _call()
+    batch.sampling_info.has_watermark_candidates = True
+    assert fused_verify._hand_back_reason(Version("0.5.23"), verify_input, batch, output, (),
+                                          {"watermark_state": object()}) == "watermark"
+
+
+def test_switch_and_log_phrase(monkeypatch):
+    monkeypatch.delenv(fused_verify.ENV_SWITCH, raising=False)
+    assert fused_verify.selected() is False
+    monkeypatch.setenv(fused_verify.ENV_SWITCH, "1")
+    assert fused_verify.selected() is True
+    monkeypatch.setenv(fused_verify.ENV_SWITCH, "fast")
+    with pytest.raises(ValueError, match="SGLANG_EAGLE_EXT_FUSED_VERIFY='fast'"):
+        fused_verify.selected()
+    assert "wired from 0.5.14" in fused_verify.describe(Version("0.5.13"), [])
+    assert fused_verify.describe(Version("0.5.16"), []) == "stock SGLang (SGLANG_EAGLE_EXT_FUSED_VERIFY=0)"
