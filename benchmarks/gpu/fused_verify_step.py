@@ -1,0 +1,268 @@
+"""SGLang's own verify sampling step (``eagle_utils.eagle_sample`` of the installed release) on the
+GPU, stock vs with the fused sampler wired in (``sglang_eagle_ext.sglang.compat.fused_verify``),
+in one process, arms alternating.
+
+Correctness: the same coins (same torch seed) give the same outputs on every tree and batch
+(mixed greedy / top-k / top-p rows, grammar -inf); over >= 100,000 sampled tokens the first
+emitted token of each request follows the target's filtered distribution (chi-square), for both
+arms. Speed: milliseconds per ``eagle_sample`` call (median over alternating rounds) and the
+GPU memory it allocates, at Llama-3.1-8B's vocabulary (128256) on logits with a realistic
+entropy: each row ranks the vocabulary in a random order and gives rank r the logit
+``-ZIPF * ln(r) + noise``, a heavy head and a long tail (the entropy at the run's temperature is
+measured and recorded).
+
+usage: python3 benchmarks/gpu/fused_verify_step.py OUT.json [--quick]
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from types import SimpleNamespace
+
+import torch
+
+from sglang_eagle_ext.kernels.tree_build import build_eagle_tree
+from sglang_eagle_ext.sglang.compat import fused_verify, installed_release
+from sglang_eagle_ext.testing.draft_trees import random_draft_tree
+
+VOCAB = 128256
+ZIPF = 1.25
+TREES = [(1, 3, 4), (4, 3, 8), (8, 5, 32)]  # (topk, steps, draft tokens)
+BATCHES = [1, 16, 64]
+FILTERS = {"T0.7 top-p0.9": (0.7, 1 << 30, 0.9), "T0.7 top-k50": (0.7, 50, 1.0)}
+DEVICE = "cuda"
+
+
+class OneRank:
+    world_size = 1
+
+
+def install_context(settings):
+    """What eagle_sample reads from a running server, for a bare process."""
+    import sglang.srt.distributed as distributed
+    import sglang.srt.runtime_context as runtime_context
+
+    for name in ("get_spec", "get_server_args"):
+        if hasattr(runtime_context, name):
+            setattr(runtime_context, name, lambda: settings)
+    import sglang.srt.server_args as server_args
+
+    server_args.get_global_server_args = lambda: settings
+    runtime_context.get_parallel = lambda: SimpleNamespace(tp_group=OneRank(), attn_tp_group=OneRank())
+    distributed.get_tp_group = lambda: OneRank()
+
+
+def realistic_logits(rows: int, gen: torch.Generator) -> torch.Tensor:
+    ranks = torch.argsort(torch.rand(rows, VOCAB, generator=gen, device=DEVICE), dim=-1).float() + 1
+    noise = 0.3 * torch.randn(rows, VOCAB, generator=gen, device=DEVICE)
+    return -ZIPF * torch.log(ranks) + noise
+
+
+def entropy_nats(logits: torch.Tensor, temperature: float) -> float:
+    logp = torch.log_softmax(logits.float() / temperature, dim=-1)
+    return float(-(logp.exp() * logp).sum(-1).mean())
+
+
+def verify_round(bs: int, tree: tuple, seed: int, filters: tuple, greedy_every: int = 0, grammar: bool = False):
+    """A verify input, batch and logits for ``bs`` requests (every ``greedy_every``-th greedy)."""
+    topk, steps, n = tree
+    gen = torch.Generator().manual_seed(seed)
+    draft = random_draft_tree(bs, topk, steps, n, vocab=VOCAB, generator=gen)
+    draft = SimpleNamespace(**{k: (v.to(DEVICE) if torch.is_tensor(v) else v) for k, v in vars(draft).items()})
+    _, _, ri, nt, ns, tokens = build_eagle_tree(draft.bonus_tokens, draft.parent_list, draft.top_scores_index,
+                                                draft.draft_tokens, draft.seq_lens, int(draft.seq_lens.sum()),
+                                                topk, steps, n)
+    cuda_gen = torch.Generator(device=DEVICE).manual_seed(seed)
+    logits = realistic_logits(bs * n, cuda_gen)
+    # drafted children get target mass (a trained drafter's hits), so walks go deep
+    child = torch.where(nt >= 0, torch.gather(tokens.reshape(bs, n), 1, nt.clamp(min=0)), 0).reshape(-1)
+    hit = (torch.rand(bs * n, generator=cuda_gen, device=DEVICE) < 0.7).float() * 12.0
+    logits[torch.arange(bs * n, device=DEVICE), child] += hit
+    from sglang.srt.speculative.eagle_info import EagleVerifyInput
+
+    verify_input = EagleVerifyInput.__new__(EagleVerifyInput)
+    for name, value in dict(draft_token=tokens, draft_token_num=n, spec_steps=steps, topk=topk,
+                            retrieve_index=ri, retrieve_next_token=nt, retrieve_next_sibling=ns).items():
+        setattr(verify_input, name, value)
+    temperature, top_k, top_p = filters
+    temps = torch.full((bs, 1), temperature, device=DEVICE)
+    top_ks = torch.full((bs,), top_k, dtype=torch.int32, device=DEVICE)
+    top_ps = torch.full((bs,), top_p, device=DEVICE)
+    if greedy_every:
+        greedy = torch.arange(bs, device=DEVICE) % greedy_every == 0
+        temps[greedy] = 1.0
+        top_ks[greedy] = 1
+        top_ps[greedy] = 1.0
+    info = SimpleNamespace(acc_additive_penalties=None, acc_scaling_penalties=None, logit_bias=None,
+                           has_watermark_candidates=False, is_all_greedy=False, sampling_seed=None,
+                           temperatures=temps, top_ks=top_ks, top_ps=top_ps,
+                           need_top_k_sampling=bool((top_ks != (1 << 30)).any()),
+                           need_top_p_sampling=bool((top_ps != 1.0).any()), need_min_p_sampling=False)
+    batch = SimpleNamespace(device=DEVICE, forward_mode=SimpleNamespace(is_idle=lambda: False),
+                            seq_lens=draft.seq_lens, sampling_info=info, return_logprob=False)
+    mask = None
+    if grammar:
+        banned = torch.randperm(VOCAB, generator=gen)[: VOCAB // 4].to(DEVICE)
+        mask = SimpleNamespace(apply=lambda t: t.index_fill_(1, banned, float("-inf")))
+    return verify_input, batch, logits, mask
+
+
+def call(sample, verify_input, batch, logits, mask, seed):
+    torch.manual_seed(seed)
+    out = SimpleNamespace(next_token_logits=logits)
+    return sample(verify_input, batch, out, mask) if mask is not None else sample(verify_input, batch, out)
+
+
+def same_outputs(stock, fused, seed, case) -> dict:
+    verify_input, batch, logits, mask = case
+    a = call(stock, verify_input, batch, logits.clone(), mask, seed)
+    b = call(fused, verify_input, batch, logits.clone(), mask, seed)
+    equal_requests = (a[1] == b[1]).cpu() & (a[2] == b[2]).all(-1).cpu()
+    n = verify_input.draft_token_num
+    predict_equal = ((a[0] == b[0]).reshape(-1, n) | (a[2][:, :1] < 0)).all(-1).cpu()
+    return dict(requests=int(equal_requests.numel()), identical=int((equal_requests & predict_equal).sum()),
+                accept_len_stock=float(a[1].float().mean()), accept_len_fused=float(b[1].float().mean()))
+
+
+def first_tokens(sample, case, seeds) -> torch.Tensor:
+    verify_input, batch, logits, mask = case
+    tokens = []
+    for seed in seeds:
+        predict, accept_lens, accept_index = call(sample, verify_input, batch, logits.clone(), mask, seed)
+        tokens.append(predict[accept_index[:, 0].long()])
+    return torch.stack(tokens)  # [rounds, bs]
+
+
+def chi_square(counts: torch.Tensor, probs: torch.Tensor) -> tuple[float, int, float]:
+    """Pearson's statistic over bins with expected count >= 5 (the rest pooled), dof, p-value."""
+    total = counts.sum()
+    expected = probs * total
+    big = expected >= 5
+    obs = torch.cat([counts[big], counts[~big].sum().reshape(1)])
+    exp = torch.cat([expected[big], expected[~big].sum().reshape(1)])
+    keep = exp > 0
+    stat = float(((obs[keep] - exp[keep]) ** 2 / exp[keep]).sum())
+    dof = int(keep.sum()) - 1
+    p_value = torch.special.gammaincc(torch.tensor(dof / 2, dtype=torch.float64), torch.tensor(stat / 2, dtype=torch.float64))
+    return stat, dof, float(p_value)
+
+
+def filtered_probs(logits_row, temperature, top_k, top_p):
+    z = logits_row.double()
+    order = torch.sort(z, descending=True).values
+    keep = torch.ones_like(z, dtype=torch.bool)
+    if 0 < top_k < z.numel():
+        keep &= z >= order[top_k - 1]
+    w = torch.where(keep, torch.exp((z - z.max()) / temperature), torch.zeros_like(z))
+    if top_p < 1.0:
+        sw = torch.sort(w, descending=True)
+        cum = torch.cumsum(sw.values, 0)
+        pivot = int(torch.searchsorted(cum, top_p * cum[-1]))
+        keep &= z >= z[sw.indices[min(pivot, z.numel() - 1)]]
+        w = torch.where(keep, w, torch.zeros_like(w))
+    return w / w.sum()
+
+
+def timed(sample, case, rounds_seed) -> tuple[float, int]:
+    verify_input, batch, logits, mask = case
+    work = logits.clone()
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    call(sample, verify_input, batch, work, mask, rounds_seed)
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end), torch.cuda.max_memory_allocated() - base
+
+
+def main(out_path: str, quick: bool) -> None:
+    import sglang.srt.speculative.eagle_utils as eagle_utils
+
+    release = installed_release()
+    settings = SimpleNamespace(speculative_use_rejection_sampling=False, speculative_accept_threshold_single=1.0,
+                               speculative_accept_threshold_acc=1.0, speculative_use_block_verification=False)
+    install_context(settings)
+    stock = eagle_utils.eagle_sample
+    fused_verify.apply(eagle_utils, release)
+    fused = eagle_utils.eagle_sample
+    record = dict(release=str(release), device=torch.cuda.get_device_name(), torch=torch.__version__,
+                  vocab=VOCAB, zipf=ZIPF, date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()))
+    print("release", release, record["device"], flush=True)
+
+    # 1. identical outputs with identical coins
+    checks = []
+    for tree in TREES:
+        for bs, greedy_every, grammar in ((1, 0, False), (16, 4, True), (64, 3, False)):
+            for label, filters in FILTERS.items():
+                case = verify_round(bs, tree, 100 + bs, filters, greedy_every, grammar)
+                for seed in range(2 if quick else 4):
+                    row = same_outputs(stock, fused, seed, case)
+                    checks.append(dict(tree=tree, bs=bs, filters=label, greedy_every=greedy_every,
+                                       grammar=grammar, seed=seed, **row))
+    record["identical"] = checks
+    print("identical:", sum(c["identical"] for c in checks), "of", sum(c["requests"] for c in checks), flush=True)
+
+    # 2. distribution of emitted tokens (first token of each request) vs the target's
+    dist = []
+    bs, tree = 64, (4, 3, 8)
+    rounds = 300 if quick else 1600
+    for label, filters in FILTERS.items():
+        case = verify_round(bs, tree, 7, filters)
+        case[2][:] = case[2][0].clone()  # every row the same distribution: one target to test against
+        probs = filtered_probs(case[2][0].cpu(), *filters)
+        for arm, sample in (("stock", stock), ("fused", fused)):
+            tokens = first_tokens(sample, case, range(10_000, 10_000 + rounds)).reshape(-1).cpu()
+            counts = torch.bincount(tokens, minlength=VOCAB).double()
+            stat, dof, p = chi_square(counts, probs)
+            dist.append(dict(filters=label, arm=arm, tokens=int(tokens.numel()), chi2=stat, dof=dof, p=p,
+                             support=int((probs > 0).sum())))
+            print("dist", label, arm, tokens.numel(), round(stat, 1), dof, p, flush=True)
+    record["distribution"] = dist
+
+    # 3. time and memory per eagle_sample call, arms alternating
+    timing = []
+    for label, filters in FILTERS.items():
+        for tree in TREES:
+            for bs in BATCHES:
+                case = verify_round(bs, tree, 500 + bs, filters)
+                record_entropy = entropy_nats(case[2][: min(64, case[2].shape[0])], filters[0])
+                for arm in (stock, fused):  # warm-up (compilation)
+                    timed(arm, case, 0)
+                ms = {"stock": [], "fused": []}
+                mem = {}
+                for r in range(5 if quick else 15):
+                    for name, arm in (("stock", stock), ("fused", fused)) if r % 2 == 0 else (("fused", fused), ("stock", stock)):
+                        t, m = timed(arm, case, r)
+                        ms[name].append(t)
+                        mem[name] = m
+                med = {k: sorted(v)[len(v) // 2] for k, v in ms.items()}
+                timing.append(dict(filters=label, tree=tree, bs=bs, ms_stock=med["stock"], ms_fused=med["fused"],
+                                   speedup=med["stock"] / med["fused"], mem_stock=mem["stock"], mem_fused=mem["fused"],
+                                   entropy_nats=record_entropy))
+                print("time", label, tree, bs, round(med["stock"], 3), round(med["fused"], 3),
+                      round(med["stock"] / med["fused"], 2), mem["stock"] >> 20, mem["fused"] >> 20, flush=True)
+    # greedy batches: the wrapper hands back to stock (its cost: one check)
+    for tree in TREES:
+        case = verify_round(64, tree, 900, (1.0, 1, 1.0))
+        case[1].sampling_info.is_all_greedy = True
+        for arm in (stock, fused):
+            timed(arm, case, 0)
+        ms = {"stock": [], "fused": []}
+        for r in range(5 if quick else 15):
+            for name, arm in (("stock", stock), ("fused", fused)):
+                ms[name].append(timed(arm, case, r)[0])
+        med = {k: sorted(v)[len(v) // 2] for k, v in ms.items()}
+        timing.append(dict(filters="greedy", tree=tree, bs=64, ms_stock=med["stock"], ms_fused=med["fused"],
+                           speedup=med["stock"] / med["fused"]))
+    record["timing"] = timing
+    with open(out_path, "w") as handle:
+        json.dump(record, handle, indent=1)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], "--quick" in sys.argv)
