@@ -17,7 +17,6 @@ usage: python3 benchmarks/gpu/fused_verify_step.py OUT.json [--quick]
 from __future__ import annotations
 
 import json
-import math
 import sys
 import time
 from types import SimpleNamespace
