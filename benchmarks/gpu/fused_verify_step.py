@@ -102,11 +102,9 @@ def verify_round(bs: int, tree: tuple, seed: int, filters: tuple, greedy_every: 
                            need_top_p_sampling=bool((top_ps != 1.0).any()), need_min_p_sampling=False)
     batch = SimpleNamespace(device=DEVICE, forward_mode=SimpleNamespace(is_idle=lambda: False),
                             seq_lens=draft.seq_lens, sampling_info=info, return_logprob=False)
-    mask = None
-    if grammar:
-        banned = torch.randperm(VOCAB, generator=gen)[: VOCAB // 4].to(DEVICE)
-        mask = SimpleNamespace(apply=lambda t: t.index_fill_(1, banned, float("-inf")))
-    return verify_input, batch, logits, mask
+    if grammar:  # what SGLang's grammar mask leaves in the logits (its API differs per release)
+        logits.index_fill_(1, torch.randperm(VOCAB, generator=gen)[: VOCAB // 4].to(DEVICE), float("-inf"))
+    return verify_input, batch, logits, None
 
 
 def call(sample, verify_input, batch, logits, mask, seed):
