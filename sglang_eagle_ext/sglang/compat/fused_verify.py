@@ -183,6 +183,11 @@ def _dispatcher(module, release: Version, original: Callable) -> Callable:
             info.temperatures, info.top_ks, info.top_ps,
             _setting(release, "speculative_accept_threshold_single"),
             _setting(release, "speculative_accept_threshold_acc"), strict_acceptance=strict)
+        if "fused" not in _logged:  # the proof in a server's log that the fused path serves
+            _logged.add("fused")
+            print(f"sglang-eagle-ext: sampled verify served by the fused sampler (first batch: {candidates.shape[0]} "
+                  f"requests x {candidates.shape[1]} rows, vocab {call.logits.shape[-1]}; pid {os.getpid()})",
+                  file=sys.stderr, flush=True)
         group = _tp_group()
         if group.world_size > 1:  # as the sampled arm: every rank takes rank 0's draws
             group.broadcast(predicts, src=0)
