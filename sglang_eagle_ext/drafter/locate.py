@@ -46,8 +46,8 @@ def locate_drafter(given: str, weights: bool = True) -> Located:
         from sglang_eagle_ext.drafter import hub
 
         fetched = hub.fetch(given, weights)
-        how = f"hub id {given} (local snapshot {fetched.directory}" + (
-            f"; {len(fetched.remote)} weight files read by range)" if fetched.remote else ")")
+        how = f"hub id {given}, its snapshot in the local cache" + (
+            f"; {len(fetched.remote)} weight files read on the hub by range" if fetched.remote else "")
         return Located(given, fetched.directory, how, hub_id=given, remote=fetched.remote)
     path = os.path.abspath(given)
     if not os.path.isdir(path):
