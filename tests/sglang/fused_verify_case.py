@@ -47,7 +47,7 @@ def main(seed: int) -> None:
     runtime_context.get_parallel = lambda: SimpleNamespace(tp_group=group, attn_tp_group=group)
     fused_verify._DEVICES = ("cuda", "cpu")
     release = installed_release()
-    sites = fused_verify.apply(eagle_utils, release)
+    sites = fused_verify.apply(release)
 
     bs, topk, steps, n, vocab = 3, 2, 3, 6, 384
     candidates, retrive_index, next_token, next_sibling, gen = built_tree(seed, bs, topk, steps, n, vocab=vocab)

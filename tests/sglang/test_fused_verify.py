@@ -23,8 +23,7 @@ def test_sglang_eagle_sample_serves_sampled_verify_fused(seed):
                             capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     out = json.loads(result.stdout.strip().splitlines()[-1])
-    assert out["sites"][:2] == ["sglang.srt.speculative.eagle_utils.eagle_sample",
-                                "sglang.srt.speculative.eagle_utils.verify_tree_greedy_func"]
+    assert out["sites"] == ["eagle_sample"]
     # the same draws as the reference on the adjusted logits (logit bias, grammar -inf, a greedy row)
     assert out["fused"] == out["want"]
     assert out["logits_untouched"] and out["is_all_greedy_restored"]
@@ -34,39 +33,66 @@ def test_sglang_eagle_sample_serves_sampled_verify_fused(seed):
 
 def _call(**changes):
     info = SimpleNamespace(is_all_greedy=False, has_watermark_candidates=False)
-    batch = SimpleNamespace(forward_mode=SimpleNamespace(is_idle=lambda: changes.get("idle", False)), sampling_info=info)
+    batch = SimpleNamespace(forward_mode=SimpleNamespace(is_idle=lambda: changes.get("idle", False)), sampling_info=info,
+                            seq_lens=torch.tensor([5]))
     info.is_all_greedy = changes.get("greedy", False)
     verify_input = type(changes.get("input", "EagleVerifyInput"), (), {})()
     logits = changes.get("logits", torch.zeros(4, 8))
     return verify_input, batch, SimpleNamespace(next_token_logits=logits)
 
 
-@pytest.mark.parametrize("changes, args, kwargs, reason", [
-    ({}, (), {}, None),
-    ({"logits": torch.zeros(4, 8, device="meta")}, (), {}, "device meta"),
-    ({"idle": True}, (), {}, "idle batch"),
-    ({"greedy": True}, (), {}, "all-greedy batch"),
-    ({"input": "NgramVerifyInput"}, (), {}, "verify input NgramVerifyInput"),
-    ({}, (None, 20), {}, "UNO target sampling"),
-    ({}, (), {"uno_target_max_top_k": 20}, "UNO target sampling"),
-    ({"logits": torch.zeros(4, 8, dtype=torch.float64)}, (), {}, "logits torch.float64 (4, 8)"),
-    ({"logits": torch.zeros(8, 4).t()}, (), {}, "logits torch.float32 (4, 8)"),
+@pytest.mark.parametrize("changes, uno, reason", [
+    ({}, None, None),
+    ({"logits": torch.zeros(4, 8, device="meta")}, None, "device meta"),
+    ({"idle": True}, None, "idle batch"),
+    ({"greedy": True}, None, "all-greedy batch"),
+    ({"input": "NgramVerifyInput"}, None, "verify input NgramVerifyInput"),
+    ({}, 20, "UNO target sampling"),
+    ({"logits": torch.zeros(4, 8, dtype=torch.float64)}, None, "logits torch.float64 (4, 8)"),
+    ({"logits": torch.zeros(8, 4).t()}, None, "logits torch.float32 (4, 8)"),
 ])
-def test_hand_back_reasons(monkeypatch, changes, args, kwargs, reason):
+def test_hand_back_reasons(monkeypatch, changes, uno, reason):
     monkeypatch.setattr(fused_verify, "_DEVICES", ("cpu",))
     monkeypatch.setattr(fused_verify, "_setting", lambda release, name: False)
-    assert fused_verify._hand_back_reason(Version("0.5.23"), *_call(**changes), args, kwargs) == reason
+    assert fused_verify._hand_back_reason(Version("0.5.23"), *_call(**changes), uno) == reason
+
+
+def _recording_branch(calls):
+    def branch(verify_input, batch, logits_output, *rest, **kwargs):
+        calls.append((batch.sampling_info.is_all_greedy, rest, kwargs))
+        return "stock"
+
+    return branch
+
+
+@pytest.mark.parametrize("seam, rest, kwargs, routed", [
+    (fused_verify.SEAMS[0], (None, None), {}, True),                 # eagle_sample(grammar_mask, uno)
+    (fused_verify.SEAMS[0], (None, 20), {}, False),                  # UNO given positionally
+    (fused_verify.SEAMS[0], (None,), {"uno_target_max_top_k": 20}, False),
+    (fused_verify.SEAMS[0], (None,), {"watermark_state": object()}, True),  # no watermark candidates
+    (fused_verify.SEAMS[2], ("allocator", 16, None), {}, True),      # v1 verify(allocator, page_size, mask)
+    (fused_verify.SEAMS[1], (None,), {}, True),                      # v2 mixin sample(vocab_mask)
+])
+def test_the_wrapper_routes_each_seams_call(monkeypatch, seam, rest, kwargs, routed):
+    monkeypatch.setattr(fused_verify, "_DEVICES", ("cpu",))
+    monkeypatch.setattr(fused_verify, "_setting", lambda release, name: False)
+    calls = []
+    wrapped = fused_verify._wrap_branch(Version("0.5.16"), seam, _recording_branch(calls))
+    verify_input, batch, output = _call()
+    assert wrapped(verify_input, batch, output, *rest, **kwargs) == "stock"
+    # routed: the greedy arm runs with is_all_greedy set for the call, restored after it
+    assert calls == [(routed, rest, kwargs)] and batch.sampling_info.is_all_greedy is False
 
 
 def test_rejection_sampling_and_watermark_hand_back(monkeypatch):
     monkeypatch.setattr(fused_verify, "_DEVICES", ("cpu",))
     monkeypatch.setattr(fused_verify, "_setting", lambda release, name: name == "speculative_use_rejection_sampling")
-    assert fused_verify._hand_back_reason(Version("0.5.16"), *_call(), (), {}) == "rejection sampling"
+    assert fused_verify._hand_back_reason(Version("0.5.16"), *_call()) == "rejection sampling"
     monkeypatch.setattr(fused_verify, "_setting", lambda release, name: False)
     verify_input, batch, output = _call()
     batch.sampling_info.has_watermark_candidates = True
-    assert fused_verify._hand_back_reason(Version("0.5.23"), verify_input, batch, output, (),
-                                          {"watermark_state": object()}) == "watermark"
+    assert fused_verify._hand_back_reason(Version("0.5.23"), verify_input, batch, output,
+                                          watermark=object()) == "watermark"
 
 
 def test_switch_and_log_phrase(monkeypatch):
@@ -77,5 +103,6 @@ def test_switch_and_log_phrase(monkeypatch):
     monkeypatch.setenv(fused_verify.ENV_SWITCH, "fast")
     with pytest.raises(ValueError, match="SGLANG_EAGLE_EXT_FUSED_VERIFY='fast'"):
         fused_verify.selected()
-    assert "wired from 0.5.14" in fused_verify.describe(Version("0.5.13"), [])
+    assert fused_verify.describe(Version("0.5.11"), ["EagleVerifyInputV2Mixin.sample"]).endswith(
+        "(SGLANG_EAGLE_EXT_FUSED_VERIFY=1; EagleVerifyInputV2Mixin.sample)")
     assert fused_verify.describe(Version("0.5.16"), []) == "stock SGLang (SGLANG_EAGLE_EXT_FUSED_VERIFY=0)"

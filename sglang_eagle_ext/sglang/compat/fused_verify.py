@@ -1,11 +1,14 @@
 """Sampled EAGLE verify served by the fused from-logits sampler inside SGLang's server.
 
-Seam S2 of ``verify-seams.md``: SGLang's ``eagle_sample`` (0.5.14 and later; the function that
-applies penalties, logit bias and the grammar mask to the logits in place, then branches between
-greedy and sampled verify) is wrapped. When the fused path applies, the wrapper routes the call
-into the greedy arm (``sampling_info.is_all_greedy`` set for the call only; every release reads
-the branch from it), and the greedy arm's ``verify_tree_greedy_func``, a module global SGLang
-looks up at call time, is a dispatcher that then draws the coins exactly as the release does,
+Seam S2 of ``verify-seams.md``: the function that applies penalties, logit bias and the grammar
+mask to the logits in place and then branches between greedy and sampled verify is wrapped
+(:data:`SEAMS`: ``eagle_utils.eagle_sample`` from 0.5.14; before, the v2 worker's
+``EagleVerifyInputV2Mixin.sample`` and the v1 worker's ``EagleVerifyInput.verify``, which serves
+trees on 0.5.11 - 0.5.12). All three take ``(verify input, batch, logits output, ...)``. When the
+fused path applies, the wrapper routes the call into the greedy arm (``sampling_info.is_all_greedy``
+set for the call only; every release reads the branch from it), and the greedy arm's
+``verify_tree_greedy_func``, a global of the seam's module that SGLang looks up at call time, is a
+dispatcher that then draws the coins exactly as the release does,
 runs :func:`~sglang_eagle_ext.kernels.sampling.tree_sampling_from_logits` on the adjusted logits
 (never modified, so logprobs are unchanged) and broadcasts the result from TP rank 0, as the
 sampled arm does. The release's acceptance test, thresholds and deterministic-coin seeding are
@@ -16,9 +19,7 @@ the one wasted pass.
 Hands back to stock SGLang (logged once per reason): a device that is not CUDA, an idle batch,
 an all-greedy batch (stock greedy is already what it should be), rejection sampling / block
 verification, UNO target sampling, active watermarking, a verify input that is not
-``EagleVerifyInput`` (NGRAM), logits the sampler does not take. Releases before 0.5.14 sample in
-``EagleVerifyInput.verify`` / ``EagleVerifyInputV2Mixin.sample``, which are not wired: they serve
-stock.
+``EagleVerifyInput`` (NGRAM), logits the sampler does not take.
 
 Switch: ``SGLANG_EAGLE_EXT_FUSED_VERIFY`` = ``1`` (serve sampled verify fused) or ``0`` (the
 default until the end-to-end benchmark shows it never slower).
@@ -27,6 +28,7 @@ default until the end-to-end benchmark shows it never slower).
 from __future__ import annotations
 
 import functools
+import importlib
 import os
 import sys
 import threading
@@ -36,14 +38,30 @@ from typing import Any, Callable
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from sglang_eagle_ext.sglang.compat.patch import require
+from sglang_eagle_ext.sglang.compat.patch import require, required_class, wrap_method
 
 ENV_SWITCH = "SGLANG_EAGLE_EXT_FUSED_VERIFY"
-WIRED = SpecifierSet(">=0.5.14")
-EAGLE_UTILS = "sglang.srt.speculative.eagle_utils"
+_SPEC = "sglang.srt.speculative."
+
+
+@dataclass(frozen=True)
+class Seam:
+    """A function holding the greedy/sampled branch: ``module.function``, or a method of
+    ``module.owner``; the greedy arm calls ``module.verify_tree_greedy_func``."""
+
+    releases: SpecifierSet
+    module: str
+    function: str
+    owner: str | None = None
+
+
+SEAMS = (
+    Seam(SpecifierSet(">=0.5.14"), _SPEC + "eagle_utils", "eagle_sample"),
+    Seam(SpecifierSet("<0.5.14"), _SPEC + "eagle_info_v2", "sample", owner="EagleVerifyInputV2Mixin"),
+    Seam(SpecifierSet("<0.5.14"), _SPEC + "eagle_info", "verify", owner="EagleVerifyInput"),
+)
 # Modules that import ``eagle_sample`` by name (rebound there too); NGRAM's worker is left stock.
-CALLERS = ("sglang.srt.speculative.eagle_worker_common", "sglang.srt.speculative.eagle_worker_v2",
-           "sglang.srt.speculative.multi_layer_eagle_worker_v2")
+CALLERS = (_SPEC + "eagle_worker_common", _SPEC + "eagle_worker_v2", _SPEC + "multi_layer_eagle_worker_v2")
 _SAMPLER_DTYPES = ("float32", "bfloat16", "float16")
 _DEVICES = ("cuda",)  # tests on a CPU host add "cpu" (the kernels then run in Triton's interpreter)
 
@@ -96,7 +114,7 @@ def _tp_group():
     return get_parallel().attn_tp_group if is_dp_attention_enabled() else get_parallel().tp_group
 
 
-def _hand_back_reason(release: Version, verify_input, batch, logits_output, args, kwargs) -> str | None:
+def _hand_back_reason(release: Version, verify_input, batch, logits_output, uno=None, watermark=None) -> str | None:
     """Why this call must be served by stock SGLang, or None when the fused path applies."""
     logits = logits_output.next_token_logits
     info = batch.sampling_info
@@ -110,10 +128,9 @@ def _hand_back_reason(release: Version, verify_input, batch, logits_output, args
         return f"verify input {type(verify_input).__name__}"
     if _setting(release, "speculative_use_rejection_sampling"):
         return "rejection sampling"
-    uno = kwargs.get("uno_target_max_top_k", args[1] if len(args) > 1 else None)
     if uno is not None:
         return "UNO target sampling"
-    if kwargs.get("watermark_state") is not None and getattr(info, "has_watermark_candidates", False):
+    if watermark is not None and getattr(info, "has_watermark_candidates", False):
         return "watermark"
     if str(logits.dtype).removeprefix("torch.") not in _SAMPLER_DTYPES or logits.dim() != 2 or logits.stride(-1) != 1:
         return f"logits {logits.dtype} {tuple(logits.shape)}"
@@ -127,25 +144,27 @@ def _log_once(reason: str) -> None:
               f"later batches like it are not logged (pid {os.getpid()})", file=sys.stderr, flush=True)
 
 
-def _wrap_eagle_sample(release: Version, original: Callable) -> Callable:
-    @functools.wraps(original)
-    def eagle_sample(verify_input, batch, logits_output, *args, **kwargs):
-        reason = _hand_back_reason(release, verify_input, batch, logits_output, args, kwargs)
+def _wrap_branch(release: Version, seam: Seam, original: Callable) -> Callable:
+    def wrapped(verify_input, batch, logits_output, *rest, **kwargs):
+        uno = watermark = None
+        if seam.owner is None:  # eagle_sample(..., grammar_mask, uno_target_max_top_k, *, watermark_state)
+            uno = kwargs.get("uno_target_max_top_k", rest[1] if len(rest) > 1 else None)
+            watermark = kwargs.get("watermark_state")
+        reason = _hand_back_reason(release, verify_input, batch, logits_output, uno, watermark)
         if reason is not None:
             if reason not in ("idle batch", "all-greedy batch"):
                 _log_once(reason)
-            return original(verify_input, batch, logits_output, *args, **kwargs)
+            return original(verify_input, batch, logits_output, *rest, **kwargs)
         info = batch.sampling_info
         _active.call = _Call(logits_output.next_token_logits, info, batch.seq_lens)
         info.is_all_greedy = True  # into the greedy arm, whose tree op is our dispatcher
         try:
-            return original(verify_input, batch, logits_output, *args, **kwargs)
+            return original(verify_input, batch, logits_output, *rest, **kwargs)
         finally:
             info.is_all_greedy = False
             _active.call = None
 
-    eagle_sample.__eagle_ext_original__ = original
-    return eagle_sample
+    return wrapped
 
 
 def _dispatcher(module, release: Version, original: Callable) -> Callable:
@@ -195,47 +214,35 @@ def _dispatcher(module, release: Version, original: Callable) -> Callable:
             group.broadcast(accept_token_num, src=0)
         return predicts, accept_index, accept_token_num
 
-    verify_tree_greedy_func.__eagle_ext_original__ = original
     return verify_tree_greedy_func
 
 
 def describe(release: Version, sites: list[str]) -> str:
     """The activation log's phrase for which path serves verify."""
     if sites:
-        return f"fused sampler for sampled verify ({ENV_SWITCH}=1; eagle_sample wrapped at {len(sites) - 1} sites)"
-    if not WIRED.contains(release, prereleases=True):
-        return f"stock SGLang (release {release}: fused verify is wired from 0.5.14)"
+        return f"fused sampler for sampled verify ({ENV_SWITCH}=1; {', '.join(sites)})"
     return f"stock SGLang ({ENV_SWITCH}=0)"
 
 
-def apply(module, release: Version) -> list[str]:
-    """Wire the fused sampler into ``module`` (SGLang's ``eagle_utils``) and the modules that
-    imported ``eagle_sample`` from it; return the sites changed. Idempotent."""
-    require(callable(getattr(module, "eagle_sample", None)), f"{EAGLE_UTILS}.eagle_sample")
-    require(callable(getattr(module, "verify_tree_greedy_func", None)), f"{EAGLE_UTILS}.verify_tree_greedy_func")
-    if hasattr(module.eagle_sample, "__eagle_ext_original__"):
-        return []
-    stock_sample = module.eagle_sample
-    module.verify_tree_greedy_func = _dispatcher(module, release, module.verify_tree_greedy_func)
-    module.eagle_sample = _wrap_eagle_sample(release, stock_sample)
-    sites = [f"{EAGLE_UTILS}.eagle_sample", f"{EAGLE_UTILS}.verify_tree_greedy_func"]
-    for name in CALLERS:
-        caller = sys.modules.get(name)
-        if caller is not None and getattr(caller, "eagle_sample", None) is stock_sample:
-            caller.eagle_sample = module.eagle_sample
-            sites.append(f"{name}.eagle_sample")
+def apply(release: Version) -> list[str]:
+    """Wire the fused sampler into every seam of ``release`` (and the modules that imported
+    ``eagle_sample`` by name); return the branch functions wrapped. Idempotent."""
+    sites = []
+    for seam in SEAMS:
+        if not seam.releases.contains(release, prereleases=True):
+            continue
+        module = importlib.import_module(seam.module)
+        greedy = getattr(module, "verify_tree_greedy_func", None)
+        require(callable(greedy), f"{seam.module}.verify_tree_greedy_func")
+        owner = module if seam.owner is None else required_class(module, seam.owner, seam.function)
+        require(callable(getattr(owner, seam.function, None)), f"{seam.module}.{seam.function}")
+        stock = getattr(owner, seam.function)
+        if not wrap_method(owner, seam.function, lambda original, seam=seam: _wrap_branch(release, seam, original)):
+            continue  # wired by an earlier call
+        module.verify_tree_greedy_func = _dispatcher(module, release, greedy)
+        sites.append(f"{seam.owner + '.' if seam.owner else ''}{seam.function}")
+        for name in CALLERS if seam.owner is None else ():
+            caller = sys.modules.get(name)
+            if caller is not None and getattr(caller, seam.function, None) is stock:
+                setattr(caller, seam.function, getattr(owner, seam.function))
     return sites
-
-
-def restore(module) -> None:
-    """Undo :func:`apply` in ``module`` and its callers."""
-    wrapped = module.eagle_sample
-    original = getattr(wrapped, "__eagle_ext_original__", None)
-    if original is None:
-        return
-    module.eagle_sample = original
-    module.verify_tree_greedy_func = module.verify_tree_greedy_func.__eagle_ext_original__
-    for name in CALLERS:
-        caller = sys.modules.get(name)
-        if caller is not None and getattr(caller, "eagle_sample", None) is wrapped:
-            caller.eagle_sample = original
