@@ -27,8 +27,11 @@ ARMS = {"stock": "0", "fused": "1"}
 SEED = 1234
 
 
+ROW = e2e_sglang.ROWS[int(os.environ.get("FUSED_VERIFY_ROW", "1"))]
+
+
 def serve(out: str, arm: str) -> dict:
-    row = e2e_sglang.ROWS[1]
+    row = ROW
     target = os.path.join(out, "models", "target")
     drafter = os.path.join(out, "models", "drafter")
     engine = e2e_sglang.start_engine(target, drafter, row, random_seed=SEED)
@@ -53,7 +56,7 @@ def main(out: str) -> int:
     target = os.path.join(out, "models", "target")
     build_tiny_target(target, TinyTargetSettings(num_layers=8, hidden_size=256, num_attention_heads=4,
                                                  num_key_value_heads=2, intermediate_size=512, lm_head_std=1.0))
-    row = e2e_sglang.ROWS[1]
+    row = ROW
     build_matched_drafter(os.path.join(out, "models", "drafter"), target, layers=row.layers, num_aux=row.num_aux,
                           fc_norm=row.fc_norm, dialect=row.dialect, seed=row.seed)
     import sglang

@@ -22,6 +22,7 @@ import time
 from types import SimpleNamespace
 
 import torch
+from packaging.version import Version
 
 from sglang_eagle_ext.kernels.tree_build import build_eagle_tree
 from sglang_eagle_ext.sglang.compat import fused_verify, installed_release
@@ -40,18 +41,20 @@ class OneRank:
 
 
 def install_context(settings):
-    """What eagle_sample reads from a running server, for a bare process."""
-    import sglang.srt.distributed as distributed
-    import sglang.srt.runtime_context as runtime_context
+    """What the verify branch reads from a running server, for a bare process: wherever SGLang's
+    modules hold the accessors (some import them by name)."""
+    import sglang.srt.distributed  # noqa: F401
+    import sglang.srt.server_args  # noqa: F401
 
-    for name in ("get_spec", "get_server_args"):
-        if hasattr(runtime_context, name):
-            setattr(runtime_context, name, lambda: settings)
-    import sglang.srt.server_args as server_args
-
-    server_args.get_global_server_args = lambda: settings
-    runtime_context.get_parallel = lambda: SimpleNamespace(tp_group=OneRank(), attn_tp_group=OneRank())
-    distributed.get_tp_group = lambda: OneRank()
+    parallel = SimpleNamespace(tp_group=OneRank(), attn_tp_group=OneRank())
+    replacements = {"get_spec": lambda: settings, "get_server_args": lambda: settings,
+                    "get_global_server_args": lambda: settings, "get_parallel": lambda: parallel,
+                    "get_tp_group": lambda: OneRank(), "get_attention_tp_group": lambda: OneRank()}
+    for name, module in list(sys.modules.items()):
+        if name.startswith("sglang.srt") and module is not None:
+            for attr, value in replacements.items():
+                if hasattr(module, attr):
+                    setattr(module, attr, value)
 
 
 def realistic_logits(rows: int, gen: torch.Generator) -> torch.Tensor:
@@ -100,7 +103,7 @@ def verify_round(bs: int, tree: tuple, seed: int, filters: tuple, greedy_every: 
                            temperatures=temps, top_ks=top_ks, top_ps=top_ps,
                            need_top_k_sampling=bool((top_ks != (1 << 30)).any()),
                            need_top_p_sampling=bool((top_ps != 1.0).any()), need_min_p_sampling=False)
-    batch = SimpleNamespace(device=DEVICE, forward_mode=SimpleNamespace(is_idle=lambda: False),
+    batch = SimpleNamespace(device=DEVICE, forward_mode=SimpleNamespace(is_idle=lambda: False), input_ids=tokens,
                             seq_lens=draft.seq_lens, sampling_info=info, return_logprob=False)
     if grammar:  # what SGLang's grammar mask leaves in the logits (its API differs per release)
         logits.index_fill_(1, torch.randperm(VOCAB, generator=gen)[: VOCAB // 4].to(DEVICE), float("-inf"))
@@ -177,16 +180,29 @@ def timed(sample, case, rounds_seed) -> tuple[float, int]:
     return start.elapsed_time(end), torch.cuda.max_memory_allocated() - base
 
 
+def branch(release):
+    """The function holding the verify branch that a bare process can call: ``eagle_sample``
+    (0.5.14+), else the v2 worker's ``EagleVerifyInput.sample`` (the v1 ``verify`` needs a live
+    KV cache after its branch)."""
+    if release >= Version("0.5.14"):
+        import sglang.srt.speculative.eagle_utils as eagle_utils
+
+        return eagle_utils.eagle_sample
+    from sglang.srt.speculative.eagle_info_v2 import EagleVerifyInputV2Mixin
+
+    return EagleVerifyInputV2Mixin.sample
+
+
 def main(out_path: str, quick: bool) -> None:
-    import sglang.srt.speculative.eagle_utils as eagle_utils
+    import sglang.srt.speculative.eagle_info  # noqa: F401  (every seam's module loaded before the context is set)
 
     release = installed_release()
     settings = SimpleNamespace(speculative_use_rejection_sampling=False, speculative_accept_threshold_single=1.0,
                                speculative_accept_threshold_acc=1.0, speculative_use_block_verification=False)
+    stock = branch(release)
+    fused_verify.apply(release)
+    fused = branch(release)
     install_context(settings)
-    stock = eagle_utils.eagle_sample
-    fused_verify.apply(eagle_utils, release)
-    fused = eagle_utils.eagle_sample
     record = dict(release=str(release), device=torch.cuda.get_device_name(), torch=torch.__version__,
                   vocab=VOCAB, zipf=ZIPF, date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()))
     print("release", release, record["device"], flush=True)
