@@ -80,7 +80,7 @@ def selected() -> bool:
 class _Call:
     """What the dispatcher needs of the wrapped call."""
 
-    logits: Any  # [bs * n, V], already adjusted in place by eagle_sample
+    logits_output: Any  # its next_token_logits, [bs * n, V], read when the branch is reached (adjusted by then)
     sampling_info: Any
     seq_lens: Any
 
@@ -156,7 +156,7 @@ def _wrap_branch(release: Version, seam: Seam, original: Callable) -> Callable:
                 _log_once(reason)
             return original(verify_input, batch, logits_output, *rest, **kwargs)
         info = batch.sampling_info
-        _active.call = _Call(logits_output.next_token_logits, info, batch.seq_lens)
+        _active.call = _Call(logits_output, info, batch.seq_lens)
         info.is_all_greedy = True  # into the greedy arm, whose tree op is our dispatcher
         try:
             return original(verify_input, batch, logits_output, *rest, **kwargs)
@@ -179,6 +179,7 @@ def _dispatcher(module, release: Version, original: Callable) -> Callable:
         if call is None:  # a greedy verify: SGLang's (or the bound drop-in) op
             return original(*args, **kwargs)
         _active.call = None
+        logits = call.logits_output.next_token_logits
         names = ("predicts", "accept_index", "accept_token_num", "candidates", "retrive_index",
                  "retrive_next_token", "retrive_next_sibling")
         given = dict(zip(names, args))
@@ -198,14 +199,14 @@ def _dispatcher(module, release: Version, original: Callable) -> Callable:
             final_coins = torch.rand((candidates.shape[0],), dtype=torch.float32, device=candidates.device)
         tree_sampling_from_logits(
             predicts, accept_index, accept_token_num, candidates, given["retrive_index"],
-            given["retrive_next_token"], given["retrive_next_sibling"], coins, final_coins, call.logits,
+            given["retrive_next_token"], given["retrive_next_sibling"], coins, final_coins, logits,
             info.temperatures, info.top_ks, info.top_ps,
             _setting(release, "speculative_accept_threshold_single"),
             _setting(release, "speculative_accept_threshold_acc"), strict_acceptance=strict)
         if "fused" not in _logged:  # the proof in a server's log that the fused path serves
             _logged.add("fused")
             print(f"sglang-eagle-ext: sampled verify served by the fused sampler (first batch: {candidates.shape[0]} "
-                  f"requests x {candidates.shape[1]} rows, vocab {call.logits.shape[-1]}; pid {os.getpid()})",
+                  f"requests x {candidates.shape[1]} rows, vocab {logits.shape[-1]}; pid {os.getpid()})",
                   file=sys.stderr, flush=True)
         group = _tp_group()
         if group.world_size > 1:  # as the sampled arm: every rank takes rank 0's draws
