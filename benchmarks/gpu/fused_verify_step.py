@@ -26,7 +26,9 @@ from packaging.version import Version
 
 from sglang_eagle_ext.kernels.tree_build import build_eagle_tree
 from sglang_eagle_ext.sglang.compat import fused_verify, installed_release
+from sglang_eagle_ext.testing import verify_batch
 from sglang_eagle_ext.testing.draft_trees import random_draft_tree
+from sglang_eagle_ext.testing.kernel_reference import filtered_probs_reference
 
 VOCAB = 128256
 ZIPF = 1.25
@@ -83,12 +85,7 @@ def verify_round(bs: int, tree: tuple, seed: int, filters: tuple, greedy_every: 
     child = torch.where(nt >= 0, torch.gather(tokens.reshape(bs, n), 1, nt.clamp(min=0)), 0).reshape(-1)
     hit = (torch.rand(bs * n, generator=cuda_gen, device=DEVICE) < 0.7).float() * 12.0
     logits[torch.arange(bs * n, device=DEVICE), child] += hit
-    from sglang.srt.speculative.eagle_info import EagleVerifyInput
-
-    verify_input = EagleVerifyInput.__new__(EagleVerifyInput)
-    for name, value in dict(draft_token=tokens, draft_token_num=n, spec_steps=steps, topk=topk,
-                            retrieve_index=ri, retrieve_next_token=nt, retrieve_next_sibling=ns).items():
-        setattr(verify_input, name, value)
+    verify_input = verify_batch.verify_input(tokens, n, steps, topk, ri, nt, ns)
     temperature, top_k, top_p = filters
     temps = torch.full((bs, 1), temperature, device=DEVICE)
     top_ks = torch.full((bs,), top_k, dtype=torch.int32, device=DEVICE)
@@ -98,40 +95,32 @@ def verify_round(bs: int, tree: tuple, seed: int, filters: tuple, greedy_every: 
         temps[greedy] = 1.0
         top_ks[greedy] = 1
         top_ps[greedy] = 1.0
-    info = SimpleNamespace(acc_additive_penalties=None, acc_scaling_penalties=None, logit_bias=None,
-                           has_watermark_candidates=False, is_all_greedy=False, sampling_seed=None,
-                           temperatures=temps, top_ks=top_ks, top_ps=top_ps,
-                           need_top_k_sampling=bool((top_ks != (1 << 30)).any()),
-                           need_top_p_sampling=bool((top_ps != 1.0).any()), need_min_p_sampling=False)
-    batch = SimpleNamespace(device=DEVICE, forward_mode=SimpleNamespace(is_idle=lambda: False), input_ids=tokens,
-                            seq_lens=draft.seq_lens, sampling_info=info, return_logprob=False)
+    batch = verify_batch.batch(verify_batch.sampling_info(temps, top_ks, top_ps), draft.seq_lens, tokens)
     if grammar:  # what SGLang's grammar mask leaves in the logits (its API differs per release)
         logits.index_fill_(1, torch.randperm(VOCAB, generator=gen)[: VOCAB // 4].to(DEVICE), float("-inf"))
-    return verify_input, batch, logits, None
+    return verify_input, batch, logits
 
 
-def call(sample, verify_input, batch, logits, mask, seed):
+def call(sample, verify_input, batch, logits, seed):
     torch.manual_seed(seed)
-    out = SimpleNamespace(next_token_logits=logits)
-    return sample(verify_input, batch, out, mask) if mask is not None else sample(verify_input, batch, out)
+    return sample(verify_input, batch, SimpleNamespace(next_token_logits=logits))
 
 
 def same_outputs(stock, fused, seed, case) -> dict:
-    verify_input, batch, logits, mask = case
-    a = call(stock, verify_input, batch, logits.clone(), mask, seed)
-    b = call(fused, verify_input, batch, logits.clone(), mask, seed)
-    equal_requests = (a[1] == b[1]).cpu() & (a[2] == b[2]).all(-1).cpu()
+    verify_input, batch, logits = case
+    a = call(stock, verify_input, batch, logits.clone(), seed)
+    b = call(fused, verify_input, batch, logits.clone(), seed)
     n = verify_input.draft_token_num
-    predict_equal = ((a[0] == b[0]).reshape(-1, n) | (a[2][:, :1] < 0)).all(-1).cpu()
-    return dict(requests=int(equal_requests.numel()), identical=int((equal_requests & predict_equal).sum()),
+    identical = (a[1] == b[1]) & (a[2] == b[2]).all(-1) & (a[0] == b[0]).reshape(-1, n).all(-1)
+    return dict(requests=int(identical.numel()), identical=int(identical.sum()),
                 accept_len_stock=float(a[1].float().mean()), accept_len_fused=float(b[1].float().mean()))
 
 
 def first_tokens(sample, case, seeds) -> torch.Tensor:
-    verify_input, batch, logits, mask = case
+    verify_input, batch, logits = case
     tokens = []
     for seed in seeds:
-        predict, accept_lens, accept_index = call(sample, verify_input, batch, logits.clone(), mask, seed)
+        predict, _, accept_index = call(sample, verify_input, batch, logits.clone(), seed)
         tokens.append(predict[accept_index[:, 0].long()])
     return torch.stack(tokens)  # [rounds, bs]
 
@@ -150,31 +139,15 @@ def chi_square(counts: torch.Tensor, probs: torch.Tensor) -> tuple[float, int, f
     return stat, dof, float(p_value)
 
 
-def filtered_probs(logits_row, temperature, top_k, top_p):
-    z = logits_row.double()
-    order = torch.sort(z, descending=True).values
-    keep = torch.ones_like(z, dtype=torch.bool)
-    if 0 < top_k < z.numel():
-        keep &= z >= order[top_k - 1]
-    w = torch.where(keep, torch.exp((z - z.max()) / temperature), torch.zeros_like(z))
-    if top_p < 1.0:
-        sw = torch.sort(w, descending=True)
-        cum = torch.cumsum(sw.values, 0)
-        pivot = int(torch.searchsorted(cum, top_p * cum[-1]))
-        keep &= z >= z[sw.indices[min(pivot, z.numel() - 1)]]
-        w = torch.where(keep, w, torch.zeros_like(w))
-    return w / w.sum()
-
-
-def timed(sample, case, rounds_seed) -> tuple[float, int]:
-    verify_input, batch, logits, mask = case
+def timed(sample, case, seed) -> tuple[float, int]:
+    verify_input, batch, logits = case
     work = logits.clone()
     torch.cuda.synchronize()
     base = torch.cuda.memory_allocated()
     torch.cuda.reset_peak_memory_stats()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
-    call(sample, verify_input, batch, work, mask, rounds_seed)
+    call(sample, verify_input, batch, work, seed)
     end.record()
     torch.cuda.synchronize()
     return start.elapsed_time(end), torch.cuda.max_memory_allocated() - base
@@ -227,7 +200,7 @@ def main(out_path: str, quick: bool) -> None:
     for label, filters in FILTERS.items():
         case = verify_round(bs, tree, 7, filters)
         case[2][:] = case[2][0].clone()  # every row the same distribution: one target to test against
-        probs = filtered_probs(case[2][0].cpu(), *filters)
+        probs = filtered_probs_reference(case[2][0].cpu(), *filters)
         for arm, sample in (("stock", stock), ("fused", fused)):
             tokens = first_tokens(sample, case, range(10_000, 10_000 + rounds)).reshape(-1).cpu()
             counts = torch.bincount(tokens, minlength=VOCAB).double()
@@ -243,7 +216,7 @@ def main(out_path: str, quick: bool) -> None:
         for tree in TREES:
             for bs in BATCHES:
                 case = verify_round(bs, tree, 500 + bs, filters)
-                record_entropy = entropy_nats(case[2][: min(64, case[2].shape[0])], filters[0])
+                entropy = entropy_nats(case[2][: min(64, case[2].shape[0])], filters[0])
                 for arm in (stock, fused):  # warm-up (compilation)
                     timed(arm, case, 0)
                 ms = {"stock": [], "fused": []}
@@ -256,7 +229,7 @@ def main(out_path: str, quick: bool) -> None:
                 med = {k: sorted(v)[len(v) // 2] for k, v in ms.items()}
                 timing.append(dict(filters=label, tree=tree, bs=bs, ms_stock=med["stock"], ms_fused=med["fused"],
                                    speedup=med["stock"] / med["fused"], mem_stock=mem["stock"], mem_fused=mem["fused"],
-                                   entropy_nats=record_entropy))
+                                   entropy_nats=entropy))
                 print("time", label, tree, bs, round(med["stock"], 3), round(med["fused"], 3),
                       round(med["stock"] / med["fused"], 2), mem["stock"] >> 20, mem["fused"] >> 20, flush=True)
     # greedy batches: the wrapper hands back to stock (its cost: one check)

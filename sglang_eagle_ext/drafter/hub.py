@@ -64,7 +64,6 @@ class HubDrafter:
     """A hub drafter's local directory (its snapshot in the cache) and the files of it that are
     read remotely (local path in that directory -> :class:`HubFile`)."""
 
-    repo_id: str
     directory: str
     remote: dict[str, HubFile]
 
@@ -86,7 +85,7 @@ def fetch(repo_id: str, weights: bool) -> HubDrafter:
                     repo_id, "<hub>", "its config is in the local Hugging Face cache but its weights are not"
                     + (" and HF_HUB_OFFLINE is set" if is_offline() else ""),
                     f"download it once with network access (huggingface-cli download {repo_id})")])
-            return HubDrafter(repo_id, directory, {})
+            return HubDrafter(directory, {})
         from huggingface_hub import HfApi, hf_hub_download, hf_hub_url
         from huggingface_hub.errors import EntryNotFoundError, LocalEntryNotFoundError
 
@@ -100,17 +99,16 @@ def fetch(repo_id: str, weights: bool) -> HubDrafter:
         directory = os.path.dirname(config)
         commit = os.path.basename(directory)
         info = HfApi().model_info(repo_id, revision=commit, files_metadata=True)
-        names = [sibling.rfilename for sibling in info.siblings or ()]
-        for name in names:  # the files a check reads whole
-            if any(fnmatch.fnmatch(name, pattern) for pattern in _CHECK_FILES):
-                hf_hub_download(repo_id, name, revision=commit)
         remote = {}
         for sibling in info.siblings or ():
-            local = os.path.join(directory, *sibling.rfilename.split("/"))
-            if sibling.rfilename.endswith(".safetensors") and not os.path.isfile(local):
-                remote[local] = HubFile(hf_hub_url(repo_id, sibling.rfilename, revision=commit),
-                                        int(sibling.size or 0))
-        return HubDrafter(repo_id, directory, remote)
+            name = sibling.rfilename
+            if any(fnmatch.fnmatch(name, pattern) for pattern in _CHECK_FILES):  # read whole
+                hf_hub_download(repo_id, name, revision=commit)
+            elif name.endswith(".safetensors"):
+                local = os.path.join(directory, *name.split("/"))
+                if not os.path.isfile(local):  # not cached: read by range
+                    remote[local] = HubFile(hf_hub_url(repo_id, name, revision=commit), int(sibling.size or 0))
+        return HubDrafter(directory, remote)
 
 
 def _snapshot(repo_id: str, patterns: tuple[str, ...]) -> str:

@@ -22,10 +22,14 @@ def hub_cache(root, repo_id: str, source: str) -> str:
     return os.path.join(repo, "snapshots", COMMIT)
 
 
-def cli(cache, *argv):
-    env = dict(os.environ, HF_HUB_CACHE=str(cache), HF_HUB_OFFLINE="1")
+def run_cli(env, *argv):
     return subprocess.run([sys.executable, "-c", "import sys; from sglang_eagle_ext.cli import main; "
                            "sys.exit(main())", *argv], capture_output=True, text=True, env=env, timeout=600)
+
+
+def cli(cache, *argv):
+    """The CLI offline, against the hub cache ``cache``."""
+    return run_cli(dict(os.environ, HF_HUB_CACHE=str(cache), HF_HUB_OFFLINE="1"), *argv)
 
 
 def test_inspect_and_serve_a_hub_drafter_offline(tmp_path):
@@ -82,9 +86,7 @@ def _online(hub, cache):
 
 
 def _inspect(env, *argv):
-    return subprocess.run([sys.executable, "-c", "import sys; from sglang_eagle_ext.cli import main; "
-                           "sys.exit(main())", "inspect", *argv, "--json"], capture_output=True, text=True,
-                          env=env, timeout=600)
+    return run_cli(env, "inspect", *argv, "--json")
 
 
 def test_inspect_checks_a_hub_drafter_from_headers_without_downloading_its_weights(tmp_path):

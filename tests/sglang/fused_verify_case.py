@@ -9,7 +9,9 @@ from types import SimpleNamespace
 import torch
 
 from sglang_eagle_ext.sglang.compat import fused_verify, installed_release
+from sglang_eagle_ext.sglang.compat.tree_kernels import strict_acceptance
 from sglang_eagle_ext.testing import kernel_reference as reference
+from sglang_eagle_ext.testing import verify_batch
 from tests.kernels.tree_fixtures import built_tree, favour_children
 
 
@@ -38,7 +40,6 @@ class GrammarMask:
 def main(seed: int) -> None:
     import sglang.srt.runtime_context as runtime_context
     import sglang.srt.speculative.eagle_utils as eagle_utils
-    from sglang.srt.speculative.eagle_info import EagleVerifyInput
 
     settings = SimpleNamespace(speculative_use_rejection_sampling=False, speculative_accept_threshold_single=1.0,
                                speculative_accept_threshold_acc=1.0)
@@ -54,21 +55,15 @@ def main(seed: int) -> None:
     logits = torch.randn(bs * n, vocab, generator=gen) * 2.5
     logits = favour_children(logits, candidates, next_token, gen, boost=14.0)
     raw = logits.clone()
-    verify_input = EagleVerifyInput.__new__(EagleVerifyInput)
-    for name, value in dict(draft_token=candidates.reshape(-1), draft_token_num=n, spec_steps=steps, topk=topk,
-                            retrieve_index=retrive_index, retrieve_next_token=next_token,
-                            retrieve_next_sibling=next_sibling).items():
-        setattr(verify_input, name, value)
+    verify_input = verify_batch.verify_input(candidates.reshape(-1), n, steps, topk, retrive_index, next_token,
+                                             next_sibling)
     bias = torch.zeros(bs, vocab)
     bias[2, 7] = 6.0  # request 2 favours token 7 through logit_bias
     # a mixed batch: request 1 is greedy (SGLang rewrites it to T 1, top-k 1)
-    info = SimpleNamespace(acc_additive_penalties=None, acc_scaling_penalties=None, logit_bias=bias,
-                           has_watermark_candidates=False, is_all_greedy=False, sampling_seed=None,
-                           temperatures=torch.tensor([[0.7], [1.0], [0.9]]),
-                           top_ks=torch.tensor([50, 1, 1 << 30], dtype=torch.int32),
-                           top_ps=torch.tensor([0.9, 1.0, 0.8]), need_top_k_sampling=True, need_top_p_sampling=True)
-    batch = SimpleNamespace(device="cpu", forward_mode=SimpleNamespace(is_idle=lambda: False),
-                            seq_lens=torch.tensor([11, 17, 23]), sampling_info=info, return_logprob=False)
+    info = verify_batch.sampling_info(torch.tensor([[0.7], [1.0], [0.9]]),
+                                      torch.tensor([50, 1, verify_batch.TOP_K_ALL], dtype=torch.int32),
+                                      torch.tensor([0.9, 1.0, 0.8]), logit_bias=bias)
+    batch = verify_batch.batch(info, torch.tensor([11, 17, 23]), candidates.reshape(-1))
     grammar = GrammarMask(n, torch.arange(0, vocab, 3))
 
     adjusted = logits.clone() + bias.repeat_interleave(n, dim=0)
@@ -80,7 +75,7 @@ def main(seed: int) -> None:
                 torch.empty(bs, dtype=torch.int32))
     reference.fused_tree_sampling_reference(*expected, candidates, retrive_index, next_token, next_sibling, coins,
                                             final_coins, adjusted, info.temperatures.reshape(-1), info.top_ks,
-                                            info.top_ps, 1.0, 1.0, strict_acceptance=release.release >= (0, 5, 21))
+                                            info.top_ps, 1.0, 1.0, strict_acceptance=strict_acceptance(release))
 
     logits_output = SimpleNamespace(next_token_logits=logits)
     torch.manual_seed(seed)

@@ -103,6 +103,6 @@ def test_switch_and_log_phrase(monkeypatch):
     monkeypatch.setenv(fused_verify.ENV_SWITCH, "fast")
     with pytest.raises(ValueError, match="SGLANG_EAGLE_EXT_FUSED_VERIFY='fast'"):
         fused_verify.selected()
-    assert fused_verify.describe(Version("0.5.11"), ["EagleVerifyInputV2Mixin.sample"]).endswith(
+    assert fused_verify.describe(["EagleVerifyInputV2Mixin.sample"]).endswith(
         "(SGLANG_EAGLE_EXT_FUSED_VERIFY=1; EagleVerifyInputV2Mixin.sample)")
-    assert fused_verify.describe(Version("0.5.16"), []) == "stock SGLang (SGLANG_EAGLE_EXT_FUSED_VERIFY=0)"
+    assert fused_verify.describe([]) == "stock SGLang (SGLANG_EAGLE_EXT_FUSED_VERIFY=0)"

@@ -169,9 +169,9 @@ def _wrap_branch(release: Version, seam: Seam, original: Callable) -> Callable:
 
 def _dispatcher(module, release: Version, original: Callable) -> Callable:
     from sglang_eagle_ext.kernels.sampling import tree_sampling_from_logits
-    from sglang_eagle_ext.sglang.compat.tree_kernels import STRICT_ACCEPTANCE_SINCE
+    from sglang_eagle_ext.sglang.compat.tree_kernels import strict_acceptance
 
-    strict = release >= STRICT_ACCEPTANCE_SINCE
+    strict = strict_acceptance(release)
 
     @functools.wraps(original)
     def verify_tree_greedy_func(*args, **kwargs):
@@ -218,7 +218,7 @@ def _dispatcher(module, release: Version, original: Callable) -> Callable:
     return verify_tree_greedy_func
 
 
-def describe(release: Version, sites: list[str]) -> str:
+def describe(sites: list[str]) -> str:
     """The activation log's phrase for which path serves verify."""
     if sites:
         return f"fused sampler for sampled verify ({ENV_SWITCH}=1; {', '.join(sites)})"

@@ -66,6 +66,11 @@ SAMPLING_POINTS = [(_SPEC + "eagle_info", "tree_speculative_sampling_target_only
 # and no child without target mass (its sampling.cuh); the drop-in follows the installed release.
 STRICT_ACCEPTANCE_SINCE = Version("0.5.21")
 
+
+def strict_acceptance(release: Version) -> bool:
+    """Whether ``release``'s tree sampling op uses the strict acceptance test."""
+    return release >= STRICT_ACCEPTANCE_SINCE
+
 _originals: Dict[Tuple[str, str], Callable] = {}
 
 
@@ -124,7 +129,7 @@ def _sampling_op():
     from sglang_eagle_ext.kernels.sampling import tree_speculative_sampling_target_only
     from sglang_eagle_ext.sglang.compat import installed_release
 
-    strict = installed_release() >= STRICT_ACCEPTANCE_SINCE
+    strict = strict_acceptance(installed_release())
 
     @functools.wraps(tree_speculative_sampling_target_only)
     def release_sampling_op(*args, **kwargs):
