@@ -10,13 +10,15 @@ result file, which records the machine, date and commit it came from::
                                                     # (two fresh builds) into cpu/demo_eval.json
 
 ``tests/test_readme_numbers.py`` runs the check, so a README that drifts from its results fails.
-Standard library only: the check runs before any environment is built.
+Run it with the package's environment (``.venv/bin/python``): the layouts table is rendered from
+``sglang_eagle_ext.testing.producer_layouts``; every other block needs only the standard library.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import json
 import os
 import platform
@@ -63,6 +65,7 @@ def write_atomically(path: Path, text: str) -> None:
         raise
 
 
+@functools.cache  # the tables read the same results files many times; none is written meanwhile
 def read_json(path: Path):
     return json.loads(path.read_text(encoding="utf-8"))
 
@@ -190,8 +193,7 @@ NOT_RUN = RESULTS / "not_run.json"
 
 
 def supported_releases() -> list[str]:
-    """Every 0.X.Y release inside the package's ``SUPPORTED`` range, read from its source (this
-    script imports nothing from the package, so it runs without an environment)."""
+    """Every 0.X.Y release inside the package's ``SUPPORTED`` range, read from its source."""
     declared = re.search(r'SUPPORTED = SpecifierSet\(">=(\d+)\.(\d+)\.(\d+),<(\d+)\.(\d+)\.(\d+)"\)',
                          COMPAT.read_text(encoding="utf-8"))
     if declared is None:

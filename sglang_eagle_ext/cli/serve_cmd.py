@@ -24,10 +24,10 @@ from sglang_eagle_ext.cli.options import SERVING_DEVICES, device_problem, positi
 from sglang_eagle_ext.drafter.locate import Located, is_hub_id, locate_drafter
 from sglang_eagle_ext.drafter.target import TargetInfo, read_target
 from sglang_eagle_ext.errors import DrafterError, Problem
-from sglang_eagle_ext.sglang.compat import cpu
+from sglang_eagle_ext.sglang.compat import SUPPORTED, cpu
 
 INSTALL_HINT = ("SGLang is not installed in this Python environment. With a GPU:\n"
-                "    pip install 'sglang>=0.5.11,<0.5.24'\n"
+                f"    pip install 'sglang{SUPPORTED}'\n"
                 "On a CPU-only machine (from this package's clone):\n"
                 "    pip install '.[cpu]' && pip install --no-deps sglang==0.5.23\n"
                 "(README, Install); or use --print-only to see the command.")
@@ -82,7 +82,7 @@ def target_info(target: str) -> TargetInfo | None:
     return read_target(target)
 
 
-def build_command(args, model_dir: str) -> list[str]:
+def build_command(args, model_dir: str, device: str) -> list[str]:
     draft_tokens = args.num_draft_tokens or (
         args.num_steps + 1 if args.topk == 1 else args.topk * args.num_steps + 1)
     command = [sys.executable, "-m", "sglang.launch_server", "--model-path", args.target,
@@ -94,7 +94,7 @@ def build_command(args, model_dir: str) -> list[str]:
     extra = list(args.extra)
     if extra and extra[0] == "--":
         extra = extra[1:]
-    if serving_device(args.device) == "cpu":
+    if device == "cpu":
         command += cpu.server_flags(extra)
     return command + extra
 
@@ -104,8 +104,10 @@ def run(args) -> int:
     from sglang_eagle_ext.drafter.reader import read_drafter
     from sglang_eagle_ext.sglang.draft_config import capture_layer_ids
 
-    if device_problem(serving_device(args.device)):
-        print(f"serve: --device {device_problem(serving_device(args.device))}", file=sys.stderr)
+    device = serving_device(args.device)
+    problem = device_problem(device)
+    if problem:
+        print(f"serve: --device {problem}", file=sys.stderr)
         return 2
     try:
         located = locate_drafter(args.draft)
@@ -116,7 +118,7 @@ def run(args) -> int:
         print(exc, file=sys.stderr)
         return 1
     served_from = export_directory(located, args.export_dir) if located.legacy else located.directory
-    command = build_command(args, served_from)
+    command = build_command(args, served_from, device)
     needs_export = located.legacy and not export_is_current(located.directory, served_from)
     capture = ("SGLang default taps" if ids is None else
                f"{list(ids)} (SGLang layer-output ids = hidden-state indices {[i + 1 for i in ids]})")
@@ -128,7 +130,6 @@ def run(args) -> int:
              f"target:         {args.target}" + ("" if target else " (config not fetched: checks that need "
                                                   "the target were skipped)"),
              f"target capture: {capture}"]
-    device = serving_device(args.device)
     lines += [f"note:           {note}" for note in spec.notes] + [f"device:         {device}"]
     lines += ["command:        " + shlex.join(command)]
     if args.print_only:

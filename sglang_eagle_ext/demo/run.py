@@ -159,8 +159,9 @@ def run(args) -> int:
         print(INSTALL_HINT, file=sys.stderr)
         return 2
     device = serving_device(args.device)
-    if device_problem(device):
-        print(f"demo: --device {device_problem(device)}", file=sys.stderr)
+    problem = device_problem(device)
+    if problem:
+        print(f"demo: --device {problem}", file=sys.stderr)
         return 2
     started = time.monotonic()
     workdir = os.path.abspath(args.workdir or os.path.join(cache_dir(), "demo"))

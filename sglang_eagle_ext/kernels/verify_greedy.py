@@ -18,6 +18,7 @@ import triton.language as tl
 
 from sglang_eagle_ext.kernels import workspace
 from sglang_eagle_ext.kernels.launch import Launcher
+from sglang_eagle_ext.kernels.sampling.jit_helpers import order_key32
 from sglang_eagle_ext.kernels.tree_walk import block_n, pick, tree_entry, write_accept_slot
 
 
@@ -89,10 +90,7 @@ def _verify_greedy_kernel(predicts_ptr, accept_index_ptr, accept_num_ptr, cand_p
 def _argmax_key(value, index):
     """int64 key whose maximum is torch.argmax's answer: larger value first, then smaller index;
     NaN above everything (torch treats NaN as the maximum); -0.0 equal to +0.0."""
-    value = tl.where(value == 0.0, 0.0, value)
-    bits = value.to(tl.int32, bitcast=True)
-    ordered = tl.where(bits >= 0, bits, bits ^ 0x7FFFFFFF)
-    ordered = tl.where(value != value, 0x7FFFFFFF, ordered)
+    ordered = tl.where(value != value, 0x7FFFFFFF, order_key32(value))
     return (ordered.to(tl.int64) << 32) | (0x7FFFFFFF - index).to(tl.int64)
 
 

@@ -5,7 +5,7 @@ producer's *code* produces, where no published file shows it: the config a train
 from its target's config class, the tensors its model class registers and its exporter keeps.
 Each builder follows the lines cited in ``drafter_configs/SOURCES.md`` ("Layouts built from
 code"), shrunk to the tiny geometry of :class:`.fixtures.Geometry`. ``SERVED`` must be read and
-served; ``REFUSED`` must be refused with one clear problem (``REFUSED_FIELDS`` names its field).
+served; ``REFUSED`` must be refused with one clear problem naming the field listed with it.
 """
 
 from __future__ import annotations
@@ -216,14 +216,14 @@ SERVED: dict[str, Callable[[str, int], str]] = {
     "nemo-eagle3.1": nemo_eagle31,
 }
 
-REFUSED: dict[str, Callable[[str, int], str]] = {
-    "modelopt-no-aux": modelopt_no_aux,
-    "specforge-norm-output-false": specforge_norm_output_false,
+# name -> (builder, the config field its one problem names)
+REFUSED: dict[str, tuple[Callable[[str, int], str], str]] = {
+    "modelopt-no-aux": (modelopt_no_aux, "eagle_config.use_aux_hidden_state"),
+    "specforge-norm-output-false": (specforge_norm_output_false, "norm_output"),
 }
-REFUSED_FIELDS = {"modelopt-no-aux": "eagle_config.use_aux_hidden_state",
-                  "specforge-norm-output-false": "norm_output"}
 
 
 def build(name: str, directory: str, seed: int = 0) -> str:
     """Write layout ``name`` (a key of SERVED or REFUSED) into ``directory``."""
-    return {**SERVED, **REFUSED}[name](directory, seed)
+    builder = SERVED[name] if name in SERVED else REFUSED[name][0]
+    return builder(directory, seed)

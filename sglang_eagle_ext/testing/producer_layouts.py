@@ -34,10 +34,6 @@ class Source:
     path: str
 
     @property
-    def citation(self) -> str:
-        return f"{self.repo}@{self.commit} : {self.path}"
-
-    @property
     def url(self) -> str:
         return f"https://github.com/{self.repo}/blob/{self.commit}/{self.path}"
 
@@ -73,7 +69,6 @@ class Layout:
     refusal: Refusal | None = None
     template: str | None = None  # the drafter_configs/ copy the config starts from
     spell: Callable[[dict], dict] = lambda tensors: tensors
-    weights_file: str = "model.safetensors"
 
     def checkpoint_tensors(self, seed: int) -> dict[str, torch.Tensor]:
         """The tensors as the producer writes them."""
@@ -149,9 +144,8 @@ def _shrunk_as_written(name: str, g: Geometry) -> dict:
     left out (their defaults are part of the layout)."""
     written = template(name)
     config = shrink(written, g)
-    for key in ("head_dim",):
-        if key not in written:
-            config.pop(key)
+    if "head_dim" not in written:
+        config.pop("head_dim")
     return config
 
 
@@ -564,7 +558,7 @@ LAYOUTS: dict[str, Layout] = {layout.name: layout for layout in
 
 def build(layout: Layout, directory: str, seed: int) -> str:
     """Write ``layout`` as a tiny checkpoint into ``directory`` (a fresh directory)."""
-    return write_checkpoint(directory, layout.config(), layout.checkpoint_tensors(seed), layout.weights_file)
+    return write_checkpoint(directory, layout.config(), layout.checkpoint_tensors(seed))
 
 
 # --- the README table ---------------------------------------------------------------------------

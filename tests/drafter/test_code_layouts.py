@@ -93,7 +93,7 @@ def test_refused_layouts_get_one_diagnosis(name, tmp_path):
         read_drafter(directory)
     (problem,) = error.value.problems
     assert problem.file == os.path.join(directory, "config.json")
-    assert problem.field == code_layouts.REFUSED_FIELDS[name]
+    assert problem.field == code_layouts.REFUSED[name][1]
     assert problem.fix and "Traceback" not in str(error.value)
 
 
