@@ -7,9 +7,8 @@ Correctness: the same coins (same torch seed) give the same outputs on every tre
 emitted token of each request follows the target's filtered distribution (chi-square), for both
 arms. Speed: milliseconds per ``eagle_sample`` call (median over alternating rounds) and the
 GPU memory it allocates, at Llama-3.1-8B's vocabulary (128256) on logits with a realistic
-entropy: each row ranks the vocabulary in a random order and gives rank r the logit
-``-ZIPF * ln(r) + noise``, a heavy head and a long tail (the entropy at the run's temperature is
-measured and recorded).
+entropy (``verify_workload.realistic_logits``; the entropy at the run's temperature is measured and
+recorded).
 
 usage: python3 benchmarks/gpu/fused_verify_step.py OUT.json [--quick]
 """
@@ -29,12 +28,8 @@ from sglang_eagle_ext.sglang.compat import fused_verify, installed_release
 from sglang_eagle_ext.testing import verify_batch
 from sglang_eagle_ext.testing.draft_trees import random_draft_tree
 from sglang_eagle_ext.testing.kernel_reference import filtered_probs_reference
+from verify_workload import BATCHES, FILTERS, TREES, VOCAB, ZIPF, entropy_nats, realistic_logits
 
-VOCAB = 128256
-ZIPF = 1.25
-TREES = [(1, 3, 4), (4, 3, 8), (8, 5, 32)]  # (topk, steps, draft tokens)
-BATCHES = [1, 16, 64]
-FILTERS = {"T0.7 top-p0.9": (0.7, 1 << 30, 0.9), "T0.7 top-k50": (0.7, 50, 1.0)}
 DEVICE = "cuda"
 
 
@@ -57,17 +52,6 @@ def install_context(settings):
             for attr, value in replacements.items():
                 if hasattr(module, attr):
                     setattr(module, attr, value)
-
-
-def realistic_logits(rows: int, gen: torch.Generator) -> torch.Tensor:
-    ranks = torch.argsort(torch.rand(rows, VOCAB, generator=gen, device=DEVICE), dim=-1).float() + 1
-    noise = 0.3 * torch.randn(rows, VOCAB, generator=gen, device=DEVICE)
-    return -ZIPF * torch.log(ranks) + noise
-
-
-def entropy_nats(logits: torch.Tensor, temperature: float) -> float:
-    logp = torch.log_softmax(logits.float() / temperature, dim=-1)
-    return float(-(logp.exp() * logp).sum(-1).mean())
 
 
 def verify_round(bs: int, tree: tuple, seed: int, filters: tuple, greedy_every: int = 0, grammar: bool = False):
@@ -216,7 +200,7 @@ def main(out_path: str, quick: bool) -> None:
         for tree in TREES:
             for bs in BATCHES:
                 case = verify_round(bs, tree, 500 + bs, filters)
-                entropy = entropy_nats(case[2][: min(64, case[2].shape[0])], filters[0])
+                entropy = float(entropy_nats(case[2][: min(64, case[2].shape[0])], filters[0]).mean())
                 for arm in (stock, fused):  # warm-up (compilation)
                     timed(arm, case, 0)
                 ms = {"stock": [], "fused": []}

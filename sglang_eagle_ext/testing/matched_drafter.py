@@ -26,7 +26,7 @@ def aux_indices(num_target_layers: int, num_aux: int) -> list[int]:
 
 
 def build_matched_drafter(directory: str, target_dir: str, *, layers: int, num_aux: int,
-                          fc_norm: bool, dialect: str, seed: int = 0) -> str:
+                          fc_norm: bool, dialect: str, seed: int = 0, draft_vocab: int | None = None) -> str:
     with open(os.path.join(target_dir, "config.json"), encoding="utf-8") as handle:
         target = json.load(handle)
     heads = target["num_attention_heads"]
@@ -34,7 +34,7 @@ def build_matched_drafter(directory: str, target_dir: str, *, layers: int, num_a
         hidden=target["hidden_size"], heads=heads, kv_heads=target["num_key_value_heads"],
         head_dim=target.get("head_dim") or target["hidden_size"] // heads,
         inter=2 * target["hidden_size"], vocab=target["vocab_size"],
-        draft_vocab=target["vocab_size"] // 2, num_aux=num_aux,
+        draft_vocab=draft_vocab or target["vocab_size"] // 2, num_aux=num_aux,
         target_hidden=target["hidden_size"], layers=layers, fc_norm=fc_norm)
     indices = aux_indices(target["num_hidden_layers"], num_aux)
     tensors = fixtures.canonical_tensors(geometry, seed)

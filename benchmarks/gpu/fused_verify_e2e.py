@@ -1,0 +1,264 @@
+"""End to end: EAGLE-3 decoding in SGLang's engine, stock verify vs the fused sampler (GPU).
+
+Two engines share the GPU, with the same target, drafter, tree and ``random_seed``: ``stock``
+(``SGLANG_EAGLE_EXT_FUSED_VERIFY=0``: SGLang's own verify, with flashinfer's renorm when the run sets
+``SGL_KERNEL_USE_FLASHINFER=1``, as a normal install has it) and ``fused`` (``=1``). For each batch
+size and sampling mode (greedy; T 0.7 with top-p 0.9; T 0.7 with top-k 50) both engines decode the
+same requests, arms alternating round by round (the first arm swaps each round); per round the
+ratio fused / stock of output tokens per second, and its median.
+
+* Target: Llama-3.1-8B's geometry (32 layers, H 4096, 32 heads and 8 KV heads of 128, I 14336,
+  vocabulary 128256), bf16, weights drawn by SGLang's ``dummy`` loader; ``zipf_target`` (a plugin
+  this script registers) then rewrites the embeddings, final norm and lm_head so that the next-token
+  distributions are ``verify_workload.realistic_logits`` profiles: their entropy is in the results.
+* Drafter: random, 1 layer, 3 aux states, SpecForge layout, draft vocabulary 32000 with a ``d2t``
+  map. It is accepted about as often as chance, in both arms alike (same tokens per step), so the
+  tokens/s ratio is the ratio of step times; a trained drafter emits more tokens per step in both.
+* ms per step: a request batch's wall time over its verify steps (prefill included).
+
+usage (repository root; SGLang and this package installed, see ``stage_package.sh``):
+  python3 benchmarks/gpu/fused_verify_e2e.py OUTDIR [--trees 0,1,2] [--rounds 3] [--new-tokens 64]
+  python3 benchmarks/gpu/fused_verify_e2e.py OUTDIR --smoke   # CPU, a tiny target: the plumbing only
+Results accumulate in ``OUTDIR/results.json`` (one entry per tree), logs in ``OUTDIR/logs``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import multiprocessing
+import os
+import statistics
+import sys
+import time
+
+from verify_workload import BATCHES, FILTERS, TREES, VOCAB
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ARMS = {"stock": "0", "fused": "1"}
+FUSED_SWITCH = "SGLANG_EAGLE_EXT_FUSED_VERIFY"
+SEED = 1234
+PROMPT_TOKENS = 16
+MODES = {"greedy": {"temperature": 0.0},
+         **{label: {"temperature": t, "top_p": p, **({"top_k": k} if k < VOCAB else {})}
+            for label, (t, k, p) in FILTERS.items()}}
+LLAMA_31_8B = dict(architectures=["LlamaForCausalLM"], model_type="llama", hidden_size=4096,
+                   intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8,
+                   head_dim=128, vocab_size=VOCAB, max_position_embeddings=131072, rms_norm_eps=1e-5,
+                   rope_theta=500000.0, hidden_act="silu", tie_word_embeddings=False, attention_bias=False,
+                   torch_dtype="bfloat16", bos_token_id=128000, eos_token_id=128001)
+DRAFT_VOCAB = 32000
+# --smoke: the same plumbing on a CPU (chain drafting only, and greedy: sampled verify needs sgl_kernel)
+SMOKE = dict(target=dict(LLAMA_31_8B, hidden_size=128, intermediate_size=256, num_hidden_layers=4,
+                         num_attention_heads=4, num_key_value_heads=2, head_dim=32, vocab_size=4096,
+                         max_position_embeddings=2048, torch_dtype="float32", bos_token_id=1, eos_token_id=2),
+             draft_vocab=1024, trees=[TREES[0]], batches=[1, 4], modes=["greedy"], rounds=1, new_tokens=8)
+READY_TIMEOUT_S = 480
+
+
+def build_models(out: str, target_config: dict, draft_vocab: int) -> tuple[str, str]:
+    """The target's config (no weights: the dummy loader draws them) and a random drafter, once."""
+    from sglang_eagle_ext.testing.matched_drafter import build_matched_drafter
+
+    target, drafter = os.path.join(out, "models", "target"), os.path.join(out, "models", "drafter")
+    os.makedirs(target, exist_ok=True)
+    with open(os.path.join(target, "config.json"), "w", encoding="utf-8") as handle:
+        json.dump(target_config, handle, indent=1)
+    if not os.path.exists(os.path.join(drafter, "matched_drafter.json")):
+        build_matched_drafter(drafter, target, layers=1, num_aux=3, fc_norm=False, dialect="specforge",
+                              seed=7, draft_vocab=draft_vocab)
+    return target, drafter
+
+
+def register_plugin(out: str) -> None:
+    """``zipf_target`` as a ``sglang.srt.plugins`` entry point of its own, importable (with
+    ``verify_workload``) by every process the engines start."""
+    dist = os.path.join(out, "plugin", "sglang_eagle_ext_benchmarks-0.dist-info")
+    os.makedirs(dist, exist_ok=True)
+    with open(os.path.join(dist, "METADATA"), "w") as handle:
+        handle.write("Metadata-Version: 2.1\nName: sglang-eagle-ext-benchmarks\nVersion: 0\n")
+    with open(os.path.join(dist, "entry_points.txt"), "w") as handle:
+        handle.write("[sglang.srt.plugins]\nzipf_target = zipf_target:load\n")
+    # multiprocessing's spawn hands its children this process's sys.path; other children read PYTHONPATH
+    sys.path[:0] = [os.path.join(out, "plugin"), HERE]
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [*sys.path[:2], os.environ.get("PYTHONPATH")]))
+    os.environ["ZIPF_TARGET_SEED"] = str(SEED)
+
+
+def prompts(count: int, vocab: int) -> list[list[int]]:
+    import torch
+
+    gen = torch.Generator().manual_seed(SEED)
+    return torch.randint(0, vocab, (count, PROMPT_TOKENS), generator=gen).tolist()
+
+
+def engine_options(tree: tuple, batches: list[int], smoke: bool) -> dict:
+    from sglang_eagle_ext.demo.run import gpu_attention_backend
+    from sglang_eagle_ext.sglang.compat import cpu
+    from sglang_eagle_ext.sglang.compat.runtime import decode_graph_options, server_option_names
+
+    topk, steps, draft_tokens = tree
+    if smoke:
+        device = dict(cpu.ENGINE_OPTIONS)
+    else:
+        # two engines share the GPU: a high static fraction keeps SGLang's KV sizing positive while the
+        # other engine loads, and max_total_tokens keeps each pool small
+        device = dict(dtype="bfloat16", attention_backend=gpu_attention_backend(), sampling_backend="pytorch",
+                      mem_fraction_static=0.7, **decode_graph_options(batches))
+    wanted = dict(speculative_algorithm="EAGLE3", speculative_num_steps=steps, speculative_eagle_topk=topk,
+                  speculative_num_draft_tokens=draft_tokens, load_format="dummy",
+                  speculative_draft_load_format="auto", skip_tokenizer_init=True, random_seed=SEED,
+                  max_total_tokens=16384, max_running_requests=max(batches), context_length=1024,
+                  disable_radix_cache=True, log_level="error", **device)
+    fields = server_option_names()
+    return {k: v for k, v in wanted.items() if k in fields}
+
+
+def host(connection, target: str, drafter: str, options: dict, modes: list[str], arm: str, log_path: str) -> None:
+    """Child process hosting one engine: answers (batch, mode, new tokens) with one measurement."""
+    log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    os.dup2(log, 1)
+    os.dup2(log, 2)  # inherited by the engine's scheduler: this arm's plugin lines land here
+    os.environ[FUSED_SWITCH] = ARMS[arm]
+    import sglang
+
+    engine = sglang.Engine(model_path=target, speculative_draft_model_path=drafter, **options)
+    vocab = json.load(open(os.path.join(target, "config.json")))["vocab_size"]
+    requests = prompts(options["max_running_requests"], vocab)
+
+    def measure(batch: int, mode: str, new_tokens: int) -> dict:
+        params = {**MODES[mode], "max_new_tokens": new_tokens, "ignore_eos": True}
+        start = time.perf_counter()
+        outputs = engine.generate(input_ids=requests[:batch], sampling_params=params)
+        seconds = time.perf_counter() - start
+        tokens = sum(o["meta_info"]["completion_tokens"] for o in outputs)
+        verify = [o["meta_info"].get("spec_verify_ct", 0) for o in outputs]
+        return {"tokens": tokens, "seconds": seconds, "steps": max(verify), "verify": sum(verify),
+                "digest": hashlib.sha1(json.dumps([o["output_ids"] for o in outputs]).encode()).hexdigest()[:12]}
+
+    for batch in sorted({1, options["max_running_requests"]}):  # warm-up: Triton compiles, graphs replay
+        for mode in modes:
+            measure(batch, mode, 8)
+    connection.send("ready")
+    while (request := connection.recv()) is not None:
+        connection.send(measure(*request))
+    engine.shutdown()
+
+
+def run_tree(out: str, tree: tuple, target: str, drafter: str, batches: list[int], modes: list[str],
+             rounds: int, new_tokens: int, smoke: bool, record: dict, saved) -> None:
+    """Fills ``record`` cell by cell, calling ``saved()`` after each (a run cut short keeps its cells)."""
+    context = multiprocessing.get_context("spawn")
+    options = engine_options(tree, batches, smoke)
+    name = "-".join(map(str, tree))
+    engines = {}
+    for arm in ARMS:
+        parent, child = context.Pipe()
+        log_path = os.path.join(out, "logs", f"{name}-{arm}.log")
+        process = context.Process(target=host, args=(child, target, drafter, options, modes, arm, log_path))
+        process.start()
+        engines[arm] = (parent, process, log_path)
+    started = time.monotonic()
+    for arm, (parent, process, log_path) in engines.items():
+        if not parent.poll(max(1.0, READY_TIMEOUT_S - (time.monotonic() - started))):
+            for _, other, _ in engines.values():
+                other.kill()
+            raise SystemExit(f"tree {name}: the {arm} engine did not start; see {log_path}")
+        assert parent.recv() == "ready"
+    record.update(tree=list(tree), engine_options=options, start_s=round(time.monotonic() - started, 1), cells=[],
+                  date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()))
+    print(f"tree {name}: engines ready in {record['start_s']} s", flush=True)
+    arms = list(ARMS)
+    for batch in batches:
+        for mode in modes:
+            runs = {arm: [] for arm in arms}
+            for round_ in range(rounds):
+                for arm in arms[round_ % 2:] + arms[:round_ % 2]:
+                    engines[arm][0].send((batch, mode, new_tokens))
+                    runs[arm].append(engines[arm][0].recv())
+            rates = {arm: [r["tokens"] / r["seconds"] for r in runs[arm]] for arm in arms}
+            ratios = [f / s for f, s in zip(rates["fused"], rates["stock"])]
+            cell = {"batch": batch, "mode": mode, "new_tokens": new_tokens,
+                    "tok_s": {arm: [round(r, 1) for r in rates[arm]] for arm in arms},
+                    "tok_s_median": {arm: round(statistics.median(rates[arm]), 1) for arm in arms},
+                    "ms_per_step_median": {arm: round(statistics.median(
+                        1000 * r["seconds"] / r["steps"] for r in runs[arm]), 3) for arm in arms},
+                    "accept_length": {arm: round(sum(r["tokens"] for r in runs[arm]) /
+                                                 sum(r["verify"] for r in runs[arm]), 3) for arm in arms},
+                    "ratio_median": round(statistics.median(ratios), 4), "ratios": [round(r, 4) for r in ratios],
+                    "same_outputs_rounds": sum(a["digest"] == b["digest"] for a, b in zip(runs["stock"], runs["fused"]))}
+            record["cells"].append(cell)
+            saved()
+            print(f"tree {name} batch {batch} {mode}: {cell['tok_s_median']} tok/s, ratio {cell['ratio_median']}, "
+                  f"ms/step {cell['ms_per_step_median']}, accept {cell['accept_length']}", flush=True)
+    for arm, (parent, process, log_path) in engines.items():
+        parent.send(None)
+        process.join(timeout=60)
+        if process.is_alive():
+            process.kill()
+        with open(log_path, errors="replace") as handle:
+            record.setdefault("plugin_log", {})[arm] = list(dict.fromkeys(
+                line.strip() for line in handle
+                if ("sglang-eagle-ext:" in line and "verif" in line) or line.startswith("zipf_target:")))
+    saved()
+
+
+def save(path: str, results: dict) -> None:
+    with open(path + ".tmp", "w") as handle:
+        json.dump(results, handle, indent=1)
+    os.replace(path + ".tmp", path)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("out")
+    parser.add_argument("--trees", default=",".join(str(i) for i in range(len(TREES))),
+                        help="indices into verify_workload.TREES")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--new-tokens", type=int, default=64)
+    parser.add_argument("--smoke", action="store_true", help="CPU, tiny target: check the plumbing")
+    args = parser.parse_args()
+    out = os.path.abspath(args.out)
+    os.makedirs(os.path.join(out, "logs"), exist_ok=True)
+    if args.smoke:
+        from sglang_eagle_ext.sglang.compat import cpu
+
+        cpu.install()
+        os.environ.update(cpu.process_environment(dict(os.environ)))
+        target_config, draft_vocab = SMOKE["target"], SMOKE["draft_vocab"]
+        trees, batches, modes = SMOKE["trees"], SMOKE["batches"], SMOKE["modes"]
+        rounds, new_tokens = SMOKE["rounds"], SMOKE["new_tokens"]
+    else:
+        target_config, draft_vocab = LLAMA_31_8B, DRAFT_VOCAB
+        trees = [TREES[int(i)] for i in args.trees.split(",")]
+        batches, modes, rounds, new_tokens = BATCHES, list(MODES), args.rounds, args.new_tokens
+    register_plugin(out)
+    target, drafter = build_models(out, target_config, draft_vocab)
+
+    import sglang
+    import torch
+
+    from zipf_target import profile_stats
+
+    path = os.path.join(out, "results.json")
+    results = json.load(open(path)) if os.path.exists(path) else {"trees": {}}
+    device = "cpu" if args.smoke else "cuda"
+    results.update(sglang=sglang.__version__, torch=torch.__version__, commit=os.environ.get("E2E_COMMIT", "unknown"),
+                   device=torch.cuda.get_device_name(0) if device == "cuda" else "cpu",
+                   flashinfer_renorm=os.environ.get("SGL_KERNEL_USE_FLASHINFER") == "1",
+                   target={k: target_config[k] for k in ("hidden_size", "num_hidden_layers", "intermediate_size",
+                                                          "vocab_size")},
+                   draft_vocab=draft_vocab, prompt_tokens=PROMPT_TOKENS,
+                   distributions={label: profile_stats(target_config["hidden_size"], target_config["vocab_size"],
+                                                       SEED, temperature, device)
+                                  for label, (temperature, _, _) in FILTERS.items()})
+    for tree in trees:
+        record = results["trees"]["/".join(map(str, tree))] = {}
+        run_tree(out, tree, target, drafter, batches, modes, rounds, new_tokens, args.smoke, record,
+                 lambda: save(path, results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,95 @@
+"""An SGLang plugin for the benchmarks only (never installed with the package): gives a target that
+SGLang's ``dummy`` loader drew next-token distributions with a realistic entropy.
+
+The dummy loader's uniform +-1e-3 weights make every next-token distribution nearly flat, which no
+sampler meets in practice. With ``ZIPF_TARGET_SEED`` set, this plugin wraps the dummy loader and,
+after it has drawn the weights, rewrites three tensors of a Llama target so that its logits are
+exactly ``verify_workload.realistic_logits`` profiles:
+
+* ``CLASSES`` orthonormal directions ``u_c`` (columns of ``basis``, ``[H, CLASSES]``); token t's
+  embedding is ``sqrt(H) * u_(t mod CLASSES)``, far above the RMS-norm epsilon;
+* the final norm's weight is 1, so the last hidden state is ``sqrt(H) * u_c`` (the 32 dummy layers
+  add ~1e-9 to a residual of unit scale);
+* ``lm_head = profiles^T basis^T / sqrt(H)``, so the logits after token t are ``profiles[c]``: a
+  Zipf-like distribution over its own random order of the vocabulary.
+
+Every other weight stays the dummy loader's, so the forward costs what Llama-3.1-8B's costs.
+``profile_stats`` computes the same profiles (same seed, same device) to report their entropy.
+
+Registered by ``fused_verify_e2e.py`` as a ``sglang.srt.plugins`` entry point of its own.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+
+import torch
+
+from verify_workload import entropy_nats, realistic_logits
+
+SEED_ENV = "ZIPF_TARGET_SEED"
+CLASSES = 64
+
+
+def profiles_and_basis(hidden: int, vocab: int, seed: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """``[CLASSES, vocab]`` logit profiles and an ``[hidden, CLASSES]`` orthonormal basis."""
+    gen = torch.Generator(device=device).manual_seed(seed)
+    profiles = realistic_logits(CLASSES, gen, vocab)
+    basis, _ = torch.linalg.qr(torch.randn(hidden, CLASSES, generator=gen, device=device))
+    return profiles, basis
+
+
+@torch.no_grad()
+def shape_target(model: torch.nn.Module, seed: int) -> None:
+    embed, norm, head = model.model.embed_tokens.weight, model.model.norm.weight, model.lm_head.weight
+    vocab, hidden = head.shape
+    if embed.shape != (vocab, hidden) or norm.shape != (hidden,):
+        raise ValueError(f"zipf_target: unexpected shapes embed {tuple(embed.shape)}, norm {tuple(norm.shape)}, "
+                         f"lm_head {tuple(head.shape)} (tensor parallelism is not supported)")
+    profiles, basis = profiles_and_basis(hidden, vocab, seed, head.device)
+    token_class = torch.arange(vocab, device=head.device) % CLASSES
+    embed.copy_(basis.T[token_class] * math.sqrt(hidden))
+    norm.fill_(1.0)
+    head.copy_(profiles.T @ basis.T / math.sqrt(hidden))
+    del profiles, basis
+    if head.is_cuda:
+        torch.cuda.empty_cache()  # the 2 GB of temporaries go back before SGLang sizes its KV cache
+    # printed, not logged: the engines log at level error
+    print(f"zipf_target: lm_head, embeddings and final norm rewritten (seed {seed}, {CLASSES} classes, "
+          f"vocab {vocab}, hidden {hidden})", file=sys.stderr, flush=True)
+
+
+def profile_stats(hidden: int, vocab: int, seed: int, temperature: float, device) -> dict:
+    """Entropy and head size of the target's next-token distributions at ``temperature``."""
+    profiles, _ = profiles_and_basis(hidden, vocab, seed, device)
+    probs = torch.softmax(profiles / temperature, dim=-1).sort(dim=-1, descending=True).values
+    nucleus = (probs.cumsum(-1) < 0.9).sum(-1) + 1
+    entropy = entropy_nats(profiles, temperature)
+    return {"classes": CLASSES, "temperature": temperature,
+            "entropy_nats": {"mean": round(float(entropy.mean()), 3), "min": round(float(entropy.min()), 3),
+                             "max": round(float(entropy.max()), 3)},
+            "top1_prob_mean": round(float(probs[:, 0].mean()), 3),
+            "top50_mass_mean": round(float(probs[:, :50].sum(-1).mean()), 3),
+            "top_p0.9_nucleus_median": int(nucleus.median())}
+
+
+def load() -> None:
+    """The plugin's entry point: wrap the dummy loader when ``ZIPF_TARGET_SEED`` is set."""
+    if SEED_ENV not in os.environ:
+        return
+    from sglang.srt.model_loader import loader
+
+    dummy_load = loader.DummyModelLoader.load_model
+    if getattr(dummy_load, "zipf_target", False):
+        return
+    seed = int(os.environ[SEED_ENV])
+
+    def load_model(self, *args, **kwargs):
+        model = dummy_load(self, *args, **kwargs)
+        shape_target(model, seed)
+        return model
+
+    load_model.zipf_target = True
+    loader.DummyModelLoader.load_model = load_model
