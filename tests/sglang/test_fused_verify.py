@@ -65,19 +65,27 @@ def _recording_branch(calls):
     return branch
 
 
-@pytest.mark.parametrize("seam, rest, kwargs, routed", [
-    (fused_verify.SEAMS[0], (None, None), {}, True),                 # eagle_sample(grammar_mask, uno)
-    (fused_verify.SEAMS[0], (None, 20), {}, False),                  # UNO given positionally
-    (fused_verify.SEAMS[0], (None,), {"uno_target_max_top_k": 20}, False),
-    (fused_verify.SEAMS[0], (None,), {"watermark_state": object()}, True),  # no watermark candidates
-    (fused_verify.SEAMS[2], ("allocator", 16, None), {}, True),      # v1 verify(allocator, page_size, mask)
-    (fused_verify.SEAMS[1], (None,), {}, True),                      # v2 mixin sample(vocab_mask)
+# the speculative settings each release's server has (a missing one raises, as on a real server)
+SETTINGS = {"0.5.11": {"speculative_accept_threshold_single": 1.0, "speculative_accept_threshold_acc": 1.0},
+            "0.5.16": {"speculative_accept_threshold_single": 1.0, "speculative_accept_threshold_acc": 1.0,
+                       "speculative_use_rejection_sampling": False}}
+
+
+@pytest.mark.parametrize("release, seam, rest, kwargs, routed", [
+    ("0.5.16", fused_verify.SEAMS[0], (None, None), {}, True),                 # eagle_sample(grammar_mask, uno)
+    ("0.5.16", fused_verify.SEAMS[0], (None, 20), {}, False),                  # UNO given positionally
+    ("0.5.16", fused_verify.SEAMS[0], (None,), {"uno_target_max_top_k": 20}, False),
+    ("0.5.16", fused_verify.SEAMS[0], (None,), {"watermark_state": object()}, True),  # no watermark candidates
+    ("0.5.11", fused_verify.SEAMS[2], ("allocator", 16, None), {}, True),      # v1 verify(allocator, page_size, mask)
+    ("0.5.11", fused_verify.SEAMS[1], (None,), {}, True),                      # v2 mixin sample(vocab_mask)
 ])
-def test_the_wrapper_routes_each_seams_call(monkeypatch, seam, rest, kwargs, routed):
+def test_the_wrapper_routes_each_seams_call(monkeypatch, release, seam, rest, kwargs, routed):
+    assert Version(release) in seam.releases
     monkeypatch.setattr(fused_verify, "_DEVICES", ("cpu",))
-    monkeypatch.setattr(fused_verify, "_setting", lambda release, name: False)
+    settings = SimpleNamespace(**SETTINGS[release])
+    monkeypatch.setattr(fused_verify, "_setting", lambda release, name: getattr(settings, name))
     calls = []
-    wrapped = fused_verify._wrap_branch(Version("0.5.16"), seam, _recording_branch(calls))
+    wrapped = fused_verify._wrap_branch(Version(release), seam, _recording_branch(calls))
     verify_input, batch, output = _call()
     assert wrapped(verify_input, batch, output, *rest, **kwargs) == "stock"
     # routed: the greedy arm runs with is_all_greedy set for the call, restored after it

@@ -85,6 +85,10 @@ class _Call:
     seq_lens: Any
 
 
+# SGLang's rejection-sampling option came with eagle_sample: older ServerArgs have no such field
+_REJECTION_SAMPLING = SpecifierSet(">=0.5.14")
+
+
 def _setting(release: Version, name: str) -> Any:
     """A speculative server setting, read where this release's ``eagle_sample`` reads it."""
     if release >= Version("0.5.17"):
@@ -126,7 +130,7 @@ def _hand_back_reason(release: Version, verify_input, batch, logits_output, uno=
         return "all-greedy batch"
     if type(verify_input).__name__ != "EagleVerifyInput":
         return f"verify input {type(verify_input).__name__}"
-    if _setting(release, "speculative_use_rejection_sampling"):
+    if release in _REJECTION_SAMPLING and _setting(release, "speculative_use_rejection_sampling"):
         return "rejection sampling"
     if uno is not None:
         return "UNO target sampling"
