@@ -51,8 +51,8 @@ def _bind_verify_kernels(release) -> str:
 
     def bind(_scheduler_module) -> None:
         kernels = _describe_bound(tree_kernels.apply())  # first: the dispatcher wraps what is bound
-        sites = fused_verify.apply(release) if fused_verify.selected() else []
-        bound.append(f"tree kernels: {kernels}; verify: {fused_verify.describe(sites)}")
+        sites = fused_verify.apply(release) if fused_verify.selected(release) else []
+        bound.append(f"tree kernels: {kernels}; verify: {fused_verify.describe(release, sites)}")
         if deferred:
             _log(f"sglang-eagle-ext: (pid {os.getpid()}) {bound[0]}")
 

@@ -103,14 +103,22 @@ def test_rejection_sampling_and_watermark_hand_back(monkeypatch):
                                           watermark=object()) == "watermark"
 
 
-def test_switch_and_log_phrase(monkeypatch):
+def test_switch_default_and_log_phrase(monkeypatch):
+    verified, other = Version("0.5.16"), Version("0.5.23")
+    sites = ["eagle_sample"]
     monkeypatch.delenv(fused_verify.ENV_SWITCH, raising=False)
-    assert fused_verify.selected() is False
+    # unset: on where the wiring has run in a server on a GPU, opt-in elsewhere; the line says which and why
+    assert fused_verify.selected(verified) is True and fused_verify.selected(other) is False
+    assert fused_verify.describe(verified, sites) == ("fused sampler for sampled verify (default on SGLang 0.5.16; "
+                                                      "SGLANG_EAGLE_EXT_FUSED_VERIFY=0 turns it off; eagle_sample)")
+    assert "opt-in on SGLang 0.5.23" in fused_verify.describe(other, [])
+    assert "SGLANG_EAGLE_EXT_FUSED_VERIFY=1 turns it on" in fused_verify.describe(other, [])
     monkeypatch.setenv(fused_verify.ENV_SWITCH, "1")
-    assert fused_verify.selected() is True
+    assert fused_verify.selected(other) is True
+    assert fused_verify.describe(other, sites).endswith("(SGLANG_EAGLE_EXT_FUSED_VERIFY=1; eagle_sample)")
+    monkeypatch.setenv(fused_verify.ENV_SWITCH, "0")
+    assert fused_verify.selected(verified) is False
+    assert fused_verify.describe(verified, []) == "stock SGLang (SGLANG_EAGLE_EXT_FUSED_VERIFY=0)"
     monkeypatch.setenv(fused_verify.ENV_SWITCH, "fast")
     with pytest.raises(ValueError, match="SGLANG_EAGLE_EXT_FUSED_VERIFY='fast'"):
-        fused_verify.selected()
-    assert fused_verify.describe(["EagleVerifyInputV2Mixin.sample"]).endswith(
-        "(SGLANG_EAGLE_EXT_FUSED_VERIFY=1; EagleVerifyInputV2Mixin.sample)")
-    assert fused_verify.describe([]) == "stock SGLang (SGLANG_EAGLE_EXT_FUSED_VERIFY=0)"
+        fused_verify.selected(verified)

@@ -21,8 +21,10 @@ an all-greedy batch (stock greedy is already what it should be), rejection sampl
 verification, UNO target sampling, active watermarking, a verify input that is not
 ``EagleVerifyInput`` (NGRAM), logits the sampler does not take.
 
-Switch: ``SGLANG_EAGLE_EXT_FUSED_VERIFY`` = ``1`` (serve sampled verify fused) or ``0`` (the
-default until the end-to-end benchmark shows it never slower).
+Switch: ``SGLANG_EAGLE_EXT_FUSED_VERIFY`` = ``1`` (serve sampled verify fused) or ``0`` (stock).
+Unset, it is on for the releases in :data:`DEFAULT_ON`, whose wiring has run inside a server on a
+GPU with outputs identical to stock and end-to-end speed never below it
+(``benchmarks/results/fused_verify.md``), and off (opt-in) on the others.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from packaging.version import Version
 from sglang_eagle_ext.sglang.compat.patch import require, required_class, wrap_method
 
 ENV_SWITCH = "SGLANG_EAGLE_EXT_FUSED_VERIFY"
+DEFAULT_ON = SpecifierSet("==0.5.16")
 _SPEC = "sglang.srt.speculative."
 
 
@@ -69,8 +72,11 @@ _active = threading.local()  # the eagle_sample call being served fused (read by
 _logged: set[str] = set()
 
 
-def selected() -> bool:
-    value = os.environ.get(ENV_SWITCH, "0").strip().lower()
+def selected(release: Version) -> bool:
+    """Whether sampled verify is served fused: the switch when it is set, else :data:`DEFAULT_ON`."""
+    value = os.environ.get(ENV_SWITCH, "").strip().lower()
+    if not value:
+        return DEFAULT_ON.contains(release, prereleases=True)
     if value not in ("0", "1", "off", "on", "false", "true"):
         raise ValueError(f"{ENV_SWITCH}={value!r}: expected 1 (fused) or 0 (stock)")
     return value in ("1", "on", "true")
@@ -222,11 +228,16 @@ def _dispatcher(module, release: Version, original: Callable) -> Callable:
     return verify_tree_greedy_func
 
 
-def describe(sites: list[str]) -> str:
-    """The activation log's phrase for which path serves verify."""
+def describe(release: Version, sites: list[str]) -> str:
+    """The activation log's phrase for which path serves verify, and why."""
+    given = os.environ.get(ENV_SWITCH, "").strip()
     if sites:
-        return f"fused sampler for sampled verify ({ENV_SWITCH}=1; {', '.join(sites)})"
-    return f"stock SGLang ({ENV_SWITCH}=0)"
+        why = f"{ENV_SWITCH}={given}" if given else f"default on SGLang {release}; {ENV_SWITCH}=0 turns it off"
+        return f"fused sampler for sampled verify ({why}; {', '.join(sites)})"
+    if given:
+        return f"stock SGLang ({ENV_SWITCH}={given})"
+    return (f"stock SGLang (the fused sampler is opt-in on SGLang {release}, not yet benchmarked there on a GPU: "
+            f"{ENV_SWITCH}=1 turns it on)")
 
 
 def apply(release: Version) -> list[str]:
