@@ -1,5 +1,5 @@
-"""Tables of ``benchmarks/results/fused_verify/`` (GPU runs of ``benchmarks/gpu/fused_verify_step.py``
-and ``benchmarks/gpu/fused_verify_server.py``) as ``benchmarks/results/fused_verify.md``.
+"""Tables of ``benchmarks/results/fused_verify/`` (GPU runs of ``benchmarks/gpu/fused_verify_e2e.py``,
+``fused_verify_step.py`` and ``fused_verify_server.py``) as ``benchmarks/results/fused_verify.md``.
 
 usage: python benchmarks/fused_verify_table.py [--check]
 """
@@ -15,12 +15,26 @@ RESULTS = os.path.join(HERE, "results", "fused_verify")
 OUTPUT = os.path.join(HERE, "results", "fused_verify.md")
 # Llama-3.1-8B's KV cache in bf16: 2 (K and V) x 32 layers x 8 KV heads x 128 dims x 2 bytes
 KV_BYTES_PER_TOKEN = 2 * 32 * 8 * 128 * 2
+STAGE = "SITE=/tmp/site source benchmarks/gpu/stage_package.sh && "
 RUNS = {  # file -> (commit, command); the commit is the checkout the device ran
-    "step_h100_sglang-0.5.16.json": ("9ee680b", "SITE=/tmp/site source benchmarks/gpu/stage_package.sh && "
-                                     "SGL_KERNEL_USE_FLASHINFER=1 python3 -P benchmarks/gpu/fused_verify_step.py OUT.json"),
-    "server_h100_sglang-0.5.16.json": ("b0400ad", "SITE=/tmp/site source benchmarks/gpu/stage_package.sh && "
-                                       "SGL_KERNEL_USE_FLASHINFER=1 python3 benchmarks/gpu/fused_verify_server.py OUTDIR"),
+    "e2e_h100_sglang-0.5.16.json": ("6461427", "E2E_COMMIT=6461427 bash benchmarks/gpu/run_fused_verify_e2e.sh "
+                                    "/tmp/fve --trees 1, then --trees 2 (same machine), then --trees 0 "
+                                    "(a fresh machine, SGLang installed again)"),
+    "step_h100_sglang-0.5.16.json": ("9ee680b", STAGE + "SGL_KERNEL_USE_FLASHINFER=1 python3 -P "
+                                     "benchmarks/gpu/fused_verify_step.py OUT.json"),
+    "server_h100_sglang-0.5.16.json": ("b0400ad", STAGE + "SGL_KERNEL_USE_FLASHINFER=1 python3 "
+                                       "benchmarks/gpu/fused_verify_server.py OUTDIR"),
+    "step_h100_sglang-0.5.11_quick.txt": ("6461427", "SITE=/tmp/s11 source benchmarks/gpu/stage_package.sh && "
+                                          "SGL_KERNEL_USE_FLASHINFER=1 timeout 150 python3 "
+                                          "benchmarks/gpu/fused_verify_step.py OUT.json --quick"),
+    "server_h100_sglang-0.5.11.json": ("6461427", "SITE=/tmp/s11 source benchmarks/gpu/stage_package.sh && "
+                                       "SGL_KERNEL_USE_FLASHINFER=1 FUSED_VERIFY_ROW=1 "
+                                       "python3 benchmarks/gpu/fused_verify_server.py OUTDIR"),
 }
+# point 5 of the fused-verify issue: tokens/s ratio wanted per (tree, batch) at batch 64; 1.0 elsewhere
+TARGETS = {("4/3/8", 64): 1.15, ("8/5/32", 64): 1.25}
+GREEDY_TARGET = 0.99
+MEASURABLE_MS = 1.0  # a sampled-verify cost below this is within the rounds' spread
 
 
 def step_table(name: str, run: dict) -> list[str]:
@@ -80,12 +94,119 @@ def server_table(name: str, run: dict) -> list[str]:
     return lines
 
 
+def step_memory(step: dict) -> dict:
+    """(filters, tree, batch) -> bytes the stock pipeline allocates beyond the fused one, per step."""
+    return {(t["filters"], "/".join(map(str, t["tree"])), t["bs"]): t["mem_stock"] - t["mem_fused"]
+            for t in step["timing"] if "mem_stock" in t}
+
+
+def e2e_table(name: str, run: dict) -> list[str]:
+    commit, command = RUNS[name]
+    memory = step_memory(json.load(open(os.path.join(RESULTS, "step_h100_sglang-0.5.16.json"))))
+    dist = run["distributions"]["T0.7 top-p0.9"]
+    trees = run["trees"]
+    first = next(iter(trees.values()))
+    lines = [f"## End to end: {run['device']}, SGLang {run['sglang']}, torch {run['torch']}", "",
+             f"{', '.join(sorted({t['date'] for t in trees.values()}))}, commit `{commit}`, flashinfer's renorm "
+             f"{'active' if run['flashinfer_renorm'] else 'NOT active'} in the stock arm. Command:", "",
+             f"    {command}", "",
+             f"Two engines on one GPU (`SGLANG_EAGLE_EXT_FUSED_VERIFY=0` and `=1`), same target, drafter and "
+             f"`random_seed`; attention `{first['engine_options']['attention_backend']}`, decode CUDA graphs at "
+             f"batch {', '.join(map(str, first['engine_options'].get('cuda_graph_bs') or first['engine_options'].get('cuda_graph_bs_decode')))}. "
+             f"Target: Llama-3.1-8B geometry ({run['target']['num_hidden_layers']} layers, H "
+             f"{run['target']['hidden_size']}, I {run['target']['intermediate_size']}, vocabulary "
+             f"{run['target']['vocab_size']}), bf16, SGLang's dummy weights with the embeddings, final norm and "
+             f"lm_head rewritten (`benchmarks/gpu/zipf_target.py`) so that the logits after each token are one of "
+             f"{dist['classes']} Zipf-like profiles: at T 0.7 entropy {dist['entropy_nats']['mean']:.2f} nats "
+             f"(per profile {dist['entropy_nats']['min']:.2f}-{dist['entropy_nats']['max']:.2f}), top token "
+             f"{dist['top1_prob_mean']:.2f} of the mass, top-p 0.9 nucleus {dist['top_p0.9_nucleus_median']} tokens "
+             f"(median), top 50 tokens {dist['top50_mass_mean']:.2f} of the mass. Drafter: random, 1 layer, 3 aux, "
+             f"draft vocabulary {run['draft_vocab']}; accepted about as often as chance in both arms (accept length "
+             f"in the table), so the tokens/s ratio is the ratio of step times. {first['cells'][0]['new_tokens']} new "
+             f"tokens per request ({run['prompt_tokens']}-token prompts), {len(first['cells'][0]['ratios'])} rounds "
+             "per cell, the first arm alternating; ratio: median of the per-round fused/stock tokens/s ratios. "
+             "Ceiling: the stock sampled step over the stock greedy step of the same tree and batch, the ratio "
+             "that removing every cost of sampled verify would give; removed: the share of that cost (stock sampled "
+             f"minus stock greedy step, shown where it is at least {MEASURABLE_MS} ms) the fused arm removes. Memory: what the stock pipeline allocates "
+             "beyond the fused one per step (from the step table below), and the Llama-3.1-8B KV tokens it would "
+             "hold.", "",
+             "| tree | batch | sampling | stock tok/s | fused tok/s | fused / stock | per round | stock ms/step | "
+             "fused ms/step | ceiling | removed | accept length | same outputs | memory MiB (KV tokens) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    misses = []
+    for tree, record in trees.items():
+        greedy = {c["batch"]: c["ms_per_step_median"]["stock"] for c in record["cells"] if c["mode"] == "greedy"}
+        for c in record["cells"]:
+            stock_ms, fused_ms = c["ms_per_step_median"]["stock"], c["ms_per_step_median"]["fused"]
+            sampled = c["mode"] != "greedy"
+            ceiling = f"{stock_ms / greedy[c['batch']]:.3f}x" if sampled else "-"
+            cost = stock_ms - greedy[c["batch"]]
+            removed = f"{(stock_ms - fused_ms) / cost:.0%}" if sampled and cost >= MEASURABLE_MS else "-"
+            freed = memory.get((c["mode"], tree, c["batch"]))
+            mem = f"{freed / 2**20:.0f} ({freed // KV_BYTES_PER_TOKEN})" if sampled and freed is not None else "-"
+            lines.append(f"| {tree} | {c['batch']} | {c['mode']} | {c['tok_s_median']['stock']} | "
+                         f"{c['tok_s_median']['fused']} | **{c['ratio_median']:.3f}x** | "
+                         f"{', '.join(f'{r:.3f}' for r in c['ratios'])} | {stock_ms:.2f} | {fused_ms:.2f} | {ceiling} | {removed} | "
+                         f"{c['accept_length']['stock']} | {c['same_outputs_rounds']} of {len(c['ratios'])} | {mem} |")
+            wanted = TARGETS.get((tree, c["batch"]), 1.0) if sampled else GREEDY_TARGET
+            if c["ratio_median"] < wanted:
+                misses.append(f"{tree} batch {c['batch']} {c['mode']}: {c['ratio_median']:.3f}x (wanted {wanted}x)")
+    lines += ["", "Targets (tokens/s ratio, median): " + ("all met." if not misses else
+              "missed in " + "; ".join(misses) + ".")]
+    lines += ["", "Where the time goes: the fused arm's sampled step is within a few tenths of a millisecond of "
+              "the greedy step at every shape, so it removes nearly all of what sampled verify costs on this "
+              "target; with next-token distributions of realistic entropy flashinfer's renorm is cheap (the issue's "
+              "+13.6 ms at batch 64, 4/3/8 was measured on the dummy loader's near-flat logits), and the rest of "
+              "each step is the target's forward and the drafting, which the sampler does not touch. No change "
+              "to verify sampling can pass the ceiling column."]
+    for arm in ("fused", "stock"):
+        shown = [line for line in first["plugin_log"][arm]
+                 if "served by the fused sampler" in line or line.startswith("zipf_target")]
+        lines += ["", f"The {arm} engine's log (first tree), its target rewrite and any fused batch:", "",
+                  *(f"    {line}" for line in shown)]
+    return lines
+
+
+def step_text_table(name: str, text: str) -> list[str]:
+    """A step run whose JSON was not written: its header and printed lines."""
+    header = [line[2:] for line in text.splitlines() if line.startswith("# ")]
+    body = [line for line in text.splitlines() if not line.startswith("#")]
+    release, device = body[0].split(maxsplit=2)[1:]
+    lines = [f"## `EagleVerifyInputV2Mixin.sample` stock vs fused: {device}, SGLang {release} (a quick run's printed "
+             "lines)", "", *header, ""]
+    lines += [f"    {line}" for line in body]
+    return lines
+
+
+def server_failure(name: str, run: dict) -> list[str]:
+    commit, command = RUNS[name]
+    fused = run["fused"]
+    return [f"## Inside a server: {run['device']}, SGLang {run['sglang']} (v1 worker's `verify`)", "",
+            f"{run['date']}, commit `{commit}`. Command:", "", f"    {command}", "",
+            f"The stock engine served all three samplings; the fused engine stopped at its first sampled batch: "
+            f"`{fused['traceback_tail'][0]}` in `{fused['frame'][-1].split(', in ')[-1]}`. Releases before 0.5.14 "
+            "have no rejection-sampling setting; the hand-back check read it on every release. Fixed after this "
+            "run (the check reads it only from 0.5.14, and the CPU routing test now runs each seam with its "
+            "release's settings); not yet rerun on a GPU, so the fused path stays opt-in on 0.5.11-0.5.13."]
+
+
 def render() -> str:
     lines = ["# Fused verify in SGLang's server (GPU)", "",
              "Generated by `benchmarks/fused_verify_table.py` from `benchmarks/results/fused_verify/`.", ""]
     for name in RUNS:
-        run = json.load(open(os.path.join(RESULTS, name)))
-        lines += (step_table if name.startswith("step") else server_table)(name, run) + [""]
+        path = os.path.join(RESULTS, name)
+        if name.endswith(".txt"):
+            lines += step_text_table(name, open(path).read()) + [""]
+            continue
+        run = json.load(open(path))
+        if name.startswith("e2e"):
+            lines += e2e_table(name, run)
+        elif name.startswith("step"):
+            lines += step_table(name, run)
+        else:
+            lines += (server_table if "identical" in run and None not in run["identical"].values()
+                      else server_failure)(name, run)
+        lines += [""]
     return "\n".join(lines)
 
 

@@ -23,8 +23,8 @@ verification, UNO target sampling, active watermarking, a verify input that is n
 
 Switch: ``SGLANG_EAGLE_EXT_FUSED_VERIFY`` = ``1`` (serve sampled verify fused) or ``0`` (stock).
 Unset, it is on for the releases in :data:`DEFAULT_ON`, whose wiring has run inside a server on a
-GPU with outputs identical to stock and end-to-end speed never below it
-(``benchmarks/results/fused_verify.md``), and off (opt-in) on the others.
+GPU with outputs identical to stock and end-to-end tokens/s at or above stock's within the rounds'
+spread (``benchmarks/results/fused_verify.md``), and off (opt-in) on the others.
 """
 
 from __future__ import annotations
