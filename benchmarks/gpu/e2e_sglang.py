@@ -42,6 +42,7 @@ import subprocess
 import sys
 import time
 
+from results_file import save_json
 
 # Baseline top-1/top-2 margin (nats) at or below which a divergence counts as a near-tie: the
 # tiny target's top logits lie near 64 (bf16 spacing 0.25 to 0.5 there), so this is a few bf16
@@ -316,13 +317,6 @@ def finish(task: str, out: str, process: subprocess.Popen, deadline: float) -> d
     return record
 
 
-def save(results: dict, out: str) -> None:
-    path = os.path.join(out, "results.json")
-    with open(path + ".tmp", "w") as handle:
-        json.dump(results, handle, indent=2)
-    os.replace(path + ".tmp", path)
-
-
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", required=True)
@@ -333,10 +327,7 @@ def main() -> int:
     os.makedirs(os.path.join(args.out, "logs"), exist_ok=True)
     if args.task:
         record = run_task(args.task, args.out)
-        path = os.path.join(args.out, f"{args.task}.json")
-        with open(path + ".tmp", "w") as handle:
-            json.dump(record, handle)
-        os.replace(path + ".tmp", path)
+        save_json(os.path.join(args.out, f"{args.task}.json"), record)
         return 0
 
     import sglang
@@ -373,13 +364,13 @@ def main() -> int:
                     record.update(compare(outputs, baseline))
             results["rows"].append(record)
         print("TASK", task, json.dumps({k: v for k, v in record.items() if k != "outputs"}), flush=True)
-    save(results, args.out)
+    save_json(os.path.join(args.out, "results.json"), results)
     if "speed" in tasks:
         record = finish("speed", args.out, launch("speed", args.out, {}),
                         time.monotonic() + SPEED_TIMEOUT_S)
         results["speed"] = record
         print("TASK speed", json.dumps(record), flush=True)
-        save(results, args.out)
+        save_json(os.path.join(args.out, "results.json"), results)
     return 0
 
 

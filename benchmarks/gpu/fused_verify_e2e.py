@@ -12,8 +12,9 @@ ratio fused / stock of output tokens per second, and its median.
   this script registers) then rewrites the embeddings, final norm and lm_head so that the next-token
   distributions are ``verify_workload.realistic_logits`` profiles: their entropy is in the results.
 * Drafter: random, 1 layer, 3 aux states, SpecForge layout, draft vocabulary 32000 with a ``d2t``
-  map. It is accepted about as often as chance, in both arms alike (same tokens per step), so the
-  tokens/s ratio is the ratio of step times; a trained drafter emits more tokens per step in both.
+  map. Against this target its drafts are (almost) never accepted, in both arms alike (same tokens
+  per step), so the tokens/s ratio is the ratio of step times and every verify walk stops at the
+  root (deep walks: ``fused_verify_step.py``); a trained drafter emits more tokens per step in both.
 * ms per step: a request batch's wall time over its verify steps (prefill included).
 
 usage (repository root; SGLang and this package installed, see ``stage_package.sh``):
@@ -30,14 +31,18 @@ import json
 import multiprocessing
 import os
 import statistics
+import subprocess
 import sys
 import time
 
+from results_file import save_json
 from verify_workload import BATCHES, FILTERS, TREES, VOCAB
+from zipf_target import SEED_ENV, profile_stats
+
+from sglang_eagle_ext.sglang.compat.fused_verify import ENV_SWITCH
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ARMS = {"stock": "0", "fused": "1"}
-FUSED_SWITCH = "SGLANG_EAGLE_EXT_FUSED_VERIFY"
+ARMS = {"stock": "0", "fused": "1"}  # values of ENV_SWITCH
 SEED = 1234
 PROMPT_TOKENS = 16
 MODES = {"greedy": {"temperature": 0.0},
@@ -83,7 +88,7 @@ def register_plugin(out: str) -> None:
     # multiprocessing's spawn hands its children this process's sys.path; other children read PYTHONPATH
     sys.path[:0] = [os.path.join(out, "plugin"), HERE]
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [*sys.path[:2], os.environ.get("PYTHONPATH")]))
-    os.environ["ZIPF_TARGET_SEED"] = str(SEED)
+    os.environ[SEED_ENV] = str(SEED)
 
 
 def prompts(count: int, vocab: int) -> list[list[int]]:
@@ -115,16 +120,18 @@ def engine_options(tree: tuple, batches: list[int], smoke: bool) -> dict:
     return {k: v for k, v in wanted.items() if k in fields}
 
 
-def host(connection, target: str, drafter: str, options: dict, modes: list[str], arm: str, log_path: str) -> None:
+def host(connection, target: str, drafter: str, options: dict, batches: list[int], modes: list[str], arm: str,
+         log_path: str) -> None:
     """Child process hosting one engine: answers (batch, mode, new tokens) with one measurement."""
     log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
     os.dup2(log, 1)
     os.dup2(log, 2)  # inherited by the engine's scheduler: this arm's plugin lines land here
-    os.environ[FUSED_SWITCH] = ARMS[arm]
+    os.environ[ENV_SWITCH] = ARMS[arm]
     import sglang
 
     engine = sglang.Engine(model_path=target, speculative_draft_model_path=drafter, **options)
-    vocab = json.load(open(os.path.join(target, "config.json")))["vocab_size"]
+    with open(os.path.join(target, "config.json"), encoding="utf-8") as handle:
+        vocab = json.load(handle)["vocab_size"]
     requests = prompts(options["max_running_requests"], vocab)
 
     def measure(batch: int, mode: str, new_tokens: int) -> dict:
@@ -133,11 +140,11 @@ def host(connection, target: str, drafter: str, options: dict, modes: list[str],
         outputs = engine.generate(input_ids=requests[:batch], sampling_params=params)
         seconds = time.perf_counter() - start
         tokens = sum(o["meta_info"]["completion_tokens"] for o in outputs)
-        verify = [o["meta_info"].get("spec_verify_ct", 0) for o in outputs]
+        verify = [o["meta_info"]["spec_verify_ct"] for o in outputs]  # a KeyError: speculation did not run
         return {"tokens": tokens, "seconds": seconds, "steps": max(verify), "verify": sum(verify),
                 "digest": hashlib.sha1(json.dumps([o["output_ids"] for o in outputs]).encode()).hexdigest()[:12]}
 
-    for batch in sorted({1, options["max_running_requests"]}):  # warm-up: Triton compiles, graphs replay
+    for batch in batches:  # warm-up of every measured shape: Triton compiles and first calls are not timed
         for mode in modes:
             measure(batch, mode, 8)
     connection.send("ready")
@@ -156,7 +163,8 @@ def run_tree(out: str, tree: tuple, target: str, drafter: str, batches: list[int
     for arm in ARMS:
         parent, child = context.Pipe()
         log_path = os.path.join(out, "logs", f"{name}-{arm}.log")
-        process = context.Process(target=host, args=(child, target, drafter, options, modes, arm, log_path))
+        process = context.Process(target=host, args=(child, target, drafter, options, batches, modes, arm,
+                                                                log_path))
         process.start()
         engines[arm] = (parent, process, log_path)
     started = time.monotonic()
@@ -186,8 +194,12 @@ def run_tree(out: str, tree: tuple, target: str, drafter: str, batches: list[int
                         1000 * r["seconds"] / r["steps"] for r in runs[arm]), 3) for arm in arms},
                     "accept_length": {arm: round(sum(r["tokens"] for r in runs[arm]) /
                                                  sum(r["verify"] for r in runs[arm]), 3) for arm in arms},
+                    # a request's first token comes from prefill; the rest are verify steps' bonus tokens
+                    # and accepted drafts
+                    "drafts_accepted": {arm: sum(r["tokens"] - batch - r["verify"] for r in runs[arm])
+                                        for arm in arms},
                     "ratio_median": round(statistics.median(ratios), 4), "ratios": [round(r, 4) for r in ratios],
-                    "same_outputs_rounds": sum(a["digest"] == b["digest"] for a, b in zip(runs["stock"], runs["fused"]))}
+                    "same_outputs_rounds": sum(s["digest"] == f["digest"] for s, f in zip(runs["stock"], runs["fused"]))}
             record["cells"].append(cell)
             saved()
             print(f"tree {name} batch {batch} {mode}: {cell['tok_s_median']} tok/s, ratio {cell['ratio_median']}, "
@@ -204,10 +216,11 @@ def run_tree(out: str, tree: tuple, target: str, drafter: str, batches: list[int
     saved()
 
 
-def save(path: str, results: dict) -> None:
-    with open(path + ".tmp", "w") as handle:
-        json.dump(results, handle, indent=1)
-    os.replace(path + ".tmp", path)
+def driver(device: str) -> str | None:
+    if device != "cuda":
+        return None
+    query = ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]
+    return subprocess.run(query, capture_output=True, text=True, check=True).stdout.split()[0]
 
 
 def main() -> int:
@@ -215,7 +228,7 @@ def main() -> int:
     parser.add_argument("out")
     parser.add_argument("--trees", default=",".join(str(i) for i in range(len(TREES))),
                         help="indices into verify_workload.TREES")
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=4, help="even: each arm goes first equally often")
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--smoke", action="store_true", help="CPU, tiny target: check the plumbing")
     args = parser.parse_args()
@@ -239,13 +252,11 @@ def main() -> int:
     import sglang
     import torch
 
-    from zipf_target import profile_stats
-
     path = os.path.join(out, "results.json")
     results = json.load(open(path)) if os.path.exists(path) else {"trees": {}}
     device = "cpu" if args.smoke else "cuda"
     results.update(sglang=sglang.__version__, torch=torch.__version__, commit=os.environ.get("E2E_COMMIT", "unknown"),
-                   device=torch.cuda.get_device_name(0) if device == "cuda" else "cpu",
+                   device=torch.cuda.get_device_name(0) if device == "cuda" else "cpu", driver=driver(device),
                    flashinfer_renorm=os.environ.get("SGL_KERNEL_USE_FLASHINFER") == "1",
                    target={k: target_config[k] for k in ("hidden_size", "num_hidden_layers", "intermediate_size",
                                                           "vocab_size")},
@@ -256,7 +267,7 @@ def main() -> int:
     for tree in trees:
         record = results["trees"]["/".join(map(str, tree))] = {}
         run_tree(out, tree, target, drafter, batches, modes, rounds, new_tokens, args.smoke, record,
-                 lambda: save(path, results))
+                 lambda: save_json(path, results))
     return 0
 
 

@@ -15,7 +15,6 @@ usage: python3 benchmarks/gpu/fused_verify_step.py OUT.json [--quick]
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from types import SimpleNamespace
@@ -28,6 +27,7 @@ from sglang_eagle_ext.sglang.compat import fused_verify, installed_release
 from sglang_eagle_ext.testing import verify_batch
 from sglang_eagle_ext.testing.draft_trees import random_draft_tree
 from sglang_eagle_ext.testing.kernel_reference import filtered_probs_reference
+from results_file import save_json
 from verify_workload import BATCHES, FILTERS, TREES, VOCAB, ZIPF, entropy_nats, realistic_logits
 
 DEVICE = "cuda"
@@ -175,6 +175,7 @@ def main(out_path: str, quick: bool) -> None:
                     checks.append(dict(tree=tree, bs=bs, filters=label, greedy_every=greedy_every,
                                        grammar=grammar, seed=seed, **row))
     record["identical"] = checks
+    save_json(out_path, record)
     print("identical:", sum(c["identical"] for c in checks), "of", sum(c["requests"] for c in checks), flush=True)
 
     # 2. distribution of emitted tokens (first token of each request) vs the target's
@@ -193,6 +194,7 @@ def main(out_path: str, quick: bool) -> None:
                              support=int((probs > 0).sum())))
             print("dist", label, arm, tokens.numel(), round(stat, 1), dof, p, flush=True)
     record["distribution"] = dist
+    save_json(out_path, record)
 
     # 3. time and memory per eagle_sample call, arms alternating
     timing = []
@@ -230,8 +232,7 @@ def main(out_path: str, quick: bool) -> None:
         timing.append(dict(filters="greedy", tree=tree, bs=64, ms_stock=med["stock"], ms_fused=med["fused"],
                            speedup=med["stock"] / med["fused"]))
     record["timing"] = timing
-    with open(out_path, "w") as handle:
-        json.dump(record, handle, indent=1)
+    save_json(out_path, record)
 
 
 if __name__ == "__main__":

@@ -18,7 +18,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 @pytest.mark.parametrize("seed", [3, 8])
 def test_sglang_eagle_sample_serves_sampled_verify_fused(seed):
-    env = cpu.process_environment(dict(os.environ))
+    # turned on explicitly: under tensor parallelism (the case's two-rank group) the default hands back
+    env = cpu.process_environment({**os.environ, fused_verify.ENV_SWITCH: "1"})
     result = subprocess.run([sys.executable, "-m", "tests.sglang.fused_verify_case", str(seed)], cwd=ROOT, env=env,
                             capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -53,8 +54,19 @@ def _call(**changes):
 ])
 def test_hand_back_reasons(monkeypatch, changes, uno, reason):
     monkeypatch.setattr(fused_verify, "_DEVICES", ("cpu",))
+    monkeypatch.setattr(fused_verify, "_tp_group", lambda: SimpleNamespace(world_size=1))
     monkeypatch.setattr(fused_verify, "_setting", lambda release, name: False)
     assert fused_verify._hand_back_reason(Version("0.5.23"), *_call(**changes), uno) == reason
+
+
+def test_tensor_parallelism_hands_back_unless_turned_on(monkeypatch):
+    monkeypatch.setattr(fused_verify, "_DEVICES", ("cpu",))
+    monkeypatch.setattr(fused_verify, "_setting", lambda release, name: False)
+    monkeypatch.setattr(fused_verify, "_tp_group", lambda: SimpleNamespace(world_size=2))
+    monkeypatch.delenv(fused_verify.ENV_SWITCH, raising=False)
+    assert fused_verify._hand_back_reason(Version("0.5.16"), *_call()).startswith("tensor parallelism")
+    monkeypatch.setenv(fused_verify.ENV_SWITCH, "1")
+    assert fused_verify._hand_back_reason(Version("0.5.16"), *_call()) is None
 
 
 def _recording_branch(calls):
@@ -82,6 +94,7 @@ SETTINGS = {"0.5.11": {"speculative_accept_threshold_single": 1.0, "speculative_
 def test_the_wrapper_routes_each_seams_call(monkeypatch, release, seam, rest, kwargs, routed):
     assert Version(release) in seam.releases
     monkeypatch.setattr(fused_verify, "_DEVICES", ("cpu",))
+    monkeypatch.setattr(fused_verify, "_tp_group", lambda: SimpleNamespace(world_size=1))
     settings = SimpleNamespace(**SETTINGS[release])
     monkeypatch.setattr(fused_verify, "_setting", lambda release, name: getattr(settings, name))
     calls = []
@@ -94,6 +107,7 @@ def test_the_wrapper_routes_each_seams_call(monkeypatch, release, seam, rest, kw
 
 def test_rejection_sampling_and_watermark_hand_back(monkeypatch):
     monkeypatch.setattr(fused_verify, "_DEVICES", ("cpu",))
+    monkeypatch.setattr(fused_verify, "_tp_group", lambda: SimpleNamespace(world_size=1))
     monkeypatch.setattr(fused_verify, "_setting", lambda release, name: name == "speculative_use_rejection_sampling")
     assert fused_verify._hand_back_reason(Version("0.5.16"), *_call()) == "rejection sampling"
     monkeypatch.setattr(fused_verify, "_setting", lambda release, name: False)
@@ -109,8 +123,10 @@ def test_switch_default_and_log_phrase(monkeypatch):
     monkeypatch.delenv(fused_verify.ENV_SWITCH, raising=False)
     # unset: on where the wiring has run in a server on a GPU, opt-in elsewhere; the line says which and why
     assert fused_verify.selected(verified) is True and fused_verify.selected(other) is False
-    assert fused_verify.describe(verified, sites) == ("fused sampler for sampled verify (default on SGLang 0.5.16; "
-                                                      "SGLANG_EAGLE_EXT_FUSED_VERIFY=0 turns it off; eagle_sample)")
+    assert fused_verify.describe(verified, sites) == (
+        "fused sampler for sampled verify (default on SGLang 0.5.16 at TP size 1; SGLANG_EAGLE_EXT_FUSED_VERIFY=0 "
+        "turns it off; eagle_sample)")
+    assert fused_verify.selected(Version("0.5.16rc1")) is False and fused_verify.selected(Version("0.5.16.post1")) is False
     assert "opt-in on SGLang 0.5.23" in fused_verify.describe(other, [])
     assert "SGLANG_EAGLE_EXT_FUSED_VERIFY=1 turns it on" in fused_verify.describe(other, [])
     monkeypatch.setenv(fused_verify.ENV_SWITCH, "1")

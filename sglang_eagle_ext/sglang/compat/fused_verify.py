@@ -22,9 +22,10 @@ verification, UNO target sampling, active watermarking, a verify input that is n
 ``EagleVerifyInput`` (NGRAM), logits the sampler does not take.
 
 Switch: ``SGLANG_EAGLE_EXT_FUSED_VERIFY`` = ``1`` (serve sampled verify fused) or ``0`` (stock).
-Unset, it is on for the releases in :data:`DEFAULT_ON`, whose wiring has run inside a server on a
-GPU with outputs identical to stock and end-to-end tokens/s at or above stock's within the rounds'
-spread (``benchmarks/results/fused_verify.md``), and off (opt-in) on the others.
+Unset, it is on where it has run end to end on a GPU: the releases in :data:`DEFAULT_ON` (outputs
+identical to stock, tokens/s at or above stock's within the rounds' spread:
+``benchmarks/results/fused_verify.md``) at tensor-parallel size 1; under tensor parallelism and on
+other releases it is opt-in until it has run there.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from packaging.version import Version
 from sglang_eagle_ext.sglang.compat.patch import require, required_class, wrap_method
 
 ENV_SWITCH = "SGLANG_EAGLE_EXT_FUSED_VERIFY"
-DEFAULT_ON = SpecifierSet("==0.5.16")
+DEFAULT_ON = SpecifierSet("==0.5.16")  # and TP size 1: see _hand_back_reason
 _SPEC = "sglang.srt.speculative."
 
 
@@ -72,11 +73,15 @@ _active = threading.local()  # the eagle_sample call being served fused (read by
 _logged: set[str] = set()
 
 
+def _switch() -> str:
+    return os.environ.get(ENV_SWITCH, "").strip()
+
+
 def selected(release: Version) -> bool:
     """Whether sampled verify is served fused: the switch when it is set, else :data:`DEFAULT_ON`."""
-    value = os.environ.get(ENV_SWITCH, "").strip().lower()
+    value = _switch().lower()
     if not value:
-        return DEFAULT_ON.contains(release, prereleases=True)
+        return release in DEFAULT_ON
     if value not in ("0", "1", "off", "on", "false", "true"):
         raise ValueError(f"{ENV_SWITCH}={value!r}: expected 1 (fused) or 0 (stock)")
     return value in ("1", "on", "true")
@@ -136,7 +141,8 @@ def _hand_back_reason(release: Version, verify_input, batch, logits_output, uno=
         return "all-greedy batch"
     if type(verify_input).__name__ != "EagleVerifyInput":
         return f"verify input {type(verify_input).__name__}"
-    if release in _REJECTION_SAMPLING and _setting(release, "speculative_use_rejection_sampling"):
+    has_rejection_sampling = _REJECTION_SAMPLING.contains(release, prereleases=True)  # as the seams match
+    if has_rejection_sampling and _setting(release, "speculative_use_rejection_sampling"):
         return "rejection sampling"
     if uno is not None:
         return "UNO target sampling"
@@ -144,6 +150,8 @@ def _hand_back_reason(release: Version, verify_input, batch, logits_output, uno=
         return "watermark"
     if str(logits.dtype).removeprefix("torch.") not in _SAMPLER_DTYPES or logits.dim() != 2 or logits.stride(-1) != 1:
         return f"logits {logits.dtype} {tuple(logits.shape)}"
+    if not _switch() and _tp_group().world_size > 1:
+        return f"tensor parallelism: the fused sampler is opt-in there until it has run on GPUs ({ENV_SWITCH}=1)"
     return None
 
 
@@ -230,19 +238,20 @@ def _dispatcher(module, release: Version, original: Callable) -> Callable:
 
 def describe(release: Version, sites: list[str]) -> str:
     """The activation log's phrase for which path serves verify, and why."""
-    given = os.environ.get(ENV_SWITCH, "").strip()
+    given = _switch()
     if sites:
-        why = f"{ENV_SWITCH}={given}" if given else f"default on SGLang {release}; {ENV_SWITCH}=0 turns it off"
+        why = (f"{ENV_SWITCH}={given}" if given else
+               f"default on SGLang {release} at TP size 1; {ENV_SWITCH}=0 turns it off")
         return f"fused sampler for sampled verify ({why}; {', '.join(sites)})"
     if given:
         return f"stock SGLang ({ENV_SWITCH}={given})"
-    return (f"stock SGLang (the fused sampler is opt-in on SGLang {release}, not yet benchmarked there on a GPU: "
-            f"{ENV_SWITCH}=1 turns it on)")
+    return (f"stock SGLang (the fused sampler is opt-in on SGLang {release}, not yet validated end to end on a GPU "
+            f"there: {ENV_SWITCH}=1 turns it on)")
 
 
 def apply(release: Version) -> list[str]:
     """Wire the fused sampler into every seam of ``release`` (and the modules that imported
-    ``eagle_sample`` by name); return the branch functions wrapped. Idempotent."""
+    ``eagle_sample`` by name); return the branch functions wired (now or by an earlier call)."""
     sites = []
     for seam in SEAMS:
         if not seam.releases.contains(release, prereleases=True):
@@ -253,10 +262,10 @@ def apply(release: Version) -> list[str]:
         owner = module if seam.owner is None else required_class(module, seam.owner, seam.function)
         require(callable(getattr(owner, seam.function, None)), f"{seam.module}.{seam.function}")
         stock = getattr(owner, seam.function)
+        sites.append(f"{seam.owner + '.' if seam.owner else ''}{seam.function}")
         if not wrap_method(owner, seam.function, lambda original, seam=seam: _wrap_branch(release, seam, original)):
             continue  # wired by an earlier call
         module.verify_tree_greedy_func = _dispatcher(module, release, greedy)
-        sites.append(f"{seam.owner + '.' if seam.owner else ''}{seam.function}")
         for name in CALLERS if seam.owner is None else ():
             caller = sys.modules.get(name)
             if caller is not None and getattr(caller, seam.function, None) is stock:
