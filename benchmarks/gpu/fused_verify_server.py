@@ -7,6 +7,10 @@ coins the sampled outputs must be identical, as must the greedy ones.
 The target is the e2e rows' tiny Llama with a softer lm_head (std 1.0), so that sampling has
 choices to make; the drafter is row 1's (2 layers, 4 aux, tree 4/3/8).
 
+With ``FUSED_VERIFY_TP=2`` both engines run with tensor parallelism over two GPUs: the fused
+sampler draws on rank 0 and broadcasts, as stock's sampled arm does, so identical outputs also mean
+the ranks agreed (a rank walking its own draws would desynchronise its KV cache).
+
 usage (repository root, SGLang and this package installed): python3 benchmarks/gpu/fused_verify_server.py OUTDIR
 """
 
@@ -28,13 +32,14 @@ SEED = 1234
 
 
 ROW = e2e_sglang.ROWS[int(os.environ.get("FUSED_VERIFY_ROW", "1"))]
+TP_SIZE = int(os.environ.get("FUSED_VERIFY_TP", "1"))
 
 
 def serve(out: str, arm: str) -> dict:
     row = ROW
     target = os.path.join(out, "models", "target")
     drafter = os.path.join(out, "models", "drafter")
-    engine = e2e_sglang.start_engine(target, drafter, row, random_seed=SEED)
+    engine = e2e_sglang.start_engine(target, drafter, row, random_seed=SEED, tp_size=TP_SIZE)
     record = {}
     for label, params in SAMPLED.items():
         outputs = []
@@ -63,7 +68,7 @@ def main(out: str) -> int:
 
     results = {"sglang": sglang.__version__, "device": torch.cuda.get_device_name(0),
                "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-               "commit": os.environ.get("E2E_COMMIT", "unknown"), "row": row.__dict__}
+               "commit": os.environ.get("E2E_COMMIT", "unknown"), "row": row.__dict__, "tp_size": TP_SIZE}
     for arm, switch in ARMS.items():
         log = os.path.join(out, "logs", f"{arm}.log")
         with open(log, "w") as handle:
