@@ -16,10 +16,11 @@ kept; ``SIMULATE_ACC_LEN`` runs after the branch as before. The softmax, renorm 
 ``[bs, n, V]`` probability and zero draft tensors are never built; the greedy arm's argmax is
 the one wasted pass.
 
-Hands back to stock SGLang (logged once per reason): a device that is not CUDA, an idle batch,
-an all-greedy batch (stock greedy is already what it should be), rejection sampling / block
-verification, UNO target sampling, active watermarking, a verify input that is not
-``EagleVerifyInput`` (NGRAM), logits the sampler does not take.
+Hands back to stock SGLang (logged once per reason): a device that is not CUDA (ROCm included), an
+idle batch, an all-greedy batch (stock greedy is already what it should be), rejection sampling /
+block verification, UNO target sampling, active watermarking, a verify input that is not
+``EagleVerifyInput`` (NGRAM), logits the sampler does not take, and, unless the switch is set,
+tensor parallelism.
 
 Switch: ``SGLANG_EAGLE_EXT_FUSED_VERIFY`` = ``1`` (serve sampled verify fused) or ``0`` (stock).
 Unset, it is on where it has run end to end on a GPU: the releases in :data:`DEFAULT_ON` (outputs
@@ -38,6 +39,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Callable
 
+import torch
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
@@ -121,7 +123,7 @@ def _tp_group():
 
     try:
         from sglang.srt.runtime_context import get_parallel
-    except ImportError:  # 0.5.14 - 0.5.15
+    except ImportError:  # before 0.5.14 (from 0.5.14, ParallelContext hands out these same groups)
         from sglang.srt.distributed import get_tp_group
         from sglang.srt.layers.dp_attention import get_attention_tp_group
 
@@ -135,6 +137,8 @@ def _hand_back_reason(release: Version, verify_input, batch, logits_output, uno=
     info = batch.sampling_info
     if logits.device.type not in _DEVICES:
         return f"device {logits.device.type}"
+    if torch.version.hip:  # never run there; 0.5.21+ even verifies sampled batches greedily on ROCm
+        return "ROCm"
     if batch.forward_mode.is_idle():
         return "idle batch"
     if info.is_all_greedy:
@@ -211,8 +215,6 @@ def _dispatcher(module, release: Version, original: Callable) -> Callable:
                                                       draft_token_num=candidates.shape[1],
                                                       candidates=candidates, device=candidates.device)
         else:
-            import torch
-
             coins = torch.rand_like(candidates, dtype=torch.float32, device=candidates.device)
             final_coins = torch.rand((candidates.shape[0],), dtype=torch.float32, device=candidates.device)
         tree_sampling_from_logits(
