@@ -60,7 +60,7 @@ def test_hand_back_reasons(monkeypatch, changes, uno, reason):
 
 
 def test_rocm_hands_back(monkeypatch):
-    # ROCm's torch names its devices "cuda"; 0.5.21+ verifies sampled batches greedily there
+    # ROCm's torch names its devices "cuda"; SGLang verifies sampled batches greedily there
     monkeypatch.setattr(fused_verify, "_DEVICES", ("cpu",))
     monkeypatch.setattr(torch.version, "hip", "6.2")
     assert fused_verify._hand_back_reason(Version("0.5.23"), *_call()) == "ROCm"

@@ -137,7 +137,7 @@ def _hand_back_reason(release: Version, verify_input, batch, logits_output, uno=
     info = batch.sampling_info
     if logits.device.type not in _DEVICES:
         return f"device {logits.device.type}"
-    if torch.version.hip:  # never run there; 0.5.21+ even verifies sampled batches greedily on ROCm
+    if torch.version.hip:  # SGLang verifies sampled batches greedily on ROCm (and we never ran there)
         return "ROCm"
     if batch.forward_mode.is_idle():
         return "idle batch"
