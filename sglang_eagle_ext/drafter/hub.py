@@ -11,20 +11,16 @@ is used.
 from __future__ import annotations
 
 import contextlib
-import fnmatch
 import os
 from dataclasses import dataclass
 from typing import Iterator
 
-from sglang_eagle_ext.drafter.reader import META_FILES, TOKEN_MAP_FILE, WEIGHT_FILES
+from sglang_eagle_ext.drafter.reader import META_FILES, TOKEN_MAP_FILE, WEIGHT_FILES, shard_names
 from sglang_eagle_ext.errors import DrafterError, Problem
 
 # What a drafter's repository holds beyond its config: weights, shard indices, vocabulary side files.
 _SNAPSHOT_FILES = ("config.json", "*.safetensors", "*.safetensors.index.json", "*.bin", "*.bin.index.json",
                    "*.pt", "consolidated/*")
-# What a check reads whole: config, shard indices, vocabulary files, and pickled weights (a torch
-# pickle has no header to read apart from its data).
-_CHECK_FILES = ("*.index.json", "*.bin", "*.pt", *META_FILES, TOKEN_MAP_FILE)
 _RANGE_TIMEOUT_S = 30.0
 
 
@@ -80,10 +76,11 @@ def fetch(repo_id: str, weights: bool) -> HubDrafter:
     with _hub_errors(repo_id):
         if weights or is_offline():
             directory = _snapshot(repo_id, _SNAPSHOT_FILES)
-            if not any(os.path.isfile(os.path.join(directory, name)) for name in WEIGHT_FILES):
+            # offline, a cache holding the config alone is the hub's doing (the reader would say "no weights")
+            if is_offline() and not any(os.path.isfile(os.path.join(directory, name)) for name in WEIGHT_FILES):
                 raise DrafterError([Problem(
-                    repo_id, "<hub>", "its config is in the local Hugging Face cache but its weights are not"
-                    + (" and HF_HUB_OFFLINE is set" if is_offline() else ""),
+                    repo_id, "<hub>", "its config is in the local Hugging Face cache but its weights are not "
+                    "and HF_HUB_OFFLINE is set",
                     f"download it once with network access (huggingface-cli download {repo_id})")])
             return HubDrafter(directory, {})
         from huggingface_hub import HfApi, hf_hub_download, hf_hub_url
@@ -98,16 +95,31 @@ def fetch(repo_id: str, weights: bool) -> HubDrafter:
                                         "level", "pass the repository of a drafter model directory")]) from None
         directory = os.path.dirname(config)
         commit = os.path.basename(directory)
-        info = HfApi().model_info(repo_id, revision=commit, files_metadata=True)
+        listing = HfApi().model_info(repo_id, revision=commit, files_metadata=True).siblings or ()
+        siblings = {sibling.rfilename: sibling for sibling in listing}
+        # the files the reader will read: the first weight file it looks for, an index's shards, the
+        # vocabulary side files (never a repository's other pickles: training state, optimizer)
+        chosen = next((name for name in WEIGHT_FILES if name in siblings), None)
+        weights = [chosen] if chosen else []
+        if chosen and chosen.endswith(".index.json"):
+            index = hf_hub_download(repo_id, chosen, revision=commit)
+            try:
+                weights = [os.path.join(os.path.dirname(chosen), shard) for shard in shard_names(index)]
+            except (OSError, ValueError, KeyError, TypeError, AttributeError):
+                weights = []  # the reader reports the index
         remote = {}
-        for sibling in info.siblings or ():
-            name = sibling.rfilename
-            if any(fnmatch.fnmatch(name, pattern) for pattern in _CHECK_FILES):  # read whole
+        for name in (*META_FILES, TOKEN_MAP_FILE, *weights):
+            sibling = siblings.get(name)
+            if sibling is None:
+                continue  # the reader reports what it misses
+            local = os.path.join(directory, *name.split("/"))
+            if not name.endswith(".safetensors"):  # a pickle has no header apart from its data: read whole
                 hf_hub_download(repo_id, name, revision=commit)
-            elif name.endswith(".safetensors"):
-                local = os.path.join(directory, *name.split("/"))
-                if not os.path.isfile(local):  # not cached: read by range
-                    remote[local] = HubFile(hf_hub_url(repo_id, name, revision=commit), int(sibling.size or 0))
+            elif not os.path.isfile(local):  # not cached: read by range
+                if sibling.size is None:
+                    raise DrafterError([Problem(repo_id, name, "the hub did not report the file's size",
+                                                "retry, or download the repository and pass its directory")])
+                remote[local] = HubFile(hf_hub_url(repo_id, name, revision=commit), sibling.size)
         return HubDrafter(directory, remote)
 
 

@@ -149,6 +149,19 @@ def _read_config(directory: str) -> Any:
                                     "or re-export the checkpoint")]) from None
 
 
+def shard_names(index_path: str) -> list[str]:
+    """The shard files a ``*.index.json`` names (raises OSError, ValueError, KeyError, TypeError or
+    AttributeError for an unreadable index)."""
+    if os.path.getsize(index_path) > JSON_FILE_LIMIT:
+        raise ValueError(f"{os.path.getsize(index_path)} bytes, far larger than a shard index "
+                         f"(at most {JSON_FILE_LIMIT} are parsed)")
+    with open(index_path, encoding="utf-8") as handle:
+        shards = sorted(set(json.load(handle)["weight_map"].values()))
+    if not all(isinstance(s, str) and s for s in shards):
+        raise ValueError("shard names must be file names")
+    return shards
+
+
 def _weight_files(directory: str, problems: list[Problem], remote: Mapping[str, FileBytes]) -> list[str]:
     for candidate in WEIGHT_FILES:
         path = os.path.join(directory, candidate)
@@ -157,14 +170,7 @@ def _weight_files(directory: str, problems: list[Problem], remote: Mapping[str, 
         if not candidate.endswith(".index.json"):
             return [path]
         try:
-            if os.path.getsize(path) > JSON_FILE_LIMIT:
-                raise ValueError(f"{os.path.getsize(path)} bytes, far larger than a shard index "
-                                 f"(at most {JSON_FILE_LIMIT} are parsed)")
-            with open(path, encoding="utf-8") as handle:
-                weight_map = json.load(handle)["weight_map"]
-            shards = sorted(set(weight_map.values()))
-            if not all(isinstance(s, str) and s for s in shards):
-                raise ValueError("shard names must be file names")
+            shards = shard_names(path)
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
             problems.append(Problem(path, "weight_map", f"unreadable shard index ({exc})",
                                     "re-download the checkpoint"))

@@ -96,6 +96,9 @@ def test_inspect_checks_a_hub_drafter_from_headers_without_downloading_its_weigh
 
     source = fixtures.build("F8-speculators-4-aux", str(tmp_path / "d"))
     weights = os.path.join(source, "model.safetensors")
+    for other in ("training_args.bin", "optimizer.pt"):  # pickles of a training run, beside the weights
+        with open(os.path.join(source, other), "wb") as handle:
+            handle.write(os.urandom(4096))
     local = _inspect(dict(os.environ), source)
     assert local.returncode == 0, local.stderr
     with FakeHub("org/tiny-eagle3", source, COMMIT) as hub:
@@ -114,6 +117,7 @@ def test_inspect_checks_a_hub_drafter_from_headers_without_downloading_its_weigh
         vocab_map = sum(handle.get_tensor(n).numel() * handle.get_tensor(n).element_size() for n in ("d2t", "t2d"))
     assert sent["model.safetensors"] == header + vocab_map < os.path.getsize(weights) / 4
     assert sent["config.json"] == os.path.getsize(os.path.join(source, "config.json"))
+    assert "training_args.bin" not in sent and "optimizer.pt" not in sent  # the reader never opens them
     assert not os.path.exists(os.path.join(tmp_path, "cache", "models--org--tiny-eagle3", "snapshots", COMMIT,
                                            "model.safetensors"))
     offline = cli(tmp_path / "cache", "inspect", "org/tiny-eagle3")  # the cache now has the config only
