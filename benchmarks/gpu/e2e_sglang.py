@@ -108,12 +108,13 @@ SPEED_TARGET = dict(num_hidden_layers=32, hidden_size=4096, num_attention_heads=
                     head_dim=128, intermediate_size=14336, attention_bias=False)
 
 
-def engine_kwargs(**wanted):
-    """Only the fields this SGLang's ServerArgs has (they move between releases)."""
+def engine_kwargs(graph_bs=None, **wanted):
+    """Only the fields this SGLang's ServerArgs has (they move between releases); decode CUDA
+    graphs of exactly ``graph_bs`` when given (no prefill graphs)."""
     from sglang_eagle_ext.sglang.compat.runtime import decode_graph_options, server_option_names
 
-    # decode graphs are what the rows test
-    wanted.update(decode_graph_options(wanted.pop("graph_bs")))
+    if graph_bs is not None:
+        wanted.update(decode_graph_options(graph_bs))
     fields = server_option_names()
     return {k: v for k, v in wanted.items() if k in fields}
 

@@ -26,7 +26,6 @@ Results accumulate in ``OUTDIR/results.json`` (one entry per tree), logs in ``OU
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import multiprocessing
 import os
@@ -35,6 +34,7 @@ import subprocess
 import sys
 import time
 
+from e2e_sglang import digest, engine_kwargs
 from results_file import save_json
 from verify_workload import BATCHES, FILTERS, TREES, VOCAB
 from zipf_target import SEED_ENV, profile_stats
@@ -101,7 +101,6 @@ def prompts(count: int, vocab: int) -> list[list[int]]:
 def engine_options(tree: tuple, batches: list[int], smoke: bool) -> dict:
     from sglang_eagle_ext.demo.run import gpu_attention_backend
     from sglang_eagle_ext.sglang.compat import cpu
-    from sglang_eagle_ext.sglang.compat.runtime import decode_graph_options, server_option_names
 
     topk, steps, draft_tokens = tree
     if smoke:
@@ -110,14 +109,12 @@ def engine_options(tree: tuple, batches: list[int], smoke: bool) -> dict:
         # two engines share the GPU: a high static fraction keeps SGLang's KV sizing positive while the
         # other engine loads, and max_total_tokens keeps each pool small
         device = dict(dtype="bfloat16", attention_backend=gpu_attention_backend(), sampling_backend="pytorch",
-                      mem_fraction_static=0.7, **decode_graph_options(batches))
-    wanted = dict(speculative_algorithm="EAGLE3", speculative_num_steps=steps, speculative_eagle_topk=topk,
-                  speculative_num_draft_tokens=draft_tokens, load_format="dummy",
-                  speculative_draft_load_format="auto", skip_tokenizer_init=True, random_seed=SEED,
-                  max_total_tokens=16384, max_running_requests=max(batches), context_length=1024,
-                  disable_radix_cache=True, log_level="error", **device)
-    fields = server_option_names()
-    return {k: v for k, v in wanted.items() if k in fields}
+                      mem_fraction_static=0.7, graph_bs=batches)
+    return engine_kwargs(speculative_algorithm="EAGLE3", speculative_num_steps=steps, speculative_eagle_topk=topk,
+                         speculative_num_draft_tokens=draft_tokens, load_format="dummy",
+                         speculative_draft_load_format="auto", skip_tokenizer_init=True, random_seed=SEED,
+                         max_total_tokens=16384, max_running_requests=max(batches), context_length=1024,
+                         disable_radix_cache=True, log_level="error", **device)
 
 
 def host(connection, target: str, drafter: str, options: dict, batches: list[int], modes: list[str], arm: str,
@@ -142,7 +139,7 @@ def host(connection, target: str, drafter: str, options: dict, batches: list[int
         tokens = sum(o["meta_info"]["completion_tokens"] for o in outputs)
         verify = [o["meta_info"]["spec_verify_ct"] for o in outputs]  # a KeyError: speculation did not run
         return {"tokens": tokens, "seconds": seconds, "steps": max(verify), "verify": sum(verify),
-                "digest": hashlib.sha1(json.dumps([o["output_ids"] for o in outputs]).encode()).hexdigest()[:12]}
+                "digest": digest([o["output_ids"] for o in outputs])}
 
     for batch in batches:  # warm-up of every measured shape: Triton compiles and first calls are not timed
         for mode in modes:

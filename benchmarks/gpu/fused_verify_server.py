@@ -23,6 +23,7 @@ import sys
 import time
 
 import e2e_sglang
+from results_file import save_json
 
 SAMPLED = {"greedy": {"temperature": 0},
            "T0.8 top-p0.9": {"temperature": 0.8, "top_p": 0.9},
@@ -83,8 +84,7 @@ def main(out: str) -> int:
         stock, fused = (results[arm].get(label, {}).get("output_ids") for arm in ARMS)
         results.setdefault("identical", {})[label] = (
             None if stock is None or fused is None else sum(a == b for a, b in zip(stock, fused)))
-    with open(os.path.join(out, "results.json"), "w") as handle:
-        json.dump(results, handle, indent=1)
+    save_json(os.path.join(out, "results.json"), results)
     print(json.dumps({"identical": results["identical"],
                       "accept": {arm: {k: v.get("accept_length") for k, v in results[arm].items() if isinstance(v, dict)}
                                  for arm in ARMS},
@@ -96,7 +96,6 @@ if __name__ == "__main__":
     if "--arm" in sys.argv:
         directory, arm = sys.argv[1], sys.argv[sys.argv.index("--arm") + 1]
         record = serve(directory, arm)
-        with open(os.path.join(directory, f"{arm}.json"), "w") as handle:
-            json.dump(record, handle)
+        save_json(os.path.join(directory, f"{arm}.json"), record)
         sys.exit(0)
     sys.exit(main(sys.argv[1]))

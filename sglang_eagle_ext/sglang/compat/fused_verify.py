@@ -99,11 +99,12 @@ class _Call:
 
 
 # SGLang's rejection-sampling option came with eagle_sample: older ServerArgs have no such field
-_REJECTION_SAMPLING = SpecifierSet(">=0.5.14")
+_REJECTION_SAMPLING = SEAMS[0].releases
 
 
 def _setting(release: Version, name: str) -> Any:
-    """A speculative server setting, read where this release's ``eagle_sample`` reads it."""
+    """A speculative server setting, read where this release's ``eagle_sample`` reads it, and when:
+    on every call (a running server can update the accept thresholds)."""
     if release >= Version("0.5.17"):
         from sglang.srt.runtime_context import get_spec
 
@@ -117,6 +118,7 @@ def _setting(release: Version, name: str) -> Any:
     return getattr(get_global_server_args(), name)
 
 
+@functools.cache  # one group per process; read on every fused verify call
 def _tp_group():
     """The group this release's sampled arm broadcasts over (attention TP under DP attention)."""
     from sglang.srt.layers.dp_attention import is_dp_attention_enabled
@@ -145,7 +147,7 @@ def _hand_back_reason(release: Version, verify_input, batch, logits_output, uno=
         return "all-greedy batch"
     if type(verify_input).__name__ != "EagleVerifyInput":
         return f"verify input {type(verify_input).__name__}"
-    has_rejection_sampling = _REJECTION_SAMPLING.contains(release, prereleases=True)  # as the seams match
+    has_rejection_sampling = _REJECTION_SAMPLING.contains(release, prereleases=True)
     if has_rejection_sampling and _setting(release, "speculative_use_rejection_sampling"):
         return "rejection sampling"
     if uno is not None:
