@@ -1,6 +1,8 @@
 """The end-to-end benchmark's target (benchmarks/gpu/zipf_target.py) has the next-token
 distributions it reports: after its rewrite of a dummy-initialised Llama, HF transformers' own
-forward gives, after every token, the logits of that token's class profile."""
+forward gives, after every token, the logits of that token's class profile. Its drafter
+(benchmarks/gpu/zipf_drafter.py), read by this package and run by the float64 reference drafter on
+the aux states HF captures, drafts those same profiles, in prefill, chain and tree steps."""
 
 import math
 import os
@@ -12,15 +14,22 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks", "gpu"))
 
+import zipf_drafter  # noqa: E402
 import zipf_target  # noqa: E402
 
+from sglang_eagle_ext.drafter.reader import read_drafter  # noqa: E402
+from sglang_eagle_ext.reference.acceptance import DraftSettings, speculative_generate  # noqa: E402
+from sglang_eagle_ext.reference.capture import CapturingTarget  # noqa: E402
+from sglang_eagle_ext.reference.drafter import DraftCache, ReferenceDrafter, _rope, _rotate  # noqa: E402
+from sglang_eagle_ext.testing.matched_drafter import build_matched_drafter  # noqa: E402
 
-def dummy_llama(vocab: int, hidden: int, layers: int):
+
+def dummy_llama(vocab: int, hidden: int, layers: int, heads: int = 4, kv_heads: int = 2):
     """A Llama with every weight drawn as SGLang's ``dummy`` loader draws them (uniform +-1e-3)."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     config = LlamaConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden,
-                         num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
+                         num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=kv_heads,
                          rms_norm_eps=1e-5, tie_word_embeddings=False)
     model = LlamaForCausalLM(config).eval()
     gen = torch.Generator().manual_seed(11)
@@ -69,3 +78,92 @@ def test_profile_stats_match_a_float64_recount():
     assert stats["top1_prob_mean"] == pytest.approx(statistics.mean(top1), abs=1e-3)
     assert stats["top50_mass_mean"] == pytest.approx(statistics.mean(top50), abs=1e-3)
     assert stats["top_p0.9_nucleus_median"] == statistics.median_low(nucleus)
+
+
+def zipf_pair(tmp_path, seed: int, vocab=3000, hidden=256, heads=8, kv_heads=4, layers=4, draft_vocab=1000):
+    """The zipf target (HF, float32) and its drafter as this package reads it, run in float64."""
+    target = dummy_llama(vocab, hidden, layers, heads, kv_heads)
+    zipf_target.shape_target(target, seed)
+    target_dir = tmp_path / "target"
+    target_dir.mkdir()
+    (target_dir / "config.json").write_text(target.config.to_json_string())
+    path = build_matched_drafter(str(tmp_path / "drafter"), str(target_dir), layers=1, num_aux=3, fc_norm=False,
+                                 dialect="specforge", draft_vocab=draft_vocab,
+                                 shape=zipf_drafter.shaper(seed, "cpu"))
+    checkpoint = read_drafter(path, target=str(target_dir))
+    drafter = ReferenceDrafter.from_tensors(checkpoint.spec, checkpoint.load_tensors(torch.float64),
+                                            target_embed=target.model.embed_tokens.weight.detach().double())
+    indices = checkpoint.spec.aux_layers.hidden_state_indices(layers)
+    return CapturingTarget(target, indices), drafter
+
+
+def profile_over_draft_vocab(drafter, seed, hidden, vocab, tokens):
+    profiles, _ = zipf_target.profiles_and_basis(hidden, vocab, seed, "cpu")
+    draft_ids = drafter.to_target_ids(torch.arange(drafter.spec.draft_vocab_size))
+    return profiles[tokens % zipf_target.CLASSES][..., draft_ids].double()
+
+
+@pytest.mark.parametrize("seed", [3, 1234])
+def test_zipf_drafter_drafts_the_profile_of_the_token_it_continues(tmp_path, seed):
+    hidden, vocab = 256, 3000
+    target, drafter = zipf_pair(tmp_path, seed)
+    ids = torch.randint(0, vocab, (2, 40), generator=torch.Generator().manual_seed(seed))
+    with torch.no_grad():
+        captured = target(ids)
+        cache = DraftCache()
+        # prefill as SGLang runs it: position p holds the target's state there and the next token
+        out = drafter(ids[:, 1:], torch.arange(39), aux=captured.aux[:, :-1].double(), cache=cache)
+        # position 0 has no previous token to cancel (never drafted from)
+        expected = profile_over_draft_vocab(drafter, seed, hidden, vocab, ids[:, 2:])
+        torch.testing.assert_close(out.logits[:, 1:], expected, atol=2e-3, rtol=0)
+        # a tree step: two children of the last token at one position, each seeing only the prefix
+        children = torch.tensor([[5, 70]]).expand(2, 2)  # classes 5 and 6
+        carried = out.carried[:, -1:].expand(2, 2, hidden)
+        sees = torch.cat([torch.ones(2, len(cache), dtype=torch.bool), torch.eye(2, dtype=torch.bool)], dim=1)
+        step = drafter(children, torch.tensor([39, 39]), carried=carried, cache=cache, attend=sees)
+        torch.testing.assert_close(step.logits, profile_over_draft_vocab(drafter, seed, hidden, vocab, children),
+                                   atol=2e-3, rtol=0)
+        # their children one position on, each seeing the prefix and its own parent
+        grandchildren = torch.tensor([[131, 2]]).expand(2, 2)  # classes 3 and 2
+        sees = torch.cat([torch.ones(2, len(cache) - 2, dtype=torch.bool), torch.eye(2, dtype=torch.bool),
+                          torch.eye(2, dtype=torch.bool)], dim=1)
+        step = drafter(grandchildren, torch.tensor([40, 40]), carried=step.carried, cache=cache, attend=sees)
+        torch.testing.assert_close(step.logits,
+                                   profile_over_draft_vocab(drafter, seed, hidden, vocab, grandchildren),
+                                   atol=2e-3, rtol=0)
+
+
+def test_zipf_drafter_is_accepted_greedily(tmp_path):
+    """The reference speculative loop (the target verifies greedily): a chain is accepted whole at
+    every step; in a tree the first level's best draft always is (deeper greedy paths may fall
+    outside a 5-node tree)."""
+    target, drafter = zipf_pair(tmp_path, seed=5)
+    chain = speculative_generate(target, drafter, list(range(100, 116)), 24, DraftSettings(num_steps=3))
+    assert chain.accept_lengths == [4] * len(chain.accept_lengths)
+    tree = speculative_generate(target, drafter, list(range(200, 216)), 24,
+                                DraftSettings(num_steps=3, topk=2, num_draft_tokens=6))
+    assert min(tree.accept_lengths) >= 2 and max(tree.accept_lengths) == 4
+
+
+def test_zipf_drafter_attention_peaks_beat_every_other_key_by_the_margin():
+    """q and k as the drafter writes them, rotated by the reference's own RoPE: the self head peaks at
+    distance 0 and the previous-token head at distance 1, SCORE_MARGIN above any key up to MAX_DISTANCE."""
+    from sglang_eagle_ext.drafter.spec import DrafterSpec
+
+    head_dim = 128
+    spec = DrafterSpec.__new__(DrafterSpec)
+    object.__setattr__(spec, "rope_scaling", None)
+    object.__setattr__(spec, "rope_theta", zipf_drafter.ROPE_THETA)
+    object.__setattr__(spec, "head_dim", head_dim)
+    inverse, factor = _rope(spec)
+    positions = torch.arange(zipf_drafter.MAX_DISTANCE + 1, dtype=torch.float64)
+    angles = torch.cat([positions[:, None] * inverse] * 2, dim=-1)
+    cos, sin = angles.cos() * factor, angles.sin() * factor
+    q_self, q_previous, key = zipf_drafter.query_key_vectors(head_dim)
+    keys = _rotate(key.expand(len(positions), head_dim), cos, sin)
+    last = len(positions) - 1
+    for query, peak in ((q_self, last), (q_previous, last - 1)):
+        scores = keys @ _rotate(query[None], cos[last:], sin[last:])[0] / math.sqrt(head_dim)
+        others = torch.cat([scores[:peak], scores[peak + 1:]])
+        assert int(scores.argmax()) == peak
+        assert float(scores[peak] - others.max()) >= zipf_drafter.SCORE_MARGIN - 1e-6

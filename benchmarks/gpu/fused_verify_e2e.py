@@ -11,10 +11,9 @@ ratio fused / stock of output tokens per second, and its median.
   vocabulary 128256), bf16, weights drawn by SGLang's ``dummy`` loader; ``zipf_target`` (a plugin
   this script registers) then rewrites the embeddings, final norm and lm_head so that the next-token
   distributions are ``verify_workload.realistic_logits`` profiles: their entropy is in the results.
-* Drafter: random, 1 layer, 3 aux states, SpecForge layout, draft vocabulary 32000 with a ``d2t``
-  map. Against this target its drafts are (almost) never accepted, in both arms alike (same tokens
-  per step), so the tokens/s ratio is the ratio of step times and every verify walk stops at the
-  root (deep walks: ``fused_verify_step.py``); a trained drafter emits more tokens per step in both.
+* Drafter: ``zipf_drafter`` (1 layer, 3 aux states, SpecForge layout, draft vocabulary 32000 with a
+  ``d2t`` map), whose weights draft the target's own profiles: its drafts are accepted as a trained
+  drafter's are, so verify walks go deep into the trees (accept lengths are in the results).
 * ms per step: a request batch's wall time over its verify steps (prefill included).
 
 usage (repository root; SGLang and this package installed, see ``stage_package.sh``):
@@ -37,6 +36,7 @@ import time
 from e2e_sglang import digest, engine_kwargs
 from results_file import save_json
 from verify_workload import BATCHES, FILTERS, TREES, VOCAB
+import zipf_drafter
 from zipf_target import SEED_ENV, profile_stats
 
 from sglang_eagle_ext.sglang.compat.fused_verify import ENV_SWITCH
@@ -62,8 +62,9 @@ SMOKE = dict(target=dict(LLAMA_31_8B, hidden_size=128, intermediate_size=256, nu
 READY_TIMEOUT_S = 480
 
 
-def build_models(out: str, target_config: dict, draft_vocab: int) -> tuple[str, str]:
-    """The target's config (no weights: the dummy loader draws them) and a random drafter, once."""
+def build_models(out: str, target_config: dict, draft_vocab: int, device: str) -> tuple[str, str]:
+    """The target's config (no weights: the dummy loader draws them) and the drafter, once; the
+    drafter's profiles are drawn on ``device``, as the target's engine draws them."""
     from sglang_eagle_ext.testing.matched_drafter import build_matched_drafter
 
     target, drafter = os.path.join(out, "models", "target"), os.path.join(out, "models", "drafter")
@@ -72,7 +73,7 @@ def build_models(out: str, target_config: dict, draft_vocab: int) -> tuple[str, 
         json.dump(target_config, handle, indent=1)
     if not os.path.exists(os.path.join(drafter, "matched_drafter.json")):
         build_matched_drafter(drafter, target, layers=1, num_aux=3, fc_norm=False, dialect="specforge",
-                              seed=7, draft_vocab=draft_vocab)
+                              seed=7, draft_vocab=draft_vocab, shape=zipf_drafter.shaper(SEED, device))
     return target, drafter
 
 
@@ -244,14 +245,14 @@ def main() -> int:
         trees = [TREES[int(i)] for i in args.trees.split(",")]
         batches, modes, rounds, new_tokens = BATCHES, list(MODES), args.rounds, args.new_tokens
     register_plugin(out)
-    target, drafter = build_models(out, target_config, draft_vocab)
+    device = "cpu" if args.smoke else "cuda"
+    target, drafter = build_models(out, target_config, draft_vocab, device)
 
     import sglang
     import torch
 
     path = os.path.join(out, "results.json")
     results = json.load(open(path)) if os.path.exists(path) else {"trees": {}}
-    device = "cpu" if args.smoke else "cuda"
     results.update(sglang=sglang.__version__, torch=torch.__version__, commit=os.environ.get("E2E_COMMIT", "unknown"),
                    device=torch.cuda.get_device_name(0) if device == "cuda" else "cpu", driver=driver(device),
                    flashinfer_renorm=os.environ.get("SGL_KERNEL_USE_FLASHINFER") == "1",

@@ -101,7 +101,8 @@ def draft_tree(drafter: ReferenceDrafter, cache: DraftCache, last: DraftOutput,
                 attend[row, slot_of[ancestor]] = True
                 ancestor = candidates[ancestor].parent
             slot_of[beam] = base + row
-        ids = torch.tensor([[candidates[b].draft_id for b in beams]], device=device)
+        # a drafted token goes back in as its target id (SGLang maps it through hot_token_id first)
+        ids = drafter.to_target_ids(torch.tensor([[candidates[b].draft_id for b in beams]], device=device))
         positions = torch.full((len(beams),), committed + step - 1, device=device)
         out = drafter(ids, positions, carried=beam_hidden[None], cache=cache, attend=attend)
         step_p, step_i = out.logits[0].float().softmax(-1).topk(settings.topk, dim=-1)

@@ -11,6 +11,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+from typing import Callable
+
+import torch
 
 from sglang_eagle_ext.testing import fixtures
 
@@ -26,7 +29,10 @@ def aux_indices(num_target_layers: int, num_aux: int) -> list[int]:
 
 
 def build_matched_drafter(directory: str, target_dir: str, *, layers: int, num_aux: int,
-                          fc_norm: bool, dialect: str, seed: int = 0, draft_vocab: int | None = None) -> str:
+                          fc_norm: bool, dialect: str, seed: int = 0, draft_vocab: int | None = None,
+                          shape: Callable[[dict[str, torch.Tensor], dict], None] | None = None) -> str:
+    """Write the drafter to ``directory``. ``shape(tensors, layer_config)``, when given, rewrites
+    the random canonical tensors (and may set layer config keys) in place before they are written."""
     with open(os.path.join(target_dir, "config.json"), encoding="utf-8") as handle:
         target = json.load(handle)
     heads = target["num_attention_heads"]
@@ -52,7 +58,6 @@ def build_matched_drafter(directory: str, target_dir: str, *, layers: int, num_a
         config["num_aux_hidden_states"] = num_aux
         if fc_norm:
             config["fc_norm"] = True
-        tensors = fixtures.rename(tensors, midlayer=True)
     elif dialect == "speculators":
         layer_config = fixtures.template("sgl-project__SpecForge-configs-llama3-8B-eagle3")
         config = fixtures.speculators_config(layer_config, geometry,
@@ -63,6 +68,10 @@ def build_matched_drafter(directory: str, target_dir: str, *, layers: int, num_a
     # SGLang serves the draft at the target's context length and refuses a shorter draft config
     layer_config = config.get("transformer_layer_config", config)
     layer_config["max_position_embeddings"] = target.get("max_position_embeddings", 2048)
+    if shape is not None:
+        shape(tensors, layer_config)
+    if dialect != "speculators":
+        tensors = fixtures.rename(tensors, midlayer=True)
     fixtures.write_checkpoint(directory, config, tensors)
     with open(os.path.join(directory, "matched_drafter.json"), "w", encoding="utf-8") as handle:
         json.dump({"geometry": dataclasses.asdict(geometry), "aux_hidden_state_indices": indices,
