@@ -362,7 +362,9 @@ def fused_verify_e2e() -> str:
             f"stock SGLang with flashinfer's renorm (at batch 64, {filters} by tree: {at_64}), greedy "
             f"{value_or_range(greedy, 3)}x (the same path); sampled outputs identical to stock in "
             f"{sum(cell['same_outputs_rounds'] for cell in sampled)} of {sum(len(cell['ratios']) for cell in sampled)} "
-            f"runs; Llama-3.1-8B geometry with next-token entropy "
+            f"runs, with a drafter whose drafts the target accepts (accept length "
+            f"{value_or_range([cell['accept_length']['fused'] for cell in cells], 2)}); Llama-3.1-8B geometry with "
+            f"next-token entropy "
             f"{run['distributions']['T0.7 top-p0.9']['entropy_nats']['mean']:.1f} nats at T 0.7, {run['device']}, "
             f"SGLang {run['sglang']}, {dates[-1]}, `{run['commit']}`, `{relative(FUSED_VERIFY_E2E)}`")
 

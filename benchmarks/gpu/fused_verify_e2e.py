@@ -14,7 +14,9 @@ ratio fused / stock of output tokens per second, and its median.
 * Drafter: ``zipf_drafter`` (1 layer, 3 aux states, SpecForge layout, draft vocabulary 32000 with a
   ``d2t`` map), whose weights draft the target's own profiles: its drafts are accepted as a trained
   drafter's are, so verify walks go deep into the trees (accept lengths are in the results).
-* ms per step: a request batch's wall time over its verify steps (prefill included).
+* ms per step: a request batch's wall time over its verify steps (prefill included). Each timed
+  request batch follows an untimed one of ``LEAD_IN_TOKENS`` on the same engine, so that the arm
+  taking the GPU over from the other does not pay its wake-up in the timing.
 
 usage (repository root; SGLang and this package installed, see ``stage_package.sh``):
   python3 benchmarks/gpu/fused_verify_e2e.py OUTDIR [--trees 0,1,2] [--rounds 3] [--new-tokens 64]
@@ -45,6 +47,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ARMS = {"stock": "0", "fused": "1"}  # values of ENV_SWITCH
 SEED = 1234
 PROMPT_TOKENS = 16
+LEAD_IN_TOKENS = 4  # an untimed request before each timed one
 MODES = {"greedy": {"temperature": 0.0},
          **{label: {"temperature": t, "top_p": p, **({"top_k": k} if k < VOCAB else {})}
             for label, (t, k, p) in FILTERS.items()}}
@@ -134,6 +137,8 @@ def host(connection, target: str, drafter: str, options: dict, batches: list[int
 
     def measure(batch: int, mode: str, new_tokens: int) -> dict:
         params = {**MODES[mode], "max_new_tokens": new_tokens, "ignore_eos": True}
+        # untimed, as the arms take turns: the engine taking the GPU over pays its wake-up here
+        engine.generate(input_ids=requests[:batch], sampling_params={**params, "max_new_tokens": LEAD_IN_TOKENS})
         start = time.perf_counter()
         outputs = engine.generate(input_ids=requests[:batch], sampling_params=params)
         seconds = time.perf_counter() - start
