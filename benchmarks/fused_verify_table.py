@@ -101,7 +101,7 @@ def server_table(name: str, run: dict) -> list[str]:
     proof = [line for line in run["fused"]["plugin_log"] if "served by the fused sampler" in line]
     lines += ["", "The fused engine's log:", "", *(f"    {line}" for line in proof), "",
               "The random drafter rarely matches this target (accept length near 1): the walks here are short; "
-              "deep walks are covered by the step table above."]
+              "deep walks are covered by the end-to-end table (zipf drafter) and the step table."]
     return lines
 
 
