@@ -139,7 +139,7 @@ def test_zipf_drafter_is_accepted_greedily(tmp_path):
     outside a 5-node tree)."""
     target, drafter = zipf_pair(tmp_path, seed=5)
     chain = speculative_generate(target, drafter, list(range(100, 116)), 24, DraftSettings(num_steps=3))
-    assert chain.accept_lengths == [4] * len(chain.accept_lengths)
+    assert chain.accept_lengths and chain.accept_lengths == [4] * len(chain.accept_lengths)
     tree = speculative_generate(target, drafter, list(range(200, 216)), 24,
                                 DraftSettings(num_steps=3, topk=2, num_draft_tokens=6))
     assert min(tree.accept_lengths) >= 2 and max(tree.accept_lengths) == 4

