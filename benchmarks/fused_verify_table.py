@@ -166,8 +166,7 @@ def e2e_table(name: str, run: dict) -> list[str]:
         for c in record["cells"]:
             stock_ms, fused_ms = c["ms_per_step_median"]["stock"], c["ms_per_step_median"]["fused"]
             sampled = c["mode"] != "greedy"
-            call_ms, fused_call_ms, freed = costs.get((c["mode"], tree, c["batch"]), (None,) * 3) if sampled \
-                else (None,) * 3
+            call_ms, fused_call_ms, freed = costs.get((c["mode"], tree, c["batch"]), (None,) * 3)  # sampled only
             ceiling, above, realised = "-", "", "-"
             if call_ms is not None:
                 bound = stock_ms / (stock_ms - call_ms)

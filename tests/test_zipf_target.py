@@ -8,6 +8,7 @@ import math
 import os
 import statistics
 import sys
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -148,14 +149,8 @@ def test_zipf_drafter_is_accepted_greedily(tmp_path):
 def test_zipf_drafter_attention_peaks_beat_every_other_key_by_the_margin():
     """q and k as the drafter writes them, rotated by the reference's own RoPE: the self head peaks at
     distance 0 and the previous-token head at distance 1, SCORE_MARGIN above any key up to MAX_DISTANCE."""
-    from sglang_eagle_ext.drafter.spec import DrafterSpec
-
-    head_dim = 128
-    spec = DrafterSpec.__new__(DrafterSpec)
-    object.__setattr__(spec, "rope_scaling", None)
-    object.__setattr__(spec, "rope_theta", zipf_drafter.ROPE_THETA)
-    object.__setattr__(spec, "head_dim", head_dim)
-    inverse, factor = _rope(spec)
+    head_dim = 128  # the served geometry's
+    inverse, factor = _rope(SimpleNamespace(rope_scaling=None, rope_theta=zipf_drafter.ROPE_THETA, head_dim=head_dim))
     positions = torch.arange(zipf_drafter.MAX_DISTANCE + 1, dtype=torch.float64)
     angles = torch.cat([positions[:, None] * inverse] * 2, dim=-1)
     cos, sin = angles.cos() * factor, angles.sin() * factor

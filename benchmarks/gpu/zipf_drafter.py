@@ -29,6 +29,7 @@ the prompt is one token long (the benchmarks' prompts are longer).
 from __future__ import annotations
 
 import math
+from typing import Callable
 
 import torch
 
@@ -42,23 +43,26 @@ SCORE_MARGIN = 30.0  # attention logit of the intended key over any other (weigh
 MAX_DISTANCE = 4096  # the margin holds for keys up to this many positions back
 
 
+def carrier_frequencies(head_dim: int) -> torch.Tensor:
+    """RoPE frequencies (float64) of the pairs that carry q and k: the highest ``ROPE_PAIRS``."""
+    exponents = torch.arange(0, head_dim, 2, dtype=torch.float64)[:min(ROPE_PAIRS, head_dim // 2)] / head_dim
+    return ROPE_THETA ** -exponents
+
+
 def key_amplitude(head_dim: int) -> float:
     """Per-pair amplitude of q and k so that the score at the intended distance beats every other
     distance up to ``MAX_DISTANCE`` by ``SCORE_MARGIN`` (score = a^2 sum_f cos(theta_f d) / sqrt(d_h))."""
-    pairs = min(ROPE_PAIRS, head_dim // 2)
-    inverse = ROPE_THETA ** (-torch.arange(0, head_dim, 2, dtype=torch.float64)[:pairs] / head_dim)
     distances = torch.arange(1, MAX_DISTANCE + 1, dtype=torch.float64)
-    gap = float((1 - torch.cos(distances[:, None] * inverse[None, :])).sum(-1).min())
+    gap = float((1 - torch.cos(distances[:, None] * carrier_frequencies(head_dim)[None, :])).sum(-1).min())
     return math.sqrt(SCORE_MARGIN * math.sqrt(head_dim) / gap)
 
 
 def query_key_vectors(head_dim: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(q_self, q_previous, k)``, each ``[head_dim]`` in RoPE's half-split (neox) layout: k and
-    q_self put ``a`` on the first pairs' first halves; q_previous is k rotated back by one position,
-    so its score peaks at the key one position before the query."""
-    pairs, half = min(ROPE_PAIRS, head_dim // 2), head_dim // 2
-    amplitude = key_amplitude(head_dim)
-    theta = ROPE_THETA ** (-torch.arange(0, head_dim, 2, dtype=torch.float64)[:pairs] / head_dim)
+    q_self put ``a`` on the carrier pairs' first halves; q_previous is k rotated back by one
+    position, so its score peaks at the key one position before the query."""
+    theta, half = carrier_frequencies(head_dim), head_dim // 2
+    amplitude, pairs = key_amplitude(head_dim), len(theta)
     key = torch.zeros(head_dim, dtype=torch.float64)
     key[:pairs] = amplitude
     previous = torch.zeros(head_dim, dtype=torch.float64)
@@ -73,7 +77,7 @@ def draft_vocabulary(profiles: torch.Tensor, size: int) -> torch.Tensor:
     return mass.topk(size).indices.sort().values
 
 
-def shaper(seed: int, device) -> callable:
+def shaper(seed: int, device) -> Callable[[dict[str, torch.Tensor], dict], None]:
     """The ``shape`` hook of ``build_matched_drafter`` for a 1-layer drafter of a ``zipf_target``
     with ``seed``; ``device`` must be the one the target's engine draws its profiles on."""
 

@@ -100,15 +100,15 @@ def fetch(repo_id: str, weights: bool) -> HubDrafter:
         # the files the reader will read: the first weight file it looks for, an index's shards, the
         # vocabulary side files (never a repository's other pickles: training state, optimizer)
         chosen = next((name for name in WEIGHT_FILES if name in siblings), None)
-        weights = [chosen] if chosen else []
+        weight_files = [chosen] if chosen else []
         if chosen and chosen.endswith(".index.json"):
             index = hf_hub_download(repo_id, chosen, revision=commit)
             try:
-                weights = [os.path.join(os.path.dirname(chosen), shard) for shard in shard_names(index)]
-            except (OSError, ValueError, KeyError, TypeError, AttributeError):
-                weights = []  # the reader reports the index
+                weight_files = [os.path.join(os.path.dirname(chosen), shard) for shard in shard_names(index)]
+            except ValueError:
+                weight_files = []  # the reader reports the index
         remote = {}
-        for name in (*META_FILES, TOKEN_MAP_FILE, *weights):
+        for name in (*META_FILES, TOKEN_MAP_FILE, *weight_files):
             sibling = siblings.get(name)
             if sibling is None:
                 continue  # the reader reports what it misses

@@ -150,13 +150,15 @@ def _read_config(directory: str) -> Any:
 
 
 def shard_names(index_path: str) -> list[str]:
-    """The shard files a ``*.index.json`` names (raises OSError, ValueError, KeyError, TypeError or
-    AttributeError for an unreadable index)."""
-    if os.path.getsize(index_path) > JSON_FILE_LIMIT:
-        raise ValueError(f"{os.path.getsize(index_path)} bytes, far larger than a shard index "
-                         f"(at most {JSON_FILE_LIMIT} are parsed)")
-    with open(index_path, encoding="utf-8") as handle:
-        shards = sorted(set(json.load(handle)["weight_map"].values()))
+    """The shard files a ``*.index.json`` names; ValueError saying why for an unreadable index."""
+    try:
+        size = os.path.getsize(index_path)
+        if size > JSON_FILE_LIMIT:
+            raise ValueError(f"{size} bytes, far larger than a shard index (at most {JSON_FILE_LIMIT} are parsed)")
+        with open(index_path, encoding="utf-8") as handle:
+            shards = sorted(set(json.load(handle)["weight_map"].values()))
+    except (OSError, KeyError, TypeError, AttributeError) as exc:  # unreadable, or not {"weight_map": {...}}
+        raise ValueError(f"{type(exc).__name__}: {exc}") from None
     if not all(isinstance(s, str) and s for s in shards):
         raise ValueError("shard names must be file names")
     return shards
@@ -171,7 +173,7 @@ def _weight_files(directory: str, problems: list[Problem], remote: Mapping[str, 
             return [path]
         try:
             shards = shard_names(path)
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        except ValueError as exc:
             problems.append(Problem(path, "weight_map", f"unreadable shard index ({exc})",
                                     "re-download the checkpoint"))
             return []
