@@ -17,9 +17,13 @@ ratio fused / stock of output tokens per second, and its median.
 * ms per step: a request batch's wall time over its verify steps (prefill included). Each timed
   request batch follows an untimed one of ``LEAD_IN_TOKENS`` on the same engine, so that the arm
   taking the GPU over from the other does not pay its wake-up in the timing.
+* ``--control``: an A/A run, both engines stock (the ``fused`` arm's switch is ``0`` too), into
+  ``OUTDIR/control.json``: its ratios are the engine-to-engine and order bias alone, the floor
+  under which a ratio of the real run says nothing about the arms.
 
 usage (repository root; SGLang and this package installed, see ``stage_package.sh``):
-  python3 benchmarks/gpu/fused_verify_e2e.py OUTDIR [--trees 0,1,2] [--rounds 3] [--new-tokens 64]
+  python3 benchmarks/gpu/fused_verify_e2e.py OUTDIR [--trees 0,1,2] [--batches 1,16,64] [--rounds 8]
+                                             [--new-tokens 64] [--control]
   python3 benchmarks/gpu/fused_verify_e2e.py OUTDIR --smoke   # CPU, a tiny target: the plumbing only
 Results accumulate in ``OUTDIR/results.json`` (one entry per tree), logs in ``OUTDIR/logs``.
 """
@@ -121,13 +125,14 @@ def engine_options(tree: tuple, batches: list[int], smoke: bool) -> dict:
                          disable_radix_cache=True, log_level="error", **device)
 
 
-def host(connection, target: str, drafter: str, options: dict, batches: list[int], modes: list[str], arm: str,
+def host(connection, target: str, drafter: str, options: dict, batches: list[int], modes: list[str], switch: str,
          log_path: str) -> None:
-    """Child process hosting one engine: answers (batch, mode, new tokens) with one measurement."""
+    """Child process hosting one engine (``switch``: its ENV_SWITCH value): answers (batch, mode, new
+    tokens) with one measurement."""
     log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
     os.dup2(log, 1)
     os.dup2(log, 2)  # inherited by the engine's scheduler: this arm's plugin lines land here
-    os.environ[ENV_SWITCH] = ARMS[arm]
+    os.environ[ENV_SWITCH] = switch
     import sglang
 
     engine = sglang.Engine(model_path=target, speculative_draft_model_path=drafter, **options)
@@ -157,8 +162,9 @@ def host(connection, target: str, drafter: str, options: dict, batches: list[int
 
 
 def run_tree(out: str, tree: tuple, target: str, drafter: str, batches: list[int], modes: list[str],
-             rounds: int, new_tokens: int, smoke: bool, record: dict, saved) -> None:
-    """Fills ``record`` cell by cell, calling ``saved()`` after each (a run cut short keeps its cells)."""
+             rounds: int, new_tokens: int, smoke: bool, switches: dict, record: dict, saved) -> None:
+    """Fills ``record`` cell by cell, calling ``saved()`` after each (a run cut short keeps its cells);
+    ``switches``: each arm's ENV_SWITCH value."""
     context = multiprocessing.get_context("spawn")
     options = engine_options(tree, batches, smoke)
     name = "-".join(map(str, tree))
@@ -166,8 +172,8 @@ def run_tree(out: str, tree: tuple, target: str, drafter: str, batches: list[int
     for arm in ARMS:
         parent, child = context.Pipe()
         log_path = os.path.join(out, "logs", f"{name}-{arm}.log")
-        process = context.Process(target=host, args=(child, target, drafter, options, batches, modes, arm,
-                                                                log_path))
+        process = context.Process(target=host, args=(child, target, drafter, options, batches, modes,
+                                                     switches[arm], log_path))
         process.start()
         engines[arm] = (parent, process, log_path)
     started = time.monotonic()
@@ -231,9 +237,11 @@ def main() -> int:
     parser.add_argument("out")
     parser.add_argument("--trees", default=",".join(str(i) for i in range(len(TREES))),
                         help="indices into verify_workload.TREES")
-    parser.add_argument("--rounds", type=int, default=4, help="even: each arm goes first equally often")
+    parser.add_argument("--batches", default=",".join(map(str, BATCHES)))
+    parser.add_argument("--rounds", type=int, default=8, help="even: each arm goes first equally often")
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--smoke", action="store_true", help="CPU, tiny target: check the plumbing")
+    parser.add_argument("--control", action="store_true", help="A/A: both arms stock, into control.json")
     args = parser.parse_args()
     out = os.path.abspath(args.out)
     os.makedirs(os.path.join(out, "logs"), exist_ok=True)
@@ -248,7 +256,8 @@ def main() -> int:
     else:
         target_config, draft_vocab = LLAMA_31_8B, DRAFT_VOCAB
         trees = [TREES[int(i)] for i in args.trees.split(",")]
-        batches, modes, rounds, new_tokens = BATCHES, list(MODES), args.rounds, args.new_tokens
+        batches = [int(b) for b in args.batches.split(",")]
+        modes, rounds, new_tokens = list(MODES), args.rounds, args.new_tokens
     register_plugin(out)
     device = "cpu" if args.smoke else "cuda"
     target, drafter = build_models(out, target_config, draft_vocab, device)
@@ -256,11 +265,12 @@ def main() -> int:
     import sglang
     import torch
 
-    path = os.path.join(out, "results.json")
+    switches = {**ARMS, "fused": ARMS["stock"]} if args.control else ARMS
+    path = os.path.join(out, "control.json" if args.control else "results.json")
     results = json.load(open(path)) if os.path.exists(path) else {"trees": {}}
     results.update(sglang=sglang.__version__, torch=torch.__version__, commit=os.environ.get("E2E_COMMIT", "unknown"),
                    device=torch.cuda.get_device_name(0) if device == "cuda" else "cpu", driver=driver(device),
-                   flashinfer_renorm=os.environ.get("SGL_KERNEL_USE_FLASHINFER") == "1",
+                   flashinfer_renorm=os.environ.get("SGL_KERNEL_USE_FLASHINFER") == "1", switches=switches,
                    target={k: target_config[k] for k in ("hidden_size", "num_hidden_layers", "intermediate_size",
                                                           "vocab_size")},
                    draft_vocab=draft_vocab, prompt_tokens=PROMPT_TOKENS,
@@ -269,7 +279,7 @@ def main() -> int:
                                   for label, (temperature, _, _) in FILTERS.items()})
     for tree in trees:
         record = results["trees"]["/".join(map(str, tree))] = {}
-        run_tree(out, tree, target, drafter, batches, modes, rounds, new_tokens, args.smoke, record,
+        run_tree(out, tree, target, drafter, batches, modes, rounds, new_tokens, args.smoke, switches, record,
                  lambda: save_json(path, results))
     return 0
 
