@@ -122,6 +122,11 @@ def step_costs(step: dict) -> dict:
             (t["ms_stock"], t["ms_fused"], t["mem_stock"] - t["mem_fused"]) for t in step["timing"] if "mem_stock" in t}
 
 
+def run_dates(run: dict) -> str:
+    """The dates of a run's trees (one results file can gather several calls)."""
+    return ", ".join(sorted({tree["date"] for tree in run["trees"].values()}))
+
+
 def control_name(name: str) -> str:
     return name.replace(".json", "_control.json")
 
@@ -154,7 +159,7 @@ def e2e_table(name: str, run: dict) -> list[str]:
     options = first["engine_options"]
     graphs = options.get("cuda_graph_bs") or options.get("cuda_graph_bs_decode")
     lines = [f"## End to end: {run['device']}, SGLang {run['sglang']}, torch {run['torch']}", "",
-             f"{', '.join(sorted({t['date'] for t in trees.values()}))}, commit `{commit}`, flashinfer's renorm "
+             f"{run_dates(run)}, commit `{commit}`, flashinfer's renorm "
              f"{'active' if run['flashinfer_renorm'] else 'NOT active'} in the stock arm. Command:", "",
              f"    {command}", "",
              f"Two engines on one GPU (`SGLANG_EAGLE_EXT_FUSED_VERIFY=0` and `=1`), same target, drafter and "
@@ -182,7 +187,7 @@ def e2e_table(name: str, run: dict) -> list[str]:
              "estimate); a ratio above its ceiling (marked *) is round-to-round noise. Realised: the fused arm's "
              "step saving over the saving per call the step table measured (stock call minus fused call; shown "
              f"where that is at least {MEASURABLE_MS} ms). A/A: the same cell of the control run, two engines both "
-             f"stock (`--control`; {control['trees'][next(iter(control['trees']))]['date']}, commit "
+             f"stock (`--control`; {run_dates(control)}, commit "
              f"`{control_commit}`: `{control_command}`), whose ratio is drift between engines alone. Memory: what the "
              "stock pipeline allocates beyond the fused one per step (step table), and the Llama-3.1-8B KV tokens "
              "it would hold.", "",

@@ -266,6 +266,9 @@ def main() -> int:
     import torch
 
     switches = {**ARMS, "fused": ARMS["stock"]} if args.control else ARMS
+    # the filters share a temperature: their profiles' statistics are computed once per temperature
+    stats = {temperature: profile_stats(target_config["hidden_size"], target_config["vocab_size"], SEED, temperature,
+                                        device) for temperature in {t for t, _, _ in FILTERS.values()}}
     path = os.path.join(out, "control.json" if args.control else "results.json")
     results = json.load(open(path)) if os.path.exists(path) else {"trees": {}}
     results.update(sglang=sglang.__version__, torch=torch.__version__, commit=os.environ.get("E2E_COMMIT", "unknown"),
@@ -274,9 +277,7 @@ def main() -> int:
                    target={k: target_config[k] for k in ("hidden_size", "num_hidden_layers", "intermediate_size",
                                                           "vocab_size")},
                    draft_vocab=draft_vocab, prompt_tokens=PROMPT_TOKENS,
-                   distributions={label: profile_stats(target_config["hidden_size"], target_config["vocab_size"],
-                                                       SEED, temperature, device)
-                                  for label, (temperature, _, _) in FILTERS.items()})
+                   distributions={label: stats[temperature] for label, (temperature, _, _) in FILTERS.items()})
     for tree in trees:
         record = results["trees"]["/".join(map(str, tree))] = {}
         run_tree(out, tree, target, drafter, batches, modes, rounds, new_tokens, args.smoke, switches, record,
