@@ -81,14 +81,16 @@ def test_profile_stats_match_a_float64_recount():
     assert stats["top_p0.9_nucleus_median"] == statistics.median_low(nucleus)
 
 
-def zipf_pair(tmp_path, seed: int, vocab=3000, hidden=256, heads=8, kv_heads=4, layers=4, draft_vocab=1000):
+def zipf_pair(tmp_path, seed: int, vocab=3000, hidden=256, heads=8, kv_heads=4, layers=4, draft_vocab=1000,
+              drafter_layers=1):
     """The zipf target (HF, float32) and its drafter as this package reads it, run in float64."""
     target = dummy_llama(vocab, hidden, layers, heads, kv_heads)
     zipf_target.shape_target(target, seed)
     target_dir = tmp_path / "target"
     target_dir.mkdir()
     (target_dir / "config.json").write_text(target.config.to_json_string())
-    path = build_matched_drafter(str(tmp_path / "drafter"), str(target_dir), layers=1, num_aux=3, fc_norm=False,
+    path = build_matched_drafter(str(tmp_path / "drafter"), str(target_dir), layers=drafter_layers, num_aux=3,
+                                 fc_norm=False,
                                  dialect="specforge", draft_vocab=draft_vocab,
                                  shape=zipf_drafter.shaper(seed, "cpu"))
     checkpoint = read_drafter(path, target=str(target_dir))
@@ -104,10 +106,10 @@ def profile_over_draft_vocab(drafter, seed, hidden, vocab, tokens):
     return profiles[tokens % zipf_target.CLASSES][..., draft_ids].double()
 
 
-@pytest.mark.parametrize("seed", [3, 1234])
-def test_zipf_drafter_drafts_the_profile_of_the_token_it_continues(tmp_path, seed):
+@pytest.mark.parametrize("seed, drafter_layers", [(3, 1), (1234, 1), (11, 3)])
+def test_zipf_drafter_drafts_the_profile_of_the_token_it_continues(tmp_path, seed, drafter_layers):
     hidden, vocab = 256, 3000
-    target, drafter = zipf_pair(tmp_path, seed)
+    target, drafter = zipf_pair(tmp_path, seed, drafter_layers=drafter_layers)
     ids = torch.randint(0, vocab, (2, 40), generator=torch.Generator().manual_seed(seed))
     with torch.no_grad():
         captured = target(ids)

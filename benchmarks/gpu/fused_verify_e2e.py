@@ -17,9 +17,10 @@ ratio fused / stock of output tokens per second, and its median.
 * ms per step: a request batch's wall time over its verify steps (prefill included). Each timed
   request batch follows an untimed one of ``LEAD_IN_TOKENS`` on the same engine, so that the arm
   taking the GPU over from the other does not pay its wake-up in the timing.
-* ``--control``: an A/A run, both engines stock (the ``fused`` arm's switch is ``0`` too), into
-  ``OUTDIR/control.json``: its ratios are the engine-to-engine and order bias alone, the floor
-  under which a ratio of the real run says nothing about the arms.
+* ``--control``: a third engine, stock again (``stock-again``), decodes every cell in the same
+  rotation; its ratio to ``stock`` (an A/A pair) goes to ``OUTDIR/control.json`` in the same format
+  (its ``fused`` arm is the second stock engine): the engine-to-engine and order bias alone, measured
+  in the same rounds as the real ratios, the floor under which a ratio says nothing about the arms.
 
 usage (repository root; SGLang and this package installed, see ``stage_package.sh``):
   python3 benchmarks/gpu/fused_verify_e2e.py OUTDIR [--trees 0,1,2] [--batches 1,16,64] [--rounds 8]
@@ -41,7 +42,7 @@ import time
 
 from e2e_sglang import digest, engine_kwargs
 from results_file import save_json
-from verify_workload import BATCHES, FILTERS, TREES, VOCAB
+from verify_workload import BATCHES, FILTERS, TREES, VOCAB, flashinfer_renorm_requested
 import zipf_drafter
 from zipf_target import SEED_ENV, profile_stats
 
@@ -49,6 +50,7 @@ from sglang_eagle_ext.sglang.compat.fused_verify import ENV_SWITCH
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ARMS = {"stock": "0", "fused": "1"}  # values of ENV_SWITCH
+CONTROL_ARM = "stock-again"  # --control's third engine, ENV_SWITCH 0
 SEED = 1234
 PROMPT_TOKENS = 16
 LEAD_IN_TOKENS = 4  # an untimed request before each timed one
@@ -69,30 +71,32 @@ SMOKE = dict(target=dict(LLAMA_31_8B, hidden_size=128, intermediate_size=256, nu
 READY_TIMEOUT_S = 480
 
 
-def build_models(out: str, target_config: dict, draft_vocab: int, device: str) -> tuple[str, str]:
-    """The target's config (no weights: the dummy loader draws them) and the drafter, once; the
-    drafter's profiles are drawn on ``device``, as the target's engine draws them."""
+def build_models(out: str, target_config: dict, draft_vocab: int, device: str, layers: int = 1) -> tuple[str, str]:
+    """The target's config (no weights: the dummy loader draws them) and a ``layers``-deep drafter,
+    once; the drafter's profiles are drawn on ``device``, as the target's engine draws them."""
     from sglang_eagle_ext.testing.matched_drafter import build_matched_drafter
 
-    target, drafter = os.path.join(out, "models", "target"), os.path.join(out, "models", "drafter")
+    target = os.path.join(out, "models", "target")
+    drafter = os.path.join(out, "models", "drafter" if layers == 1 else f"drafter-{layers}-layers")
     os.makedirs(target, exist_ok=True)
     with open(os.path.join(target, "config.json"), "w", encoding="utf-8") as handle:
         json.dump(target_config, handle, indent=1)
     if not os.path.exists(os.path.join(drafter, "matched_drafter.json")):
-        build_matched_drafter(drafter, target, layers=1, num_aux=3, fc_norm=False, dialect="specforge",
+        build_matched_drafter(drafter, target, layers=layers, num_aux=3, fc_norm=False, dialect="specforge",
                               seed=7, draft_vocab=draft_vocab, shape=zipf_drafter.shaper(SEED, device))
     return target, drafter
 
 
-def register_plugin(out: str) -> None:
-    """``zipf_target`` as a ``sglang.srt.plugins`` entry point of its own, importable (with
-    ``verify_workload``) by every process the engines start."""
+def register_plugin(out: str, entries: tuple[str, ...] = ("zipf_target",)) -> None:
+    """Benchmark-only ``sglang.srt.plugins`` entry points (modules of this folder with a ``load``,
+    ``zipf_target`` by default), importable (with ``verify_workload``) by every process the engines
+    start."""
     dist = os.path.join(out, "plugin", "sglang_eagle_ext_benchmarks-0.dist-info")
     os.makedirs(dist, exist_ok=True)
     with open(os.path.join(dist, "METADATA"), "w") as handle:
         handle.write("Metadata-Version: 2.1\nName: sglang-eagle-ext-benchmarks\nVersion: 0\n")
     with open(os.path.join(dist, "entry_points.txt"), "w") as handle:
-        handle.write("[sglang.srt.plugins]\nzipf_target = zipf_target:load\n")
+        handle.write("[sglang.srt.plugins]\n" + "".join(f"{name} = {name}:load\n" for name in entries))
     # multiprocessing's spawn hands its children this process's sys.path; other children read PYTHONPATH
     sys.path[:0] = [os.path.join(out, "plugin"), HERE]
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [*sys.path[:2], os.environ.get("PYTHONPATH")]))
@@ -161,19 +165,39 @@ def host(connection, target: str, drafter: str, options: dict, batches: list[int
     engine.shutdown()
 
 
+def cell_record(batch: int, mode: str, new_tokens: int, stock: list[dict], fused: list[dict]) -> dict:
+    """One cell: the two arms' rounds (``fused`` is the second stock engine in an A/A cell)."""
+    runs = {"stock": stock, "fused": fused}
+    rates = {arm: [r["tokens"] / r["seconds"] for r in runs[arm]] for arm in runs}
+    ratios = [f / s for f, s in zip(rates["fused"], rates["stock"])]
+    return {"batch": batch, "mode": mode, "new_tokens": new_tokens,
+            "tok_s": {arm: [round(r, 1) for r in rates[arm]] for arm in runs},
+            "tok_s_median": {arm: round(statistics.median(rates[arm]), 1) for arm in runs},
+            "ms_per_step_median": {arm: round(statistics.median(
+                1000 * r["seconds"] / r["steps"] for r in runs[arm]), 3) for arm in runs},
+            "accept_length": {arm: round(sum(r["tokens"] for r in runs[arm]) /
+                                         sum(r["verify"] for r in runs[arm]), 3) for arm in runs},
+            # a request's first token comes from prefill; the rest are verify steps' bonus tokens
+            # and accepted drafts
+            "drafts_accepted": {arm: sum(r["tokens"] - batch - r["verify"] for r in runs[arm]) for arm in runs},
+            "ratio_median": round(statistics.median(ratios), 4), "ratios": [round(r, 4) for r in ratios],
+            "same_outputs_rounds": sum(s["digest"] == f["digest"] for s, f in zip(stock, fused))}
+
+
 def run_tree(out: str, tree: tuple, target: str, drafter: str, batches: list[int], modes: list[str],
-             rounds: int, new_tokens: int, smoke: bool, switches: dict, record: dict, saved) -> None:
-    """Fills ``record`` cell by cell, calling ``saved()`` after each (a run cut short keeps its cells);
-    ``switches``: each arm's ENV_SWITCH value."""
+             rounds: int, new_tokens: int, smoke: bool, switches: dict, records: dict, saved) -> None:
+    """Fills ``records`` (``results``, and ``control`` when ``switches`` has the third arm) cell by
+    cell, calling ``saved()`` after each (a run cut short keeps its cells); ``switches``: each arm's
+    ENV_SWITCH value."""
     context = multiprocessing.get_context("spawn")
     options = engine_options(tree, batches, smoke)
     name = "-".join(map(str, tree))
     engines = {}
-    for arm in ARMS:
+    for arm, switch in switches.items():
         parent, child = context.Pipe()
         log_path = os.path.join(out, "logs", f"{name}-{arm}.log")
         process = context.Process(target=host, args=(child, target, drafter, options, batches, modes,
-                                                     switches[arm], log_path))
+                                                     switch, log_path))
         process.start()
         engines[arm] = (parent, process, log_path)
     started = time.monotonic()
@@ -183,35 +207,29 @@ def run_tree(out: str, tree: tuple, target: str, drafter: str, batches: list[int
                 other.kill()
             raise SystemExit(f"tree {name}: the {arm} engine did not start; see {log_path}")
         assert parent.recv() == "ready"
-    record.update(tree=list(tree), engine_options=options, start_s=round(time.monotonic() - started, 1), cells=[],
+    header = dict(tree=list(tree), engine_options=options, start_s=round(time.monotonic() - started, 1),
                   date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()))
-    print(f"tree {name}: engines ready in {record['start_s']} s", flush=True)
-    arms = list(ARMS)
+    for record in records.values():
+        record.update(header, cells=[])
+    print(f"tree {name}: engines ready in {header['start_s']} s", flush=True)
+    arms = list(switches)
     for batch in batches:
         for mode in modes:
             runs = {arm: [] for arm in arms}
             for round_ in range(rounds):
-                for arm in arms[round_ % 2:] + arms[:round_ % 2]:
+                shift = round_ % len(arms)  # each arm goes first equally often over len(arms) rounds
+                for arm in arms[shift:] + arms[:shift]:
                     engines[arm][0].send((batch, mode, new_tokens))
                     runs[arm].append(engines[arm][0].recv())
-            rates = {arm: [r["tokens"] / r["seconds"] for r in runs[arm]] for arm in arms}
-            ratios = [f / s for f, s in zip(rates["fused"], rates["stock"])]
-            cell = {"batch": batch, "mode": mode, "new_tokens": new_tokens,
-                    "tok_s": {arm: [round(r, 1) for r in rates[arm]] for arm in arms},
-                    "tok_s_median": {arm: round(statistics.median(rates[arm]), 1) for arm in arms},
-                    "ms_per_step_median": {arm: round(statistics.median(
-                        1000 * r["seconds"] / r["steps"] for r in runs[arm]), 3) for arm in arms},
-                    "accept_length": {arm: round(sum(r["tokens"] for r in runs[arm]) /
-                                                 sum(r["verify"] for r in runs[arm]), 3) for arm in arms},
-                    # a request's first token comes from prefill; the rest are verify steps' bonus tokens
-                    # and accepted drafts
-                    "drafts_accepted": {arm: sum(r["tokens"] - batch - r["verify"] for r in runs[arm])
-                                        for arm in arms},
-                    "ratio_median": round(statistics.median(ratios), 4), "ratios": [round(r, 4) for r in ratios],
-                    "same_outputs_rounds": sum(s["digest"] == f["digest"] for s, f in zip(runs["stock"], runs["fused"]))}
-            record["cells"].append(cell)
+            cell = cell_record(batch, mode, new_tokens, runs["stock"], runs["fused"])
+            records["results"]["cells"].append(cell)
+            line = f"ratio {cell['ratio_median']}"
+            if "control" in records:
+                control = cell_record(batch, mode, new_tokens, runs["stock"], runs[CONTROL_ARM])
+                records["control"]["cells"].append(control)
+                line += f", A/A {control['ratio_median']}"
             saved()
-            print(f"tree {name} batch {batch} {mode}: {cell['tok_s_median']} tok/s, ratio {cell['ratio_median']}, "
+            print(f"tree {name} batch {batch} {mode}: {cell['tok_s_median']} tok/s, {line}, "
                   f"ms/step {cell['ms_per_step_median']}, accept {cell['accept_length']}", flush=True)
     for arm, (parent, process, log_path) in engines.items():
         parent.send(None)
@@ -219,9 +237,12 @@ def run_tree(out: str, tree: tuple, target: str, drafter: str, batches: list[int
         if process.is_alive():
             process.kill()
         with open(log_path, errors="replace") as handle:
-            record.setdefault("plugin_log", {})[arm] = list(dict.fromkeys(
-                line.strip() for line in handle
-                if ("sglang-eagle-ext:" in line and "verif" in line) or line.startswith("zipf_target:")))
+            shown = list(dict.fromkeys(line.strip() for line in handle if ("sglang-eagle-ext:" in line and "verif" in line)
+                                       or line.startswith("zipf_target:")))
+        if arm != CONTROL_ARM:
+            records["results"].setdefault("plugin_log", {})[arm] = shown
+        if "control" in records and arm != "fused":
+            records["control"].setdefault("plugin_log", {})["fused" if arm == CONTROL_ARM else arm] = shown
     saved()
 
 
@@ -238,10 +259,12 @@ def main() -> int:
     parser.add_argument("--trees", default=",".join(str(i) for i in range(len(TREES))),
                         help="indices into verify_workload.TREES")
     parser.add_argument("--batches", default=",".join(map(str, BATCHES)))
-    parser.add_argument("--rounds", type=int, default=8, help="even: each arm goes first equally often")
+    parser.add_argument("--rounds", type=int, default=8,
+                        help="a multiple of the arm count: each arm goes first equally often")
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--smoke", action="store_true", help="CPU, tiny target: check the plumbing")
-    parser.add_argument("--control", action="store_true", help="A/A: both arms stock, into control.json")
+    parser.add_argument("--control", action="store_true",
+                        help="A/A: a third engine, stock again, in the same rounds; its ratios into control.json")
     args = parser.parse_args()
     out = os.path.abspath(args.out)
     os.makedirs(os.path.join(out, "logs"), exist_ok=True)
@@ -265,23 +288,32 @@ def main() -> int:
     import sglang
     import torch
 
-    switches = {**ARMS, "fused": ARMS["stock"]} if args.control else ARMS
+    switches = {**ARMS, CONTROL_ARM: ARMS["stock"]} if args.control else ARMS
     # the filters share a temperature: their profiles' statistics are computed once per temperature
     stats = {temperature: profile_stats(target_config["hidden_size"], target_config["vocab_size"], SEED, temperature,
                                         device) for temperature in {t for t, _, _ in FILTERS.values()}}
-    path = os.path.join(out, "control.json" if args.control else "results.json")
-    results = json.load(open(path)) if os.path.exists(path) else {"trees": {}}
-    results.update(sglang=sglang.__version__, torch=torch.__version__, commit=os.environ.get("E2E_COMMIT", "unknown"),
-                   device=torch.cuda.get_device_name(0) if device == "cuda" else "cpu", driver=driver(device),
-                   flashinfer_renorm=os.environ.get("SGL_KERNEL_USE_FLASHINFER") == "1", switches=switches,
-                   target={k: target_config[k] for k in ("hidden_size", "num_hidden_layers", "intermediate_size",
-                                                          "vocab_size")},
-                   draft_vocab=draft_vocab, prompt_tokens=PROMPT_TOKENS,
-                   distributions={label: stats[temperature] for label, (temperature, _, _) in FILTERS.items()})
+    paths = {"results": os.path.join(out, "results.json")}
+    if args.control:
+        paths["control"] = os.path.join(out, "control.json")
+    files = {kind: json.load(open(path)) if os.path.exists(path) else {"trees": {}} for kind, path in paths.items()}
+    for kind, data in files.items():
+        data.update(sglang=sglang.__version__, torch=torch.__version__, commit=os.environ.get("E2E_COMMIT", "unknown"),
+                    device=torch.cuda.get_device_name(0) if device == "cuda" else "cpu", driver=driver(device),
+                    flashinfer_renorm=flashinfer_renorm_requested(),
+                    switches=switches if kind == "results" else {"stock": "0", "fused": "0"},
+                    target={k: target_config[k] for k in ("hidden_size", "num_hidden_layers", "intermediate_size",
+                                                           "vocab_size")},
+                    draft_vocab=draft_vocab, prompt_tokens=PROMPT_TOKENS,
+                    distributions={label: stats[temperature] for label, (temperature, _, _) in FILTERS.items()})
+
+    def saved() -> None:
+        for kind, path in paths.items():
+            save_json(path, files[kind])
+
     for tree in trees:
-        record = results["trees"]["/".join(map(str, tree))] = {}
-        run_tree(out, tree, target, drafter, batches, modes, rounds, new_tokens, args.smoke, switches, record,
-                 lambda: save_json(path, results))
+        key = "/".join(map(str, tree))
+        records = {kind: data["trees"].setdefault(key, {}) for kind, data in files.items()}
+        run_tree(out, tree, target, drafter, batches, modes, rounds, new_tokens, args.smoke, switches, records, saved)
     return 0
 
 

@@ -7,6 +7,6 @@
 set -euo pipefail
 WORKDIR="$1"; shift
 source "$(dirname "$0")/stage_package.sh"
-export SGL_KERNEL_USE_FLASHINFER=1
+export SGL_KERNEL_USE_FLASHINFER=1 SGLANG_KERNEL_USE_FLASHINFER=1  # 0.5.23 renamed the switch
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 python3 benchmarks/gpu/fused_verify_e2e.py "$WORKDIR" "$@"

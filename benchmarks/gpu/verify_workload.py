@@ -8,6 +8,8 @@ distributions have (at T 0.7 about 2 nats; each run records what it measured).
 
 from __future__ import annotations
 
+import os
+
 import torch
 
 VOCAB = 128256
@@ -28,3 +30,9 @@ def entropy_nats(logits: torch.Tensor, temperature: float) -> torch.Tensor:
     """Entropy (nats) of ``softmax(logits / temperature)`` per row."""
     logp = torch.log_softmax(logits.float() / temperature, dim=-1)
     return -(logp.exp() * logp).sum(-1)
+
+
+def flashinfer_renorm_requested() -> bool:
+    """Whether this run asked the gpu-sglang kit's shim to keep sgl_kernel's renorm on flashinfer, as
+    a normal install has it (0.5.23 renamed the switch; the kit reads either)."""
+    return "1" in (os.environ.get("SGL_KERNEL_USE_FLASHINFER"), os.environ.get("SGLANG_KERNEL_USE_FLASHINFER"))

@@ -20,7 +20,10 @@ directions, ``s`` their sum; after token x the target's logits are ``profiles[cl
 * the MLP is zero, so the layer's output is ``K u_c``; the final norm makes it ``sqrt(H) u_c`` and
   ``lm_head`` (the target's rows for the draft vocabulary) gives ``profiles[c]`` there;
 * the draft vocabulary is the tokens with the most probability summed over the classes, as a
-  frequency-built draft vocabulary is.
+  frequency-built draft vocabulary is;
+* a deeper drafter (the step-time profile's 3 layers) keeps random weights in its later layers, which
+  cost what a trained drafter's do, but their outputs are scaled by ``NEAR_IDENTITY``, so they leave
+  the residual ``K u_c`` as it is.
 
 Only the first position of a sequence has no previous token; its output is drafted from only when
 the prompt is one token long (the benchmarks' prompts are longer).
@@ -38,6 +41,7 @@ from zipf_target import CLASSES, profiles_and_basis
 from sglang_eagle_ext.drafter.model_dir import membership_mask
 
 ROPE_THETA = 10000.0  # written into the drafter's config: the frequencies below assume it
+NEAR_IDENTITY = 1e-5
 ROPE_PAIRS = 16  # the highest-frequency RoPE pairs that carry q and k; the rest stay zero
 SCORE_MARGIN = 30.0  # attention logit of the intended key over any other (weights below e^-30)
 MAX_DISTANCE = 4096  # the margin holds for keys up to this many positions back
@@ -88,9 +92,8 @@ def shaper(seed: int, device) -> Callable[[dict[str, torch.Tensor], dict], None]
         heads, kv_heads = layer_config["num_attention_heads"], layer_config["num_key_value_heads"]
         head_dim = layer_config.get("head_dim") or hidden // heads
         group, kv_used = heads // kv_heads, -(-CLASSES // head_dim)
-        if ("layers.1.mlp.down_proj.weight" in tensors or "layers.0.self_attn.q_norm.weight" in tensors
-                or group < 2 or kv_used > kv_heads):
-            raise ValueError(f"zipf_drafter: needs 1 Llama layer, >= 2 query heads per KV head and "
+        if "layers.0.self_attn.q_norm.weight" in tensors or group < 2 or kv_used > kv_heads:
+            raise ValueError(f"zipf_drafter: needs Llama layers, >= 2 query heads per KV head and "
                              f"{CLASSES} classes within {kv_heads} KV heads of {head_dim}")
         profiles, basis = (t.double().cpu() for t in profiles_and_basis(hidden, vocab, seed, device))
         scale = math.sqrt(hidden)  # K: the class vector as large as an embedding
@@ -121,6 +124,12 @@ def shaper(seed: int, device) -> Callable[[dict[str, torch.Tensor], dict], None]
             tensors[name] = value.to(tensors[name].dtype)
         for name in ("mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"):
             tensors[f"{layer}{name}.weight"].zero_()
+        # layers after the first keep their random weights (a deeper drafter's cost) but write back
+        # ~1e-5 of them, so layer 0's class vector reaches the head unchanged at bf16's resolution
+        for name, tensor in tensors.items():
+            if name.startswith("layers.") and not name.startswith(layer) and name.endswith(
+                    ("self_attn.o_proj.weight", "mlp.down_proj.weight")):
+                tensor.mul_(NEAR_IDENTITY)
         for name, tensor in tensors.items():  # every norm (fc_norm / input_norm too, if the layout has them)
             if "norm" in name:
                 tensor.fill_(1.0)

@@ -1,0 +1,151 @@
+"""Tables and plot of ``benchmarks/results/step_profile/`` (GPU runs of ``benchmarks/gpu/step_profile.py``):
+where an EAGLE-3 decode step's time goes, as ``benchmarks/results/step_profile.md`` and
+``step_profile.png``.
+
+usage: python benchmarks/step_profile_table.py [--check]   (the plot needs matplotlib: the `bench` extra)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+RESULTS = os.path.join(HERE, "results", "step_profile")
+OUTPUT = os.path.join(HERE, "results", "step_profile.md")
+PLOT = os.path.join(HERE, "results", "step_profile.png")
+STAGE = "SITE=/tmp/site source benchmarks/gpu/stage_package.sh && "
+RUNS = {  # file -> (commit, command); the commit is the checkout the device ran
+}
+# row -> (what it is, which code of this package serves it today, or could)
+ROWS = {
+    "draft steps": ("the drafter's forward passes and top-k, CUDA-graph replays",
+                    "the model class (`sglang/model.py`) builds the layers; the graph is SGLang's"),
+    "tree build": ("`build_eagle_verify_input`: the tree's tokens, positions and mask",
+                   "`SGLANG_EAGLE_EXT_TREE_KERNELS=triton` (our build-tree kernel)"),
+    "draft other": ("the rest of `draft`: inputs for the draft graph", "none"),
+    "verify prepare": ("`eagle_prepare_for_verify`: the target's verify batch", "none"),
+    "target forward": ("the target's verify forward over the draft tokens", "none (SGLang's, the model's cost)"),
+    "verify sampling": ("`eagle_sample`: greedy argmax or sampled acceptance walk",
+                        "fused verify (sampled); our greedy verify kernel (`triton`)"),
+    "after verify": ("accept lengths, bonus tokens, KV slot moves, tree path compaction",
+                     "none today"),
+    "draft extend": ("the drafter's pass over the accepted tokens", "the model class"),
+    "between steps": ("GPU idle between steps: the scheduler's host work", "none"),
+}
+
+
+def step_rows(step: dict) -> dict:
+    """The rows of one recorded step, in ms on the GPU timeline."""
+    gpu = step["gpu_ms"]
+    draft_steps = gpu.get("draft_forward_graph", 0.0) + gpu.get("draft_forward_eager", 0.0)
+    verify_parts = gpu.get("verify_prepare", 0.0) + gpu.get("target_forward", 0.0) + gpu.get("sample", 0.0)
+    rows = {"draft steps": draft_steps, "tree build": gpu.get("tree_build", 0.0),
+            "draft other": gpu.get("draft", 0.0) - draft_steps - gpu.get("tree_build", 0.0),
+            "verify prepare": gpu.get("verify_prepare", 0.0), "target forward": gpu.get("target_forward", 0.0),
+            "verify sampling": gpu.get("sample", 0.0), "after verify": gpu.get("verify", 0.0) - verify_parts,
+            "draft extend": gpu.get("draft_extend", 0.0)}
+    if "gpu_period_ms" in step:
+        rows["between steps"] = step["gpu_period_ms"] - gpu.get("step", 0.0)
+    return rows
+
+
+def cell_rows(cell: dict) -> tuple[dict, float, float]:
+    """Median per row over the cell's full-batch steps, the median GPU period and host time per step."""
+    steps = [s for s in cell["every_step"] if s["batch"] == cell["batch"] and "gpu_period_ms" in s]
+    per_step = [step_rows(s) for s in steps]
+    rows = {row: statistics.median(r[row] for r in per_step) for row in ROWS}
+    return rows, statistics.median(s["gpu_period_ms"] for s in steps), statistics.median(
+        s["host_ms"]["step"] for s in steps)
+
+
+def run_table(name: str, run: dict) -> list[str]:
+    commit, command = RUNS[name]
+    configs = run["configs"]
+    dates = sorted({c["date"] for c in configs.values()})
+    lines = [f"## {run['device']}, SGLang {run['sglang']}", "",
+             f"* **Run** {dates[0]} to {dates[-1]}, commit `{commit}`, torch {run['torch']}, driver {run['driver']}, "
+             f"flashinfer's renorm {'on' if run['flashinfer_renorm'] else 'off'} (stock verify). Command: `{command}`. "
+             f"Raw: `benchmarks/results/step_profile/{name}`.",
+             f"* **Workload** target with Llama-3.1-8B's geometry ({run['target']}), `zipf_target`'s realistic "
+             f"next-token distributions; `zipf_drafter` (SpecForge layout, 3 aux states, draft vocabulary "
+             f"{run['draft_vocab']}), {run['rounds']} requests of {run['new_tokens']} new tokens per cell; medians over "
+             "the steps that decoded the whole batch.",
+             "* **How** CUDA events on the current stream at the entry and exit of each function of the v2 worker's "
+             "decode step (`benchmarks/gpu/step_timer.py`): a row is the span it occupies on the GPU's timeline, "
+             "launch gaps included; `between steps` is the GPU period (first event to the next step's) less the "
+             "step's span; host ms is the wall time of the worker's Python call for the step.", ""]
+    header = ["drafter", "tree", "batch", "mode", "accept", "period ms", "host ms", *ROWS]
+    lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for config in configs.values():
+        for cell in config["cells"]:
+            rows, period, host = cell_rows(cell)
+            shares = [f"{rows[row]:.2f} ({100 * rows[row] / period:.0f}%)" for row in ROWS]
+            lines.append("| " + " | ".join([f"{config['layers']} layer{'s' if config['layers'] > 1 else ''}",
+                                            "/".join(map(str, config["tree"])), str(cell["batch"]), cell["mode"],
+                                            f"{cell['accept_length']:.2f}", f"{period:.2f}", f"{host:.2f}",
+                                            *shares]) + " |")
+    lines += ["", "What each row is, and which code of this package serves it:", "",
+              "| row | what | this package |", "|---|---|---|"]
+    lines += [f"| {row} | {what} | {ours} |" for row, (what, ours) in ROWS.items()]
+    return lines
+
+
+def plot(runs: dict, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    name, run = next(iter(runs.items()))
+    labels, stacks = [], []
+    for config in run["configs"].values():
+        for cell in config["cells"]:
+            rows, period, _ = cell_rows(cell)
+            labels.append(f"{config['layers']}L {'/'.join(map(str, config['tree']))} bs{cell['batch']} "
+                          f"{'greedy' if cell['mode'] == 'greedy' else 'sampled'}")
+            stacks.append([100 * rows[row] / period for row in ROWS])
+    figure, axis = plt.subplots(figsize=(10, 0.32 * len(labels) + 1.5))
+    left = [0.0] * len(labels)
+    for index, row in enumerate(ROWS):
+        widths = [stack[index] for stack in stacks]
+        axis.barh(labels, widths, left=left, label=row)
+        left = [a + b for a, b in zip(left, widths)]
+    axis.invert_yaxis()
+    axis.set_xlabel("% of the step's GPU period")
+    axis.set_title(f"Where an EAGLE-3 step goes: {run['device']}, SGLang {run['sglang']}")
+    axis.legend(ncol=3, fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.12))
+    figure.tight_layout()
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".png")
+    os.close(fd)
+    figure.savefig(tmp, dpi=110)
+    os.replace(tmp, path)
+
+
+def render(runs: dict) -> str:
+    lines = ["# Where an EAGLE-3 decode step's time goes (GPU)", "",
+             "Generated by `benchmarks/step_profile_table.py` from `benchmarks/results/step_profile/`. Each cell: ms "
+             "on the GPU timeline and its share of the step's period. Plot: `step_profile.png`.", ""]
+    for name, run in runs.items():
+        lines += run_table(name, run) + [""]
+    return "\n".join(lines)
+
+
+def main() -> int:
+    runs = {name: json.load(open(os.path.join(RESULTS, name), encoding="utf-8")) for name in RUNS}
+    text = render(runs)
+    if "--check" in sys.argv:
+        return 0 if open(OUTPUT, encoding="utf-8").read() == text else "benchmarks/results/step_profile.md is stale"
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(OUTPUT), suffix=".md")
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(text)
+    os.replace(tmp, OUTPUT)
+    plot(runs, PLOT)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
