@@ -34,6 +34,7 @@ draft tokens: the fused sampler then reads the most rows it ever reads (steps+1 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import json
 import os
@@ -163,23 +164,47 @@ def shape_case(bs: int, topk: int, steps: int, n: int, gen: torch.Generator):
     return tree, candidates, ri, nt, ns, logits
 
 
-def bench_shape(sgl_kernel, bs, topk, steps, n, gen):
+@dataclasses.dataclass
+class VerifyCase:
+    """Every op's arguments at one shape (see :func:`verify_case`)."""
+
+    tree_args: tuple  # build_eagle_tree's
+    outputs: tuple  # predicts, accept_index, accept_num
+    links: tuple  # candidates, retrive_index, retrive_next_token, retrive_next_sibling
+    logits: torch.Tensor  # [bs * n, V]
+    probs: torch.Tensor  # softmax(logits / T), [bs, n, V]
+    coins: torch.Tensor
+    final_coins: torch.Tensor
+    temps: torch.Tensor  # per request, as are top_ks and top_ps
+    top_ks: torch.Tensor
+    top_ps: torch.Tensor
+
+
+def verify_case(bs: int, topk: int, steps: int, n: int, gen: torch.Generator) -> VerifyCase:
+    """:func:`shape_case` with the ops' outputs, coins, filters and target probabilities."""
     tree, candidates, ri, nt, ns, logits = shape_case(bs, topk, steps, n, gen)
     dev = "cuda"
     predicts = torch.zeros(bs * n, dtype=torch.int32, device=dev)
     accept_index = torch.full((bs, steps + 1), -1, dtype=torch.int32, device=dev)
     accept_num = torch.zeros(bs, dtype=torch.int32, device=dev)
-    outputs = (predicts, accept_index, accept_num)
-    links = (candidates, ri, nt, ns)
     coins = torch.rand(bs, n, device=dev)
     final_coins = torch.rand(bs, device=dev)
     temps = torch.full((bs,), TEMPERATURE, device=dev)
     top_ks = torch.full((bs,), TOP_K, dtype=torch.int32, device=dev)
     top_ps = torch.full((bs,), TOP_P, device=dev)
-    row_temps, row_ks, row_ps = (torch.repeat_interleave(x, n) for x in (temps, top_ks, top_ps))
     probs = torch.softmax(logits / TEMPERATURE, -1).reshape(bs, n, VOCAB)
     tree_args = (tree.bonus_tokens, tree.parent_list, tree.top_scores_index, tree.draft_tokens, tree.seq_lens,
                  SEQ_LEN * bs, topk, steps, n)
+    return VerifyCase(tree_args, (predicts, accept_index, accept_num), (candidates, ri, nt, ns), logits, probs,
+                      coins, final_coins, temps, top_ks, top_ps)
+
+
+def bench_shape(sgl_kernel, bs, topk, steps, n, gen):
+    case = verify_case(bs, topk, steps, n, gen)
+    outputs, links, logits, probs, tree_args = case.outputs, case.links, case.logits, case.probs, case.tree_args
+    coins, final_coins, temps, top_ks, top_ps = case.coins, case.final_coins, case.temps, case.top_ks, case.top_ps
+    accept_num = outputs[2]
+    row_temps, row_ks, row_ps = (torch.repeat_interleave(x, n) for x in (temps, top_ks, top_ps))
 
     def theirs_greedy():
         target = torch.argmax(logits, -1).reshape(bs, n)

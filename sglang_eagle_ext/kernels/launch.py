@@ -6,9 +6,16 @@ the GPU time of a tree-sized kernel. :class:`Launcher` lets Triton compile and l
 call of a specialisation as usual, keeps the ``CompiledKernel`` it returns, and launches later
 calls of that specialisation through the compiled kernel's own launcher on the current stream
 (what ``kernel[grid]`` ends with), passing tensors as device addresses. Where the launcher's
-Python wrapper is one this module knows (by a digest of its source), the wrapper's native
-``launch`` is called with what the wrapper would pass it, sparing the closures the wrapper builds
-per call. (The host times behind these choices: ``benchmarks/results/tree_kernels_tuning.md``.)
+Python wrapper is one this module knows (:data:`_KNOWN_WRAPPERS`, by a digest of its source), the
+wrapper's native ``launch`` is called with what the wrapper would pass it, sparing the closures
+the wrapper builds per call. Triton changed that call once: 3.6 compiles a ``launch`` per kernel
+signature and spreads the kernel's arguments after the others; 3.7 - 3.9 share one ``launch``
+that takes them as one tuple, after scratch and the wrapper's description of the arguments. A
+wrapper not in the table (another Triton release) is called as it is, the generic path, and
+``tests/kernels/test_launch.py`` fails on a Triton whose wrapper is not in it, so that a new
+release's wrapper gets read and added. (The host times behind these choices:
+``benchmarks/results/tree_kernels_tuning.md``; ``benchmarks/gpu/launch_probe.py`` measures both
+paths against ``kernel[grid]`` on the installed Triton.)
 
 The key of a call is finer than Triton's specialisation wherever a kept kernel is reused, so a
 kept kernel is only reused where Triton itself would pick the same binary: per tensor its dtype;
@@ -35,7 +42,7 @@ from __future__ import annotations
 import hashlib
 import inspect
 import os
-from typing import Any, Callable, Dict, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
 import torch
 import triton
@@ -48,14 +55,6 @@ except ImportError:  # Triton < 3.3: launched through kernel[grid] only
 
 _INT32_MIN, _INT32_MAX, _UINT64_FROM = -(2**31), 2**31 - 1, 2**63
 _NONE_TYPE = type(None)
-
-# SHA-256 of the whitespace-free source of launcher wrappers (``CompiledKernel.run.__call__``) that
-# allocate scratch only when the kernel needs it and then call their native ``launch`` with
-# ``(grid x, y, z, stream, function, cooperative, pdl, global scratch, profile scratch,
-# *the wrapper's arguments after the function)``. Triton 3.6.0's CUDA launcher.
-_NATIVE_LAUNCH_WRAPPERS = frozenset({
-    "0ff2b3219ec9f5067def7f5b72cf4ed0f1b544e98655c5e548c7e933e3ab3a19",
-})
 
 
 class _Unsupported(Exception):
@@ -107,10 +106,10 @@ def _generate(args) -> Callable:
     *args)``. It computes the call's key: ``device()``, whether the first tensor is on the GPU
     (``None`` without tensors), per argument its dtype (tensors) or :func:`_scalar_key`, and the
     OR of the tensors' addresses modulo 16 (0: all aligned; kernels are kept under such keys only).
-    It launches the entry of ``compiled`` under that key (``(native function, arguments before the
-    kernel's own)``), or calls ``miss(grid, args, key)``: when there is no entry or ``hooks()`` is
-    true, and with ``key=None`` when the call's kinds differ (a tensor slot given something else, a
-    scalar slot given a tensor). Another argument count is a ``TypeError``, as for any function."""
+    It launches the entry of ``compiled`` under that key (made by :func:`_launch_entry`), or calls
+    ``miss(grid, args, key)``: when there is no entry or ``hooks()`` is true, and with ``key=None``
+    when the call's kinds differ (a tensor slot given something else, a scalar slot given a
+    tensor). Another argument count is a ``TypeError``, as for any function."""
     names = [f"a{i}" for i in range(len(args))]
     tensors = [name for name, arg in zip(names, args) if isinstance(arg, torch.Tensor)]
     slots = [f"{name}.dtype" if name in tensors else _scalar_slot(name, arg) for name, arg in zip(names, args)]
@@ -129,9 +128,12 @@ def _generate(args) -> Callable:
         "        entry = compiled.get(key)\n"
         "        if entry is None or hooks():\n"
         f"            return miss(grid, ({params}), key)\n"
-        "        native, leading = entry\n"
+        "        native, leading, args_as_tuple = entry\n"
         "        grid = grid + (1, 1)\n"
-        f"        native(grid[0], grid[1], grid[2], stream(key[0]), *leading, {launch_args}*constexprs)\n"
+        "        if args_as_tuple:\n"
+        f"            native(grid[0], grid[1], grid[2], stream(key[0]), *leading, ({launch_args}*constexprs,))\n"
+        "        else:\n"
+        f"            native(grid[0], grid[1], grid[2], stream(key[0]), *leading, {launch_args}*constexprs)\n"
         "    return launch\n")
     namespace = {"_scalar_key": _scalar_key, "_Unsupported": _Unsupported, "_NONE_TYPE": _NONE_TYPE}
     exec(compile(source, "<sglang_eagle_ext.kernels.launch>", "exec"), namespace)
@@ -160,22 +162,56 @@ def _source_digest(function) -> str:
     return hashlib.sha256("".join(source.split()).encode()).hexdigest()
 
 
-_native_wrappers: Dict[type, bool] = {}
+def _per_kernel_launch(run, compiled) -> Tuple[Callable, tuple, bool]:
+    """Triton 3.6's native ``launch``, compiled for the kernel's signature: ``(grid x, y, z, stream,
+    function, cooperative, pdl, global scratch, profile scratch, kernel metadata, launch metadata,
+    enter hook, exit hook, *kernel args)``."""
+    return run.launch, (compiled.function, run.launch_cooperative_grid, run.launch_pdl, None, None,
+                        compiled.packed_metadata, None, None, None), False
 
 
-def _launch_entry(compiled) -> Tuple[Callable, tuple]:
-    """How to launch ``compiled``: its launcher's native function and the arguments it takes before
-    the kernel's own, where the launcher's wrapper is a known one and the kernel needs no scratch
-    memory; else the launcher itself and its leading arguments."""
+def _shared_launch(run, compiled) -> Tuple[Callable, tuple, bool]:
+    """The native ``launch`` Triton 3.7 - 3.9 share between kernels: ``(grid x, y, z, stream,
+    function, cooperative, pdl, kernel metadata, launch metadata, enter hook, exit hook, global
+    scratch, profile scratch, argument annotations, signature, kernel args as one tuple)``; it
+    reads the tuple by the wrapper's annotations and signature, skipping the constexprs."""
+    return run.launch, (compiled.function, run.launch_cooperative_grid, run.launch_pdl, compiled.packed_metadata,
+                        None, None, None, None, None, run.arg_annotations, run.kernel_signature), True
+
+
+# The launcher wrappers (``CompiledKernel.run``'s class, Triton's ``CudaLauncher``) whose native
+# ``launch`` this module calls itself: SHA-256 of the whitespace-free source of ``__call__`` ->
+# (the Triton releases that ship it, how its native ``launch`` is called). Each of these
+# ``__call__`` allocates scratch only for a kernel that uses it (3.9: a default profile scratch
+# too, also only when used), adds GSan's arguments only when the kernel is built for GSan (3.8+),
+# and then calls ``self.launch`` with the arguments its convention names; the tensor-descriptor
+# wrapper Triton may put in ``self.launch`` takes the same call.
+_KNOWN_WRAPPERS: Dict[str, Tuple[Tuple[str, ...], Callable]] = {
+    "0ff2b3219ec9f5067def7f5b72cf4ed0f1b544e98655c5e548c7e933e3ab3a19": (("3.6.0",), _per_kernel_launch),
+    "7689f191428df69bea1ce6bd9ed82644239df6c89e48933380d3c97a3843fd45": (("3.7.0", "3.7.1"), _shared_launch),
+    "07cb65bca80ed204492b71f9004d9c488498ad407504aa4aed61cf1349755e37": (("3.8.0",), _shared_launch),
+    "b3d689acc085368a2b47eb1106ae1225f912073e5d1786ab7f309ae6f5318de3": (("3.9.0",), _shared_launch),
+}
+
+# Launcher wrapper class -> its convention in _KNOWN_WRAPPERS, or None where its digest is not there.
+_wrapper_conventions: Dict[type, Optional[Callable]] = {}
+
+
+def _launch_entry(compiled) -> Tuple[Callable, tuple, bool]:
+    """How to launch ``compiled``: the function to call, the arguments it takes between the stream
+    and the kernel's own, and whether it takes the kernel's own as one tuple. The launcher's native
+    function where the launcher's wrapper is a known one and leaves nothing to do for this kernel
+    (no scratch memory, no GSan); else the launcher itself."""
     run = compiled.run
     wrapper = type(run)
-    if wrapper not in _native_wrappers:
-        _native_wrappers[wrapper] = _source_digest(wrapper.__call__) in _NATIVE_LAUNCH_WRAPPERS
-    if (_native_wrappers[wrapper] and not getattr(run, "global_scratch_size", 1)
-            and not getattr(run, "profile_scratch_size", 1)):
-        return run.launch, (compiled.function, run.launch_cooperative_grid, run.launch_pdl, None, None,
-                            compiled.packed_metadata, None, None, None)
-    return run, (compiled.function, compiled.packed_metadata, None, None, None)
+    if wrapper not in _wrapper_conventions:
+        known = _KNOWN_WRAPPERS.get(_source_digest(wrapper.__call__))
+        _wrapper_conventions[wrapper] = known[1] if known else None
+    convention = _wrapper_conventions[wrapper]
+    if (convention is None or getattr(run, "global_scratch_size", 1) or getattr(run, "profile_scratch_size", 1)
+            or getattr(run, "gsan_enabled", False)):
+        return run, (compiled.function, compiled.packed_metadata, None, None, None), False
+    return convention(run, compiled)
 
 
 class Specialised:
@@ -193,7 +229,7 @@ class Specialised:
         if not names or any(name not in kwargs for name in constexpr_names):
             fast = False  # keywords that are not the trailing parameters: Triton's path only
         self._constexprs = tuple(kwargs.get(name) for name in constexpr_names)
-        # (device, argument key) -> (native launch function, arguments before the kernel's own)
+        # (device, argument key) -> how to launch the kernel kept for it (see _launch_entry)
         self._compiled: Dict[tuple, tuple] = {}
         self.launch: Callable[..., None] = self._first_launch if fast else self._triton_launch
 

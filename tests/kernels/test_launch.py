@@ -3,6 +3,7 @@ to a compiled kernel's launcher (the GPU equality tests run every kernel through
 
 import pytest
 import torch
+import triton
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -108,6 +109,7 @@ class _FakeRun:
 
     global_scratch_size = profile_scratch_size = 0
     launch_cooperative_grid, launch_pdl = "cooperative", "pdl"
+    arg_annotations, kernel_signature = "annotations", "signature"
 
     def __init__(self):
         self.calls, self.native_calls = [], []
@@ -167,30 +169,84 @@ def test_cached_launch_passes_runtime_args_then_constexprs_in_parameter_order(fa
     assert len(kernel.slow_calls) == 7 and len(calls) == 2
 
 
-def test_known_launcher_wrappers_are_bypassed_for_their_native_launch(fake_gpu, monkeypatch):
-    """Where the launcher's wrapper is a known one (by source digest) and the kernel needs no
-    scratch, its native launch gets what the wrapper would give it; otherwise the wrapper runs."""
+def _native_call(x, y):
+    """What each known convention's native launch gets for ``fixed.launch((3,), x, y, 5)`` with
+    A=1, B=2: the arguments Triton's wrapper of that convention passes it."""
+    return {
+        launch._per_kernel_launch: (3, 1, 1, 1234, "function", "cooperative", "pdl", None, None, "metadata", None,
+                                    None, None, x.data_ptr(), y.data_ptr(), 5, 1, 2),
+        launch._shared_launch: (3, 1, 1, 1234, "function", "cooperative", "pdl", "metadata", None, None, None, None,
+                                None, "annotations", "signature", (x.data_ptr(), y.data_ptr(), 5, 1, 2)),
+    }
+
+
+@pytest.mark.parametrize("convention", [launch._per_kernel_launch, launch._shared_launch],
+                         ids=["per-kernel (3.6)", "shared (3.7+)"])
+def test_known_launcher_wrappers_are_bypassed_for_their_native_launch(fake_gpu, monkeypatch, convention):
+    """Where the launcher's wrapper is a known one (by source digest) and the kernel leaves it
+    nothing to do (no scratch, no GSan), its native launch gets what the wrapper would give it, in
+    the wrapper's convention; otherwise the wrapper runs."""
     digest = launch._source_digest(_FakeRun.__call__)
-    monkeypatch.setattr(launch, "_NATIVE_LAUNCH_WRAPPERS", frozenset({digest}))
-    monkeypatch.setattr(launch, "_native_wrappers", {})
+    monkeypatch.setattr(launch, "_KNOWN_WRAPPERS", {digest: (("fake",), convention)})
+    monkeypatch.setattr(launch, "_wrapper_conventions", {})
     x, y = torch.zeros(8), torch.zeros(8, dtype=torch.int64)
     kernel = _FakeKernel()
     fixed = launch.Launcher(kernel).specialise(A=1, B=2)
     fixed.launch((3,), x, y, 5)
     fixed.launch((3,), x, y, 5)
     assert kernel.compiled.run.calls == []
-    assert kernel.compiled.run.native_calls == [(3, 1, 1, 1234, "function", "cooperative", "pdl", None, None,
-                                                 "metadata", None, None, None, x.data_ptr(), y.data_ptr(), 5, 1, 2)]
-    kernel = _FakeKernel()
-    kernel.compiled.run.global_scratch_size = 64  # scratch to allocate: the wrapper's job
-    fixed = launch.Launcher(kernel).specialise(A=1, B=2)
-    fixed.launch((3,), x, y, 5)
-    fixed.launch((3,), x, y, 5)
-    assert len(kernel.compiled.run.calls) == 1 and kernel.compiled.run.native_calls == []
+    assert kernel.compiled.run.native_calls == [_native_call(x, y)[convention]]
+    for wrapper_work in ({"global_scratch_size": 64}, {"profile_scratch_size": 64}, {"gsan_enabled": True}):
+        kernel = _FakeKernel()
+        for name, value in wrapper_work.items():
+            setattr(kernel.compiled.run, name, value)
+        fixed = launch.Launcher(kernel).specialise(A=1, B=2)
+        fixed.launch((3,), x, y, 5)
+        fixed.launch((3,), x, y, 5)
+        assert len(kernel.compiled.run.calls) == 1 and kernel.compiled.run.native_calls == [], wrapper_work
 
 
-def test_this_tritons_cuda_launcher_is_bypassed_only_if_it_is_a_known_one():
-    """The digest list names Triton 3.6's wrapper; any other wrapper text is launched through."""
+def _installed_cuda_wrapper_digest() -> str:
+    """The digest of the installed Triton's CUDA launcher wrapper, as the launcher computes it
+    (importing Triton's CUDA driver module needs no GPU)."""
     nvidia = pytest.importorskip("triton.backends.nvidia.driver")
-    known = launch._source_digest(nvidia.CudaLauncher.__call__) in launch._NATIVE_LAUNCH_WRAPPERS
-    assert known == (launch._triton_version() == (3, 6))
+    return launch._source_digest(nvidia.CudaLauncher.__call__)
+
+
+def test_the_installed_tritons_launcher_wrapper_is_a_known_one():
+    """A Triton whose launcher wrapper the table does not know still launches correctly, through
+    the wrapper, but with more host time per launch: fail, so that its wrapper gets read."""
+    digest = _installed_cuda_wrapper_digest()
+    assert digest in launch._KNOWN_WRAPPERS, (
+        f"Triton {triton.__version__}'s CUDA launcher wrapper (CudaLauncher.__call__ in "
+        f"triton/backends/nvidia/driver.py) has digest {digest}, which sglang_eagle_ext/kernels/launch.py's "
+        "_KNOWN_WRAPPERS lacks: its kernels launch through the wrapper. Read that __call__ and the native launch "
+        "it calls: if it calls self.launch as a known convention does (_per_kernel_launch, _shared_launch) and "
+        "does nothing else for a kernel without scratch (or GSan), add the digest with this version and that "
+        "convention; if the call differs, write its convention beside them and add the digest with it.")
+
+
+# The Triton each supported SGLang line runs on: (SGLang releases, the torch they pin, that torch's
+# CUDA wheel's Requires-Dist on triton, the Triton release it installs).
+SGLANG_TRITONS = [
+    ("0.5.11 - 0.5.17", "2.11.0", "triton==3.6.0", "3.6.0"),
+    ("0.5.18 - 0.5.21", "2.13.0", "triton==3.7.1", "3.7.1"),
+    ("0.5.22 - 0.5.23", "2.14.1", "triton~=3.8.0", "3.8.0"),  # 3.8.0: the only 3.8 release on PyPI yet
+]
+
+
+@pytest.mark.parametrize("sglang, torch_version, requirement, triton_version", SGLANG_TRITONS,
+                         ids=[line[0] for line in SGLANG_TRITONS])
+def test_every_triton_a_supported_sglang_runs_on_is_known(sglang, torch_version, requirement, triton_version):
+    known = {version for versions, _ in launch._KNOWN_WRAPPERS.values() for version in versions}
+    assert triton_version in known, (f"SGLang {sglang} runs on torch {torch_version} ({requirement}): add Triton "
+                                     f"{triton_version}'s launcher wrapper to launch._KNOWN_WRAPPERS")
+
+
+def test_the_table_names_the_installed_triton_under_its_own_digest():
+    """Where the table names the installed Triton, the digest it names it under is the installed
+    wrapper's (the digests were computed from each release's wheel)."""
+    named = [digest for digest, (versions, _) in launch._KNOWN_WRAPPERS.items() if triton.__version__ in versions]
+    if not named:
+        pytest.skip(f"the table names no Triton {triton.__version__} (the test above says whether its wrapper is known)")
+    assert named == [_installed_cuda_wrapper_digest()]
