@@ -23,11 +23,12 @@ bound when its module imports and has the attribute, whatever the release. Each 
   (in ``eagle_utils`` and ``spec_tree``);
 * greedy: ``verify_tree_greedy``, imported inside ``verify_tree_greedy_func`` from ``sgl_kernel``
   (up to 0.5.20) or from the JIT ops' ``sglang.kernels.ops.speculative.tree`` (0.5.21 - 0.5.22),
-  and ``verify_tree_greedy_func`` in ``eagle_utils`` and in the modules holding a copy
-  (``eagle_info``, ``eagle_info_v2``, ``ngram_worker``; 0.5.23 imports it at module level);
-* sampling: ``tree_speculative_sampling_target_only`` in ``eagle_info`` / ``eagle_info_v2``
-  (module-level imports up to 0.5.13), ``sgl_kernel`` (imported inside ``eagle_sample``,
-  0.5.14 - 0.5.20), ``sglang.kernels.ops.speculative.sampling`` (imported inside
+  NGRAM's module-level copy in ``ngram_info`` (up to 0.5.13), and ``verify_tree_greedy_func`` in
+  ``eagle_utils`` and in the modules holding a copy (``eagle_info``, ``eagle_info_v2``, up to
+  0.5.13; 0.5.23 imports it at module level);
+* sampling: ``tree_speculative_sampling_target_only`` in ``eagle_info`` / ``eagle_info_v2`` /
+  ``ngram_info`` (module-level imports up to 0.5.13), ``sgl_kernel`` (imported inside
+  ``eagle_sample``, 0.5.14 - 0.5.20), ``sglang.kernels.ops.speculative.sampling`` (imported inside
   ``eagle_sample``, 0.5.21 - 0.5.22) and ``eagle_utils`` (module level, 0.5.23). The drop-in
   applies the installed release's acceptance test (:data:`STRICT_ACCEPTANCE_SINCE`).
 
@@ -72,16 +73,17 @@ GREEDY_OP_POINTS = [
     Target(SpecifierSet(">=0.5.11"), "sgl_kernel", "verify_tree_greedy", imported_in=_GREEDY_IMPORTERS),
     Target(SpecifierSet(">=0.5.21"), _JIT + "tree", "verify_tree_greedy", imported_in=_GREEDY_IMPORTERS,
            absent_elsewhere=True),
+    Target(_UP_TO_0_5_13, _SPEC + "ngram_info", "verify_tree_greedy", absent_elsewhere=True),
 ]
 GREEDY_FUNC_POINTS = [
     Target(SpecifierSet(">=0.5.11"), _EAGLE_UTILS, "verify_tree_greedy_func"),
     Target(_UP_TO_0_5_13, _SPEC + "eagle_info", "verify_tree_greedy_func", absent_elsewhere=True),
     Target(_UP_TO_0_5_13, _SPEC + "eagle_info_v2", "verify_tree_greedy_func", absent_elsewhere=True),
-    Target(_UP_TO_0_5_13, _SPEC + "ngram_worker", "verify_tree_greedy_func", absent_elsewhere=True),
 ]
 SAMPLING_POINTS = [
     Target(_UP_TO_0_5_13, _SPEC + "eagle_info", _SAMPLING, absent_elsewhere=True),
     Target(_UP_TO_0_5_13, _SPEC + "eagle_info_v2", _SAMPLING, absent_elsewhere=True),
+    Target(_UP_TO_0_5_13, _SPEC + "ngram_info", _SAMPLING, absent_elsewhere=True),
     Target(SpecifierSet(">=0.5.14,<0.5.23"), "sgl_kernel", _SAMPLING, imported_in=_IN_EAGLE_SAMPLE,
            absent_elsewhere=True),
     Target(SpecifierSet(">=0.5.21,<0.5.23"), _JIT + "sampling", _SAMPLING, imported_in=_IN_EAGLE_SAMPLE,
