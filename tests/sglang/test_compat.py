@@ -4,7 +4,9 @@ activation).
 
 The patched classes do not exist in the CI's SGLang (0.5.23), so each patch is applied to a
 stand-in with the same shape as the release's code (attribute names and call pattern of
-0.5.11 / 0.5.12-0.5.14); the GPU runs exercise them on the real releases.
+0.5.11 / 0.5.12-0.5.14); the GPU runs exercise them on the real releases, and
+``test_release_source`` checks the code each patch declares it relies on against the releases'
+own source.
 """
 
 import json

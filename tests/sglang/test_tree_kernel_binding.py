@@ -20,11 +20,13 @@ def _sentinel(name):
 @pytest.fixture
 def fake_sglang(monkeypatch):
     """Stand-ins for the modules of an 0.5.11-like layout (build leaf and sampling op imported
-    at module level, greedy op imported from sgl_kernel at call time)."""
+    at module level, greedy op imported from sgl_kernel at call time, NGRAM's copies of both ops)."""
     modules = {
         "sglang.srt.speculative.eagle_utils": {"sgl_build_tree_kernel_efficient": _sentinel("build"),
                                                "verify_tree_greedy_func": _sentinel("greedy func")},
         "sglang.srt.speculative.eagle_info": {"tree_speculative_sampling_target_only": _sentinel("sampling")},
+        "sglang.srt.speculative.ngram_info": {"verify_tree_greedy": _sentinel("NGRAM's greedy op"),
+                                              "tree_speculative_sampling_target_only": _sentinel("NGRAM's sampling")},
         "sgl_kernel": {"verify_tree_greedy": _sentinel("greedy op")},
     }
     fakes = {}
@@ -38,8 +40,7 @@ def fake_sglang(monkeypatch):
         monkeypatch.setitem(sys.modules, parent, sys.modules.get(parent) or types.ModuleType(parent))
     # Layouts of other releases must not resolve to the real package during this test.
     for absent in ("sglang.kernels.ops.speculative.spec_tree", "sglang.kernels.ops.speculative.tree",
-                   "sglang.kernels.ops.speculative.sampling", "sglang.srt.speculative.eagle_info_v2",
-                   "sglang.srt.speculative.ngram_worker"):
+                   "sglang.kernels.ops.speculative.sampling", "sglang.srt.speculative.eagle_info_v2"):
         monkeypatch.setitem(sys.modules, absent, None)
     yield fakes
     sglang_binding.restore()
@@ -48,12 +49,15 @@ def fake_sglang(monkeypatch):
 def test_triton_binds_every_present_point_and_restores(fake_sglang, monkeypatch):
     monkeypatch.setenv(sglang_binding.ENV_SWITCH, "triton")
     patched = sglang_binding.apply()
-    assert len(patched) == 4, patched
+    assert len(patched) == 6, patched
     utils = fake_sglang["sglang.srt.speculative.eagle_utils"]
     info = fake_sglang["sglang.srt.speculative.eagle_info"]
     assert info.tree_speculative_sampling_target_only.__wrapped__.__wrapped__ is \
         sampling.tree_speculative_sampling_target_only
     assert fake_sglang["sgl_kernel"].verify_tree_greedy.__wrapped__ is verify_greedy.verify_tree_greedy
+    ngram = fake_sglang["sglang.srt.speculative.ngram_info"]  # NGRAM's verify reads its own copies
+    assert ngram.verify_tree_greedy is fake_sglang["sgl_kernel"].verify_tree_greedy
+    assert ngram.tree_speculative_sampling_target_only is info.tree_speculative_sampling_target_only
 
     # The func wrapper keeps SGLang's contract: retrieve_* keywords in, the three outputs back.
     candidates = torch.tensor([[5, 6, 7]])
@@ -66,7 +70,7 @@ def test_triton_binds_every_present_point_and_restores(fake_sglang, monkeypatch)
     assert returned[2].tolist() == [1] and returned[1].tolist() == [[0, 1, -1]]
     assert returned[0].tolist() == [6, 9, -1]
 
-    assert len(sglang_binding.restore()) == 4
+    assert len(sglang_binding.restore()) == 6
     with pytest.raises(AssertionError, match="SGLang's build was called"):
         utils.sgl_build_tree_kernel_efficient()
 

@@ -17,8 +17,12 @@ hidden-size-for              0.5.12 - 0.5.14  draft-extend width read from the t
 ===========================  ===============  ===========================================
 
 Other release-dependent code: :mod:`.runtime` (accessors for the model class),
-:mod:`.tree_kernels` (SGLang's tree-kernel call sites, per release), :mod:`.cpu` (running stock
-SGLang on a CPU-only host).
+:mod:`.fused_verify` (the sampled-verify seams), :mod:`.tree_kernels` (SGLang's tree-kernel call
+sites, per release), :mod:`.cpu` (running stock SGLang on a CPU-only host).
+
+The SGLang code each of them relies on (module, class, function, the parameters passed or read)
+is declared once, as a :class:`~.patch.Target` next to the code that uses it, and checked against
+the wheels of the supported releases by ``tests/sglang/test_release_source.py``.
 """
 
 from __future__ import annotations

@@ -13,10 +13,12 @@ from packaging.specifiers import SpecifierSet
 
 from sglang_eagle_ext.drafter.reader import load_drafter
 from sglang_eagle_ext.sglang.compat.config_loading import target_of
-from sglang_eagle_ext.sglang.compat.patch import Patch, required_class, wrap_method
+from sglang_eagle_ext.sglang.compat.patch import Patch, Target, required_class, wrap_method
 from sglang_eagle_ext.sglang.draft_config import drafter_directory, sglang_config_dict
 
 MODEL_RUNNER = "sglang.srt.model_executor.model_runner"
+# what the runner's method reads from its holder, and the patch re-sets there
+USES_AUX, LAYER_IDS = "eagle_use_aux_hidden_state", "eagle_aux_hidden_state_layer_ids"
 
 
 def normalised_capture_ids(runner) -> tuple[bool, list[int] | None]:
@@ -37,27 +39,32 @@ def patch_target_capture_ids(runner_cls, method: str, holder_name: str) -> bool:
     def make(original):
         def apply_capture_ids(self, *args, **kwargs):
             holder = getattr(self, holder_name) if holder_name else self
-            if getattr(holder, "eagle_use_aux_hidden_state", False) and not self.is_draft_worker:
+            if getattr(holder, USES_AUX, False) and not self.is_draft_worker:
                 known, ids = normalised_capture_ids(self)
                 if known:
-                    holder.eagle_aux_hidden_state_layer_ids = ids
+                    setattr(holder, LAYER_IDS, ids)
             return original(self, *args, **kwargs)
         return apply_capture_ids
 
     return wrap_method(runner_cls, method, make)
 
 
-def _applier(method: str, holder_name: str):
+def _patch(releases: str, method: str, holder_name: str) -> Patch:
+    """The patch for the releases whose ``ModelRunner.method`` applies the ids held by
+    ``self.<holder_name>``."""
+    holder = ".".join(filter(None, ("self", holder_name)))
+    target = Target(SpecifierSet(releases), MODEL_RUNNER, "ModelRunner", method,
+                    reads=(f"{holder}.{USES_AUX}", f"{holder}.{LAYER_IDS}"), absent_elsewhere=True)
+
     def apply(module) -> None:
-        patch_target_capture_ids(required_class(module, "ModelRunner", method), method, holder_name)
-    return apply
+        patch_target_capture_ids(required_class(module, target.name, method), method, holder_name)
+
+    return Patch("target-capture-ids", target.releases, MODEL_RUNNER, apply, (target,))
 
 
 # 0.5.11 - 0.5.15 apply the ids in init_aux_hidden_state_capture from self; 0.5.16 moved them
 # into spec_aux_config, applied from init_attention_backends.
 PATCHES = (
-    Patch("target-capture-ids", SpecifierSet(">=0.5.11,<0.5.16"), MODEL_RUNNER,
-          _applier("init_aux_hidden_state_capture", "")),
-    Patch("target-capture-ids", SpecifierSet(">=0.5.16"), MODEL_RUNNER,
-          _applier("init_attention_backends", "spec_aux_config")),
+    _patch(">=0.5.11,<0.5.16", "init_aux_hidden_state_capture", ""),
+    _patch(">=0.5.16", "init_attention_backends", "spec_aux_config"),
 )

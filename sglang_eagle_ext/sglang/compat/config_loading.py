@@ -13,8 +13,15 @@ from packaging.specifiers import SpecifierSet
 from sglang_eagle_ext.drafter.reader import load_drafter
 from sglang_eagle_ext.drafter.target import TargetInfo, read_target
 from sglang_eagle_ext.errors import DrafterError
-from sglang_eagle_ext.sglang.compat.patch import Patch, require
+from sglang_eagle_ext.sglang.compat.patch import Patch, Target, require
 from sglang_eagle_ext.sglang.draft_config import drafter_directory, sglang_config_dict
+
+
+_OVERRIDE_ARGS = "model_override_args"
+# SGLang's config loader, as the model config binds it: called with the path first, the override
+# args read by name
+GET_CONFIG = Target(SpecifierSet(">=0.5.11"), "sglang.srt.configs.model_config", "get_config",
+                    params=("model",), keywords=(_OVERRIDE_ARGS,))
 
 
 def normalised_config(path: str, target: TargetInfo | None, override_args: dict | None = None):
@@ -59,7 +66,7 @@ class DraftConfigLoader:
             config = self.original(model, *args, **kwargs)
             self.target = target_of(config) or self.target
             return config
-        return normalised_config(path, self.target, kwargs.get("model_override_args"))
+        return normalised_config(path, self.target, kwargs.get(_OVERRIDE_ARGS))
 
 
 def _apply(model_config_module) -> None:
@@ -69,15 +76,16 @@ def _apply(model_config_module) -> None:
     the defining module and every already-imported copy are rebound; later imports read the
     defining module's (patched) attribute.
     """
-    original = getattr(model_config_module, "get_config", None)
-    require(callable(original), "sglang.srt.configs.model_config.get_config")
+    name = GET_CONFIG.name
+    original = getattr(model_config_module, name, None)
+    require(callable(original), GET_CONFIG.path)
     if isinstance(original, DraftConfigLoader):
         return
     loader = DraftConfigLoader(original)
     defining = sys.modules.get(getattr(original, "__module__", ""), None)
     for module in [defining, model_config_module, *list(sys.modules.values())]:
-        if module is not None and getattr(module, "__dict__", {}).get("get_config") is original:
-            module.get_config = loader
+        if module is not None and getattr(module, "__dict__", {}).get(name) is original:
+            setattr(module, name, loader)
 
 
-PATCH = Patch("draft-config", SpecifierSet(">=0.5.11"), "sglang.srt.configs.model_config", _apply)
+PATCH = Patch("draft-config", GET_CONFIG.releases, GET_CONFIG.module, _apply, (GET_CONFIG,))

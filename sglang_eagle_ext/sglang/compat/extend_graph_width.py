@@ -7,7 +7,11 @@ from __future__ import annotations
 from packaging.specifiers import SpecifierSet
 
 from sglang_eagle_ext.sglang.compat.draft_width import draft_input_width, uses_aux_states
-from sglang_eagle_ext.sglang.compat.patch import Patch, required_class, wrap_method
+from sglang_eagle_ext.sglang.compat.patch import Patch, Target, required_class, wrap_method
+
+# the graph's capture, before which its hidden-state input is resized
+CAPTURE = Target(SpecifierSet("<0.5.12"), "sglang.srt.speculative.eagle_draft_extend_cuda_graph_runner",
+                 "EAGLEDraftExtendCudaGraphRunner", "capture")
 
 
 def patch_draft_extend_graph_width(runner_cls) -> bool:
@@ -24,12 +28,11 @@ def patch_draft_extend_graph_width(runner_cls) -> bool:
             return original(self, *args, **kwargs)
         return capture
 
-    return wrap_method(runner_cls, "capture", make)
+    return wrap_method(runner_cls, CAPTURE.member, make)
 
 
 def _apply(module) -> None:
-    patch_draft_extend_graph_width(required_class(module, "EAGLEDraftExtendCudaGraphRunner", "capture"))
+    patch_draft_extend_graph_width(required_class(module, CAPTURE.name, CAPTURE.member))
 
 
-PATCH = Patch("draft-extend-graph-width", SpecifierSet("<0.5.12"),
-              "sglang.srt.speculative.eagle_draft_extend_cuda_graph_runner", _apply)
+PATCH = Patch("draft-extend-graph-width", CAPTURE.releases, CAPTURE.module, _apply, (CAPTURE,))

@@ -43,31 +43,53 @@ import torch
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from sglang_eagle_ext.sglang.compat.patch import require, required_class, wrap_method
+from sglang_eagle_ext.sglang.compat import runtime
+from sglang_eagle_ext.sglang.compat.patch import Target, require, required_class, wrap_method
 
 ENV_SWITCH = "SGLANG_EAGLE_EXT_FUSED_VERIFY"
 DEFAULT_ON = SpecifierSet("==0.5.16")  # and TP size 1: see _hand_back_reason
 _SPEC = "sglang.srt.speculative."
+_EAGLE_UTILS = _SPEC + "eagle_utils"
 
-
-@dataclass(frozen=True)
-class Seam:
-    """A function holding the greedy/sampled branch: ``module.function``, or a method of
-    ``module.owner``; the greedy arm calls ``module.verify_tree_greedy_func``."""
-
-    releases: SpecifierSet
-    module: str
-    function: str
-    owner: str | None = None
-
-
+# The greedy arm's op, a global of each seam's module looked up at call time (the dispatcher takes
+# its arguments by these names), and what each seam reads to pick the arm.
+GREEDY_FUNC = "verify_tree_greedy_func"
+GREEDY_FUNC_PARAMS = ("predicts", "accept_index", "accept_token_num", "candidates", "retrieve_index",
+                      "retrieve_next_token", "retrieve_next_sibling")
+_BRANCH = ("is_all_greedy", GREEDY_FUNC)
+# The functions holding the greedy/sampled branch, all called (verify input, batch, logits output, ...).
 SEAMS = (
-    Seam(SpecifierSet(">=0.5.14"), _SPEC + "eagle_utils", "eagle_sample"),
-    Seam(SpecifierSet("<0.5.14"), _SPEC + "eagle_info_v2", "sample", owner="EagleVerifyInputV2Mixin"),
-    Seam(SpecifierSet("<0.5.14"), _SPEC + "eagle_info", "verify", owner="EagleVerifyInput"),
+    Target(SpecifierSet(">=0.5.14"), _EAGLE_UTILS, "eagle_sample", params=("verify_input", "batch", "logits_output"),
+           reads=_BRANCH, absent_elsewhere=True),
+    Target(SpecifierSet("<0.5.14"), _SPEC + "eagle_info_v2", "EagleVerifyInputV2Mixin", "sample",
+           params=("self", "batch", "logits_output"), reads=_BRANCH, absent_elsewhere=True),
+    Target(SpecifierSet("<0.5.14"), _SPEC + "eagle_info", "EagleVerifyInput", "verify",
+           params=("self", "batch", "logits_output"), reads=_BRANCH, absent_elsewhere=True),
 )
-# Modules that import ``eagle_sample`` by name (rebound there too); NGRAM's worker is left stock.
+# eagle_sample's arguments that hand a call back: UNO target sampling (0.5.21+, by position or
+# name) and watermarking (0.5.23+, by name)
+_UNO, _WATERMARK = "uno_target_max_top_k", "watermark_state"
+UNO_OPTION = Target(SpecifierSet(">=0.5.21"), _EAGLE_UTILS, "eagle_sample",
+                    params=("verify_input", "batch", "logits_output", "grammar_mask", _UNO))
+WATERMARK_OPTION = Target(SpecifierSet(">=0.5.23"), _EAGLE_UTILS, "eagle_sample", keywords=(_WATERMARK,))
+# 0.5.17+ draw the sampled arm's coins here (seeded under deterministic inference); before, inline
+VERIFY_COINS = Target(SpecifierSet(">=0.5.17"), _EAGLE_UTILS, "_verify_coins",
+                      keywords=("sampling_info", "seq_lens", "draft_token_num", "candidates", "device"),
+                      absent_elsewhere=True)
+# Where each release's branch reads the speculative settings, on every call (a running server can
+# update the accept thresholds).
+SETTINGS = (
+    runtime.GET_SPEC,
+    Target(SpecifierSet(">=0.5.16,<0.5.17"), runtime.GET_SERVER_ARGS.module, runtime.GET_SERVER_ARGS.name),
+    Target(SpecifierSet("<0.5.16"), runtime.GLOBAL_SERVER_ARGS.module, runtime.GLOBAL_SERVER_ARGS.name),
+)
+# The groups the sampled arm broadcasts over before the runtime context's get_parallel (0.5.14)
+TP_GROUP = Target(SpecifierSet("<0.5.14"), "sglang.srt.distributed", "get_tp_group")
+ATTENTION_TP_GROUP = Target(SpecifierSet("<0.5.14"), "sglang.srt.layers.dp_attention", "get_attention_tp_group")
+# Modules that import ``eagle_sample`` by name, rebound there too; NGRAM's worker, which does as
+# well, is left stock (its verify input is not EagleVerifyInput).
 CALLERS = (_SPEC + "eagle_worker_common", _SPEC + "eagle_worker_v2", _SPEC + "multi_layer_eagle_worker_v2")
+STOCK_CALLERS = (_SPEC + "ngram_worker",)
 _SAMPLER_DTYPES = ("float32", "bfloat16", "float16")
 _DEVICES = ("cuda",)  # tests on a CPU host add "cpu" (the kernels then run in Triton's interpreter)
 
@@ -103,19 +125,9 @@ _REJECTION_SAMPLING = SEAMS[0].releases
 
 
 def _setting(release: Version, name: str) -> Any:
-    """A speculative server setting, read where this release's ``eagle_sample`` reads it, and when:
-    on every call (a running server can update the accept thresholds)."""
-    if release >= Version("0.5.17"):
-        from sglang.srt.runtime_context import get_spec
-
-        return getattr(get_spec(), name)
-    if release >= Version("0.5.16"):
-        from sglang.srt.runtime_context import get_server_args
-
-        return getattr(get_server_args(), name)
-    from sglang.srt.server_args import get_global_server_args
-
-    return getattr(get_global_server_args(), name)
+    """A speculative server setting, read where this release's branch reads it (:data:`SETTINGS`)."""
+    (getter,) = [target for target in SETTINGS if target.covers(release)]
+    return getattr(runtime.module_attribute(getter)(), name)
 
 
 @functools.cache  # one group per process; read on every fused verify call
@@ -123,14 +135,18 @@ def _tp_group():
     """The group this release's sampled arm broadcasts over (attention TP under DP attention)."""
     from sglang.srt.layers.dp_attention import is_dp_attention_enabled
 
-    try:
-        from sglang.srt.runtime_context import get_parallel
-    except ImportError:  # before 0.5.14 (from 0.5.14, ParallelContext hands out these same groups)
-        from sglang.srt.distributed import get_tp_group
-        from sglang.srt.layers.dp_attention import get_attention_tp_group
-
-        return get_attention_tp_group() if is_dp_attention_enabled() else get_tp_group()
+    get_parallel = runtime.context_getter(runtime.GET_PARALLEL)
+    if get_parallel is None:  # from 0.5.14, ParallelContext hands out these same groups
+        return runtime.module_attribute(ATTENTION_TP_GROUP if is_dp_attention_enabled() else TP_GROUP)()
     return get_parallel().attn_tp_group if is_dp_attention_enabled() else get_parallel().tp_group
+
+
+def _option(target: Target, name: str, args: tuple, kwargs: dict) -> Any:
+    """What a call ``(args, kwargs)`` of ``target`` passes for its parameter ``name``; None if nothing."""
+    if name in kwargs:
+        return kwargs[name]
+    position = target.params.index(name) if name in target.params else len(args)
+    return args[position] if position < len(args) else None
 
 
 def _hand_back_reason(release: Version, verify_input, batch, logits_output, uno=None, watermark=None) -> str | None:
@@ -168,12 +184,13 @@ def _log_once(reason: str) -> None:
               f"later batches like it are not logged (pid {os.getpid()})", file=sys.stderr, flush=True)
 
 
-def _wrap_branch(release: Version, seam: Seam, original: Callable) -> Callable:
+def _wrap_branch(release: Version, seam: Target, original: Callable) -> Callable:
     def wrapped(verify_input, batch, logits_output, *rest, **kwargs):
         uno = watermark = None
-        if seam.owner is None:  # eagle_sample(..., grammar_mask, uno_target_max_top_k, *, watermark_state)
-            uno = kwargs.get("uno_target_max_top_k", rest[1] if len(rest) > 1 else None)
-            watermark = kwargs.get("watermark_state")
+        if seam.member is None:  # eagle_sample
+            args = (verify_input, batch, logits_output, *rest)
+            uno = _option(UNO_OPTION, _UNO, args, kwargs)
+            watermark = _option(WATERMARK_OPTION, _WATERMARK, args, kwargs)
         reason = _hand_back_reason(release, verify_input, batch, logits_output, uno, watermark)
         if reason is not None:
             if reason not in ("idle batch", "all-greedy batch"):
@@ -204,24 +221,21 @@ def _dispatcher(module, release: Version, original: Callable) -> Callable:
             return original(*args, **kwargs)
         _active.call = None
         logits = call.logits_output.next_token_logits
-        names = ("predicts", "accept_index", "accept_token_num", "candidates", "retrive_index",
-                 "retrive_next_token", "retrive_next_sibling")
-        given = dict(zip(names, args))
-        given.update({k.replace("retrieve_", "retrive_"): v for k, v in kwargs.items()})
-        predicts, accept_index, accept_token_num = (given[k] for k in names[:3])
-        candidates = given["candidates"]
+        given = {**dict(zip(GREEDY_FUNC_PARAMS, args)), **kwargs}
+        (predicts, accept_index, accept_token_num, candidates, retrieve_index, retrieve_next_token,
+         retrieve_next_sibling) = (given[name] for name in GREEDY_FUNC_PARAMS)
         info = call.sampling_info
         # the sampled arm's coins, drawn at the same point of the RNG stream as SGLang draws them
-        if hasattr(module, "_verify_coins"):  # 0.5.17+: seeded when deterministic inference is on
-            coins, final_coins = module._verify_coins(sampling_info=info, seq_lens=call.seq_lens,
-                                                      draft_token_num=candidates.shape[1],
-                                                      candidates=candidates, device=candidates.device)
+        verify_coins = getattr(module, VERIFY_COINS.name, None)
+        if verify_coins is not None:
+            coins, final_coins = verify_coins(**dict(zip(VERIFY_COINS.keywords, (
+                info, call.seq_lens, candidates.shape[1], candidates, candidates.device))))
         else:
             coins = torch.rand_like(candidates, dtype=torch.float32, device=candidates.device)
             final_coins = torch.rand((candidates.shape[0],), dtype=torch.float32, device=candidates.device)
         tree_sampling_from_logits(
-            predicts, accept_index, accept_token_num, candidates, given["retrive_index"],
-            given["retrive_next_token"], given["retrive_next_sibling"], coins, final_coins, logits,
+            predicts, accept_index, accept_token_num, candidates, retrieve_index,
+            retrieve_next_token, retrieve_next_sibling, coins, final_coins, logits,
             info.temperatures, info.top_ks, info.top_ps,
             _setting(release, "speculative_accept_threshold_single"),
             _setting(release, "speculative_accept_threshold_acc"), strict_acceptance=strict)
@@ -258,20 +272,20 @@ def apply(release: Version) -> list[str]:
     ``eagle_sample`` by name); return the branch functions wired (now or by an earlier call)."""
     sites = []
     for seam in SEAMS:
-        if not seam.releases.contains(release, prereleases=True):
+        if not seam.covers(release):
             continue
         module = importlib.import_module(seam.module)
-        greedy = getattr(module, "verify_tree_greedy_func", None)
-        require(callable(greedy), f"{seam.module}.verify_tree_greedy_func")
-        owner = module if seam.owner is None else required_class(module, seam.owner, seam.function)
-        require(callable(getattr(owner, seam.function, None)), f"{seam.module}.{seam.function}")
-        stock = getattr(owner, seam.function)
-        sites.append(f"{seam.owner + '.' if seam.owner else ''}{seam.function}")
-        if not wrap_method(owner, seam.function, lambda original, seam=seam: _wrap_branch(release, seam, original)):
+        greedy = getattr(module, GREEDY_FUNC, None)
+        require(callable(greedy), f"{seam.module}.{GREEDY_FUNC}")
+        owner = module if seam.member is None else required_class(module, seam.name, seam.member)
+        require(callable(getattr(owner, seam.attribute, None)), seam.path)
+        stock = getattr(owner, seam.attribute)
+        sites.append(seam.qualname)
+        if not wrap_method(owner, seam.attribute, lambda original, seam=seam: _wrap_branch(release, seam, original)):
             continue  # wired by an earlier call
-        module.verify_tree_greedy_func = _dispatcher(module, release, greedy)
-        for name in CALLERS if seam.owner is None else ():
+        setattr(module, GREEDY_FUNC, _dispatcher(module, release, greedy))
+        for name in CALLERS if seam.member is None else ():
             caller = sys.modules.get(name)
-            if caller is not None and getattr(caller, seam.function, None) is stock:
-                setattr(caller, seam.function, getattr(owner, seam.function))
+            if caller is not None and getattr(caller, seam.name, None) is stock:
+                setattr(caller, seam.name, getattr(owner, seam.name))
     return sites

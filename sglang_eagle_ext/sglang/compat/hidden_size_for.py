@@ -7,7 +7,11 @@ from __future__ import annotations
 from packaging.specifiers import SpecifierSet
 
 from sglang_eagle_ext.sglang.compat.draft_width import draft_input_width, uses_aux_states
-from sglang_eagle_ext.sglang.compat.patch import Patch, required_class, wrap_method
+from sglang_eagle_ext.sglang.compat.patch import Patch, Target, required_class, wrap_method
+
+# a classmethod taking the worker first; gone from 0.5.15, whose inputs are sized from the draft config
+HIDDEN_SIZE_FOR = Target(SpecifierSet(">=0.5.12,<0.5.15"), "sglang.srt.speculative.eagle_info",
+                         "EagleDraftExtendInput", "hidden_size_for", params=("cls", "worker"), absent_elsewhere=True)
 
 
 def _draft_runner(worker):
@@ -31,11 +35,11 @@ def patch_hidden_size_for(draft_extend_input_cls) -> bool:
             return original(cls, worker, *args, **kwargs)
         return hidden_size_for
 
-    return wrap_method(draft_extend_input_cls, "hidden_size_for", make)
+    return wrap_method(draft_extend_input_cls, HIDDEN_SIZE_FOR.member, make)
 
 
 def _apply(module) -> None:
-    patch_hidden_size_for(required_class(module, "EagleDraftExtendInput", "hidden_size_for"))
+    patch_hidden_size_for(required_class(module, HIDDEN_SIZE_FOR.name, HIDDEN_SIZE_FOR.member))
 
 
-PATCH = Patch("hidden-size-for", SpecifierSet(">=0.5.12,<0.5.15"), "sglang.srt.speculative.eagle_info", _apply)
+PATCH = Patch("hidden-size-for", HIDDEN_SIZE_FOR.releases, HIDDEN_SIZE_FOR.module, _apply, (HIDDEN_SIZE_FOR,))

@@ -10,9 +10,16 @@ import sys
 from packaging.specifiers import SpecifierSet
 
 from sglang_eagle_ext.sglang.compat.draft_width import draft_input_width, uses_aux_states
-from sglang_eagle_ext.sglang.compat.patch import Patch, require, wrap_method
+from sglang_eagle_ext.sglang.compat.patch import Patch, Target, require, wrap_method
 
-_EAGLE_INFO = "sglang.srt.speculative.eagle_info"
+_RELEASES = SpecifierSet("<0.5.12")
+_SPEC = "sglang.srt.speculative."
+_AFTER_DECODE, _HIDDEN_SIZE = "forward_draft_extend_after_decode", "hidden_size"
+# the worker methods that pass the inline 3 * H, and the constructor they pass it to by name
+WORKER = Target(_RELEASES, _SPEC + "eagle_worker", "EAGLEWorker", _AFTER_DECODE)
+MULTI_LAYER_WORKER = Target(_RELEASES, _SPEC + "multi_layer_eagle_worker", "MultiLayerEagleWorker", _AFTER_DECODE)
+CREATE_IDLE_INPUT = Target(_RELEASES, _SPEC + "eagle_info", "EagleDraftInput", "create_idle_input",
+                           keywords=(_HIDDEN_SIZE,))
 _IDLE_INPUT_WIDTH: contextvars.ContextVar[int | None] = contextvars.ContextVar(
     "eagle_ext_idle_input_width", default=None)
 
@@ -38,36 +45,34 @@ def patch_idle_draft_input_width(draft_input_cls, worker_classes) -> bool:
             width = _IDLE_INPUT_WIDTH.get()
             if width is not None:
                 bound = signature.bind(cls, *args, **kwargs)
-                bound.arguments["hidden_size"] = width
+                bound.arguments[_HIDDEN_SIZE] = width
                 return original(*bound.args, **bound.kwargs)
             return original(cls, *args, **kwargs)
         return create_idle_input
 
-    changed = wrap_method(draft_input_cls, "create_idle_input", make_create_idle_input)
+    changed = wrap_method(draft_input_cls, CREATE_IDLE_INPUT.member, make_create_idle_input)
     for worker_cls in worker_classes:
-        changed |= wrap_method(worker_cls, "forward_draft_extend_after_decode", make_worker_method)
+        changed |= wrap_method(worker_cls, _AFTER_DECODE, make_worker_method)
     return changed
 
 
-def _applier(class_name: str, required: bool):
+def _patch(worker: Target, required: bool) -> Patch:
     def apply(module) -> None:
-        worker_cls = getattr(module, class_name, None)
-        has_method = worker_cls is not None and hasattr(worker_cls, "forward_draft_extend_after_decode")
+        worker_cls = getattr(module, worker.name, None)
+        has_method = worker_cls is not None and hasattr(worker_cls, worker.member)
         if not required and not has_method:
             return
-        require(has_method, f"{class_name}.forward_draft_extend_after_decode")
-        draft_input = getattr(sys.modules.get(_EAGLE_INFO), "EagleDraftInput", None)
-        require(draft_input is not None and hasattr(draft_input, "create_idle_input"),
-                "EagleDraftInput.create_idle_input")
+        require(has_method, worker.qualname)
+        draft_input = getattr(sys.modules.get(CREATE_IDLE_INPUT.module), CREATE_IDLE_INPUT.name, None)
+        require(draft_input is not None and hasattr(draft_input, CREATE_IDLE_INPUT.member),
+                CREATE_IDLE_INPUT.qualname)
         patch_idle_draft_input_width(draft_input, [worker_cls])
-    return apply
+
+    return Patch("idle-draft-input-width", _RELEASES, worker.module, apply, (worker, CREATE_IDLE_INPUT))
 
 
-_RELEASES = SpecifierSet("<0.5.12")
 PATCHES = (
-    Patch("idle-draft-input-width", _RELEASES, "sglang.srt.speculative.eagle_worker",
-          _applier("EAGLEWorker", required=True)),
+    _patch(WORKER, required=True),
     # only with --enable-multi-layer-eagle, which not every release has
-    Patch("idle-draft-input-width", _RELEASES, "sglang.srt.speculative.multi_layer_eagle_worker",
-          _applier("MultiLayerEagleWorker", required=False)),
+    _patch(MULTI_LAYER_WORKER, required=False),
 )

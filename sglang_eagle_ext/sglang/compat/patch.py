@@ -1,5 +1,6 @@
-"""The mechanics every patch shares: which releases it is for, when it is applied, how a method
-is wrapped, and the error raised when SGLang's code is not shaped as the patch expects."""
+"""The mechanics every patch shares: which releases it is for, the SGLang code it relies on, when
+it is applied, how a method is wrapped, and the error raised when SGLang's code is not shaped as
+the patch expects."""
 
 from __future__ import annotations
 
@@ -33,15 +34,59 @@ def required_class(module, class_name: str, method: str):
 
 
 @dataclass(frozen=True)
+class Target:
+    """A piece of SGLang's code that compat code relies on, in the releases that have it.
+
+    ``module.name``: a function, a class or a name the module binds by import; ``member``: a
+    method of class ``name``. ``params``: its leading parameters, in order, where the code passes
+    or reads arguments by position; ``keywords``: parameters it passes or reads by name;
+    ``reads``: what its body reads (``self.a.b``, or ``b`` for any object's ``.b`` or a global
+    ``b``), e.g. the state a patch sets. ``imported_in``: the SGLang functions
+    (``module.function``) that import it in their body, i.e. look it up at call time (``module``
+    may then be outside SGLang). ``absent_elsewhere``: other releases lack it as declared, where
+    the code takes another path there. Declared once, next to the code that uses it; checked
+    against each release's wheel by ``tests/sglang/test_release_source.py``.
+    """
+
+    releases: SpecifierSet
+    module: str
+    name: str
+    member: str | None = None
+    params: tuple[str, ...] = ()
+    keywords: tuple[str, ...] = ()
+    reads: tuple[str, ...] = ()
+    imported_in: tuple[str, ...] = ()
+    absent_elsewhere: bool = False
+
+    @property
+    def attribute(self) -> str:
+        """What is looked up on the module or class: the method, else the module-level name."""
+        return self.member or self.name
+
+    @property
+    def qualname(self) -> str:
+        return ".".join(filter(None, (self.name, self.member)))
+
+    @property
+    def path(self) -> str:
+        return f"{self.module}.{self.qualname}"
+
+    def covers(self, release: Version) -> bool:
+        return self.releases.contains(release, prereleases=True)
+
+
+@dataclass(frozen=True)
 class Patch:
     """One change to SGLang: its name (the log line lists it), the releases that need it, the
     SGLang module it changes and ``apply(module)``, run right after SGLang itself imports that
-    module (importing SGLang's modules earlier breaks its import order)."""
+    module (importing SGLang's modules earlier breaks its import order); ``targets``: the SGLang
+    code ``apply`` relies on."""
 
     name: str
     releases: SpecifierSet
     module: str
     apply: Callable[[Any], None]
+    targets: tuple[Target, ...]
 
     def needed(self, release: Version) -> bool:
         return self.releases.contains(release, prereleases=True)

@@ -7,55 +7,77 @@ from __future__ import annotations
 
 import importlib
 
+from packaging.specifiers import SpecifierSet
+
+from sglang_eagle_ext.sglang.compat.patch import Target
+
+_CONTEXT = "sglang.srt.runtime_context"
+# 0.5.14+ keep the server's state in the runtime context, whose getters came one release at a time
+GET_PARALLEL = Target(SpecifierSet(">=0.5.14"), _CONTEXT, "get_parallel")
+GET_SERVER_ARGS = Target(SpecifierSet(">=0.5.15"), _CONTEXT, "get_server_args")
+GET_SPEC = Target(SpecifierSet(">=0.5.17"), _CONTEXT, "get_spec")
+# what the accessors fall back to on releases without the context's getter
+TP_WORLD_SIZE = Target(SpecifierSet("<0.5.14"), "sglang.srt.distributed", "get_tensor_model_parallel_world_size")
+PP_GROUP = Target(SpecifierSet("<0.5.14"), "sglang.srt.distributed", "get_pp_group")
+GLOBAL_SERVER_ARGS = Target(SpecifierSet("<0.5.15"), "sglang.srt.server_args", "get_global_server_args")
+# 0.5.23 resolves the draft's tensor-parallel layout from a class attribute; None before
+DRAFT_PARALLEL_SPEC = Target(SpecifierSet(">=0.5.23"), "sglang.srt.configs.draft_parallel", "DraftParallelSpec",
+                             absent_elsewhere=True)
+
 
 def _runtime_context():
-    """0.5.14+ keep the server's state in ``sglang.srt.runtime_context`` (``get_parallel`` from
-    0.5.14, ``get_server_args`` from 0.5.15, ``get_spec`` from 0.5.17)."""
+    """The runtime context module (0.5.14+), None before."""
     try:
-        return importlib.import_module("sglang.srt.runtime_context")
+        return importlib.import_module(_CONTEXT)
     except ImportError:
         return None
+
+
+def context_getter(target: Target):
+    """The runtime context's getter ``target``, None on a release without it."""
+    return getattr(_runtime_context(), target.name, None)
+
+
+def module_attribute(target: Target):
+    """``target.module.name`` of the running SGLang."""
+    return getattr(importlib.import_module(target.module), target.name)
 
 
 def tp_world_size() -> int:
-    context = _runtime_context()
-    if context is not None and hasattr(context, "get_parallel"):
-        return context.get_parallel().tp_size
-    from sglang.srt.distributed import get_tensor_model_parallel_world_size
-
-    return get_tensor_model_parallel_world_size()
+    get_parallel = context_getter(GET_PARALLEL)
+    if get_parallel is not None:
+        return get_parallel().tp_size
+    return module_attribute(TP_WORLD_SIZE)()
 
 
 def pp_group():
-    context = _runtime_context()
-    if context is not None and hasattr(context, "get_parallel"):
-        return context.get_parallel().pp_group
-    from sglang.srt.distributed import get_pp_group
-
-    return get_pp_group()
+    get_parallel = context_getter(GET_PARALLEL)
+    if get_parallel is not None:
+        return get_parallel().pp_group
+    return module_attribute(PP_GROUP)()
 
 
 def eagle3_draft_parallel_spec():
-    """0.5.23 resolves the draft's tensor-parallel layout from a class attribute; None before."""
+    """The draft's layout on 0.5.23+ (:data:`DRAFT_PARALLEL_SPEC`), None before."""
     try:
-        module = importlib.import_module("sglang.srt.configs.draft_parallel")
+        module = importlib.import_module(DRAFT_PARALLEL_SPEC.module)
     except ImportError:
         return None
-    return module.DraftParallelSpec(tp_execution=module.DraftTPExecution.SINGLE_GROUP)
+    return getattr(module, DRAFT_PARALLEL_SPEC.name)(tp_execution=module.DraftTPExecution.SINGLE_GROUP)
 
 
 def draft_window_size() -> int | None:
     """``--speculative-draft-window-size`` (0.5.12+), None where the option does not exist: the
     runtime context's bags (0.5.15+), else the global server args (0.5.11 - 0.5.14; from 0.5.20
     ``get_global_server_args`` raises, but the context answers first there)."""
-    context = _runtime_context()
-    for getter in ("get_spec", "get_server_args"):
-        if context is not None and hasattr(context, getter):
-            return getattr(getattr(context, getter)(), "speculative_draft_window_size", None)
-    server_args = importlib.import_module("sglang.srt.server_args")
-    if not hasattr(server_args, "get_global_server_args"):
+    for target in (GET_SPEC, GET_SERVER_ARGS):
+        getter = context_getter(target)
+        if getter is not None:
+            return getattr(getter(), "speculative_draft_window_size", None)
+    server_args = importlib.import_module(GLOBAL_SERVER_ARGS.module)
+    if not hasattr(server_args, GLOBAL_SERVER_ARGS.name):
         return None
-    return getattr(server_args.get_global_server_args(), "speculative_draft_window_size", None)
+    return getattr(getattr(server_args, GLOBAL_SERVER_ARGS.name)(), "speculative_draft_window_size", None)
 
 
 def server_option_names() -> frozenset[str]:

@@ -12,7 +12,8 @@ ours with them measured 0.80-1.04 of stock within the run's noise (``benchmarks/
 Installing the plugin for a drafter should not change a server's verify path unasked.
 
 Binding points (SGLang looks every one of them up at call time), by feature detection: a point is
-bound when its module imports and has the attribute, whatever the release.
+bound when its module imports and has the attribute, whatever the release. Each is a
+:class:`~.patch.Target` stating the releases whose code looks it up there.
 
 * build (the leaf op under SGLang's ``build_tree_kernel_efficient`` wrapper):
   ``sglang.srt.speculative.eagle_utils.sgl_build_tree_kernel_efficient`` (0.5.11 - 0.5.22; from
@@ -22,11 +23,12 @@ bound when its module imports and has the attribute, whatever the release.
   (in ``eagle_utils`` and ``spec_tree``);
 * greedy: ``verify_tree_greedy``, imported inside ``verify_tree_greedy_func`` from ``sgl_kernel``
   (up to 0.5.20) or from the JIT ops' ``sglang.kernels.ops.speculative.tree`` (0.5.21 - 0.5.22),
-  and ``verify_tree_greedy_func`` in ``eagle_utils`` and in the modules holding a copy
-  (``eagle_info``, ``eagle_info_v2``, ``ngram_worker``; 0.5.23 imports it at module level);
-* sampling: ``tree_speculative_sampling_target_only`` in ``eagle_info`` / ``eagle_info_v2``
-  (module-level imports up to 0.5.13), ``sgl_kernel`` (imported inside ``eagle_sample``,
-  0.5.14 - 0.5.20), ``sglang.kernels.ops.speculative.sampling`` (imported inside
+  NGRAM's module-level copy in ``ngram_info`` (up to 0.5.13), and ``verify_tree_greedy_func`` in
+  ``eagle_utils`` and in the modules holding a copy (``eagle_info``, ``eagle_info_v2``, up to
+  0.5.13; 0.5.23 imports it at module level);
+* sampling: ``tree_speculative_sampling_target_only`` in ``eagle_info`` / ``eagle_info_v2`` /
+  ``ngram_info`` (module-level imports up to 0.5.13), ``sgl_kernel`` (imported inside
+  ``eagle_sample``, 0.5.14 - 0.5.20), ``sglang.kernels.ops.speculative.sampling`` (imported inside
   ``eagle_sample``, 0.5.21 - 0.5.22) and ``eagle_utils`` (module level, 0.5.23). The drop-in
   applies the installed release's acceptance test (:data:`STRICT_ACCEPTANCE_SINCE`).
 
@@ -43,25 +45,51 @@ import importlib
 import os
 from typing import Callable, Dict, List, Tuple
 
+from packaging.specifiers import SpecifierSet
 from packaging.version import Version
+
+from sglang_eagle_ext.sglang.compat.patch import Target
 
 ENV_SWITCH = "SGLANG_EAGLE_EXT_TREE_KERNELS"
 CHOICES = ("triton", "sglang")
 
 _SPEC = "sglang.srt.speculative."
-BUILD_POINTS = [(_SPEC + "eagle_utils", "sgl_build_tree_kernel_efficient"),
-                ("sglang.kernels.ops.speculative.spec_tree", "sgl_build_tree_kernel_efficient")]
-BUILD_FUNC_POINTS = [(_SPEC + "eagle_utils", "build_tree_kernel_efficient_func"),
-                     ("sglang.kernels.ops.speculative.spec_tree", "build_tree_kernel_efficient_func")]
-GREEDY_OP_POINTS = [("sgl_kernel", "verify_tree_greedy"),
-                    ("sglang.kernels.ops.speculative.tree", "verify_tree_greedy")]
-GREEDY_FUNC_POINTS = [(_SPEC + name, "verify_tree_greedy_func")
-                      for name in ("eagle_utils", "eagle_info", "eagle_info_v2", "ngram_worker")]
-SAMPLING_POINTS = [(_SPEC + "eagle_info", "tree_speculative_sampling_target_only"),
-                   (_SPEC + "eagle_info_v2", "tree_speculative_sampling_target_only"),
-                   ("sgl_kernel", "tree_speculative_sampling_target_only"),
-                   ("sglang.kernels.ops.speculative.sampling", "tree_speculative_sampling_target_only"),
-                   (_SPEC + "eagle_utils", "tree_speculative_sampling_target_only")]
+_EAGLE_UTILS = _SPEC + "eagle_utils"
+_JIT = "sglang.kernels.ops.speculative."
+_UP_TO_0_5_13 = SpecifierSet("<0.5.14")
+_SAMPLING = "tree_speculative_sampling_target_only"
+_IN_EAGLE_SAMPLE = (_EAGLE_UTILS + ".eagle_sample",)
+# The functions that import the greedy op in their body (0.5.23: the platform dispatcher's)
+_GREEDY_IMPORTERS = (_EAGLE_UTILS + ".verify_tree_greedy_func", _JIT + "spec_tree.verify_tree_greedy_func")
+BUILD_POINTS = [
+    Target(SpecifierSet("<0.5.23"), _EAGLE_UTILS, "sgl_build_tree_kernel_efficient", absent_elsewhere=True),
+    Target(SpecifierSet(">=0.5.23"), _JIT + "spec_tree", "sgl_build_tree_kernel_efficient", absent_elsewhere=True),
+]
+BUILD_FUNC_POINTS = [
+    Target(SpecifierSet(">=0.5.23"), _EAGLE_UTILS, "build_tree_kernel_efficient_func", absent_elsewhere=True),
+    Target(SpecifierSet(">=0.5.23"), _JIT + "spec_tree", "build_tree_kernel_efficient_func", absent_elsewhere=True),
+]
+GREEDY_OP_POINTS = [
+    Target(SpecifierSet(">=0.5.11"), "sgl_kernel", "verify_tree_greedy", imported_in=_GREEDY_IMPORTERS),
+    Target(SpecifierSet(">=0.5.21"), _JIT + "tree", "verify_tree_greedy", imported_in=_GREEDY_IMPORTERS,
+           absent_elsewhere=True),
+    Target(_UP_TO_0_5_13, _SPEC + "ngram_info", "verify_tree_greedy", absent_elsewhere=True),
+]
+GREEDY_FUNC_POINTS = [
+    Target(SpecifierSet(">=0.5.11"), _EAGLE_UTILS, "verify_tree_greedy_func"),
+    Target(_UP_TO_0_5_13, _SPEC + "eagle_info", "verify_tree_greedy_func", absent_elsewhere=True),
+    Target(_UP_TO_0_5_13, _SPEC + "eagle_info_v2", "verify_tree_greedy_func", absent_elsewhere=True),
+]
+SAMPLING_POINTS = [
+    Target(_UP_TO_0_5_13, _SPEC + "eagle_info", _SAMPLING, absent_elsewhere=True),
+    Target(_UP_TO_0_5_13, _SPEC + "eagle_info_v2", _SAMPLING, absent_elsewhere=True),
+    Target(_UP_TO_0_5_13, _SPEC + "ngram_info", _SAMPLING, absent_elsewhere=True),
+    Target(SpecifierSet(">=0.5.14,<0.5.23"), "sgl_kernel", _SAMPLING, imported_in=_IN_EAGLE_SAMPLE,
+           absent_elsewhere=True),
+    Target(SpecifierSet(">=0.5.21,<0.5.23"), _JIT + "sampling", _SAMPLING, imported_in=_IN_EAGLE_SAMPLE,
+           absent_elsewhere=True),
+    Target(SpecifierSet(">=0.5.23"), _EAGLE_UTILS, _SAMPLING, absent_elsewhere=True),
+]
 # SGLang 0.5.21 changed the acceptance test of its (now JIT) tree sampling op: half-open `coin <`
 # and no child without target mass (its sampling.cuh); the drop-in follows the installed release.
 STRICT_ACCEPTANCE_SINCE = Version("0.5.21")
@@ -146,19 +174,19 @@ def selected_backend() -> str:
     return choice
 
 
-def _bind(points, make: Callable[[], Callable], patched: List[str]) -> None:
+def _bind(points: List[Target], make: Callable[[], Callable], patched: List[str]) -> None:
     replacement = None
-    for module_name, attr in points:
+    for point in points:
         try:
-            module = importlib.import_module(module_name)
+            module = importlib.import_module(point.module)
         except Exception:  # absent in this release, or not importable on this platform
             continue
-        if not hasattr(module, attr):
+        if not hasattr(module, point.name):
             continue
         replacement = replacement or make()
-        _originals.setdefault((module_name, attr), getattr(module, attr))
-        setattr(module, attr, replacement)
-        patched.append(f"{module_name}.{attr} -> sglang_eagle_ext.kernels ({replacement.__name__})")
+        _originals.setdefault((point.module, point.name), getattr(module, point.name))
+        setattr(module, point.name, replacement)
+        patched.append(f"{point.path} -> sglang_eagle_ext.kernels ({replacement.__name__})")
 
 
 def apply() -> List[str]:
