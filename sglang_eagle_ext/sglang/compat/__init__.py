@@ -18,7 +18,7 @@ hidden-size-for              0.5.12 - 0.5.14  draft-extend width read from the t
 
 Other release-dependent code: :mod:`.runtime` (accessors for the model class),
 :mod:`.tree_kernels` (SGLang's tree-kernel call sites, per release), :mod:`.cpu` (running stock
-SGLang on a CPU-only host).
+SGLang on a CPU-only host) and :mod:`.cpu_sampling` (its sampled verify ops there).
 """
 
 from __future__ import annotations
