@@ -4,15 +4,12 @@ import importlib.util
 import json
 import os
 import signal
-import socket
-import subprocess
 import sys
 import threading
-import time
-import urllib.request
 
 import pytest
 import torch
+from tests.http_server import post, serving
 
 from sglang_eagle_ext.drafter.reader import read_drafter
 from sglang_eagle_ext.cli import main, serve_cmd
@@ -164,50 +161,13 @@ def test_cpu_serving_without_extra_flags(shared_target, shared_drafter, tmp_path
     # the served greedy text must equal plain greedy decoding of the target
     from sglang_eagle_ext.demo.run import PROMPTS, plain_greedy
 
-    port = free_port()
     env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "PYTHONPATH")}
-    log = open(tmp_path / "server.log", "w")
-    server = subprocess.Popen([sys.executable, "-m", "sglang_eagle_ext", "serve", "--target", shared_target,
-                               "--draft", shared_drafter, "--", "--port", str(port), "--mem-fraction-static",
-                               "0.3", "--max-total-tokens", "2048"],
-                              env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        wait_until_ready(port, server, tmp_path / "server.log", timeout=480)
+    with serving(["--target", shared_target, "--draft", shared_drafter], tmp_path / "server.log", env) as (port, _):
         reply = post(port, "/generate", {"text": PROMPTS[0], "sampling_params": {
             "temperature": 0, "max_new_tokens": 12, "ignore_eos": True}})
-    finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        server.wait(timeout=60)
-        log.close()
     assert reply["output_ids"] == plain_greedy(shared_target, 12)[0]
     assert reply["meta_info"]["spec_verify_ct"] < 12  # drafts were accepted: EAGLE-3 ran
     assert "drafts served by sglang_eagle_ext.sglang.model" in (tmp_path / "server.log").read_text()
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def post(port: int, path: str, body: dict) -> dict:
-    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=300) as response:
-        return json.load(response)
-
-
-def wait_until_ready(port: int, server: subprocess.Popen, log_path, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if server.poll() is not None:
-            pytest.fail(f"serve exited with {server.returncode}:\n{log_path.read_text()[-3000:]}")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health_generate", timeout=120):
-                return
-        except OSError:
-            time.sleep(2)
-    pytest.fail(f"server not ready in {timeout} s:\n{log_path.read_text()[-3000:]}")
 
 
 def test_launch_forwards_signals(tmp_path):

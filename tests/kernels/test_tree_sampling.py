@@ -1,8 +1,10 @@
-"""Tree sampling: the drop-in op and the fused sampler against the pure-torch references.
+"""Tree sampling: the drop-in ops and the fused sampler against the pure-torch references.
 
 Coins are fixed per example, so a kernel and its reference must make the very same draws; they
 differ only when a coin lands within float rounding of a CDF step (probability ~1e-7 a draw).
 """
+
+import functools
 
 import pytest
 import torch
@@ -14,6 +16,7 @@ from tests.kernels.tree_fixtures import (assert_same, built_tree, draw_tree_shap
 
 from sglang_eagle_ext.kernels import sampling
 from sglang_eagle_ext.kernels.sampling import scratch
+from sglang_eagle_ext.sglang.compat import cpu_sampling
 from sglang_eagle_ext.testing import kernel_reference as reference
 
 VOCAB = 40
@@ -39,24 +42,31 @@ def _case(case):
     return (candidates, ri, nt, ns, coins, final_coins), logits, gen
 
 
+# The drop-ins for SGLang's op: the Triton kernel (tiles of 16 tokens: several per row) and the
+# plain-torch op that serves sampled verify where SGLang has no kernel (a CPU-only host).
+DROP_INS = {"triton": functools.partial(sampling.tree_speculative_sampling_target_only, block_v=16),
+            "torch": cpu_sampling.tree_speculative_sampling_target_only}
+
+
+@pytest.mark.parametrize("drop_in", sorted(DROP_INS))
 @settings(max_examples=150, deadline=None)
 @given(sampling_rounds())
-def test_sampling_op_matches_reference(case):
+def test_sampling_op_matches_reference(drop_in, case):
     bs, n, steps = case["bs"], case["n"], case["steps"]
     tree_args, logits, gen = _case(case)
     probs = torch.softmax(logits / 0.8, -1).reshape(bs, n, VOCAB)
     if case["seed"] % 2:  # zero-mass children, as after a top-k / top-p renorm
         probs = torch.where(probs < 0.03, 0.0, probs)
     results = []
-    for op in (reference.tree_sampling_reference, sampling.tree_speculative_sampling_target_only):
+    for op in (reference.tree_sampling_reference, DROP_INS[drop_in]):
         out, draft = poisoned_outputs(bs, n, steps), torch.zeros_like(probs)
-        kwargs = {"block_v": 16} if op is sampling.tree_speculative_sampling_target_only else {}
-        op(*out, *tree_args, probs, draft, *case["thresholds"], strict_acceptance=case["strict"], **kwargs)
+        op(*out, *tree_args, probs, draft, *case["thresholds"], strict_acceptance=case["strict"])
         results.append(out + (draft,))
     assert_same(*results)
 
 
-@pytest.mark.parametrize("op", [reference.tree_sampling_reference, sampling.tree_speculative_sampling_target_only])
+@pytest.mark.parametrize("op", [reference.tree_sampling_reference, sampling.tree_speculative_sampling_target_only,
+                                cpu_sampling.tree_speculative_sampling_target_only])
 @pytest.mark.parametrize("child_prob, coin, threshold_single, accepted_before, accepted_strict", [
     (0.5, 0.5, 1.0, True, False),   # coin equal to the running sum: `<=` accepts, 0.5.21's `<` does not
     (0.5, 0.25, 1.0, True, True),

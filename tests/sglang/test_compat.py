@@ -20,7 +20,8 @@ from transformers import LlamaConfig
 from packaging.version import Version
 
 from sglang_eagle_ext.sglang import compat
-from sglang_eagle_ext.sglang.compat import capture_ids, draft_width, extend_graph_width, hidden_size_for, idle_input_width
+from sglang_eagle_ext.sglang.compat import (capture_ids, draft_width, extend_graph_width, hidden_size_for, idle_input_width,
+                                            prompt_token_range)
 from sglang_eagle_ext.sglang.compat.patch import UnsupportedRelease, after_import
 from sglang_eagle_ext.testing import fixtures
 
@@ -117,16 +118,45 @@ def test_hidden_size_for_reads_the_draft_config():
                                                      draft_runner=draft_runner)) == 3 * T
 
 
+
+class RequestValidator:
+    """TokenizerManager's per-request check (every release): ``_validate_one_request(obj, input_ids)``."""
+
+    def __init__(self, vocab_size):
+        self.model_config = SimpleNamespace(vocab_size=vocab_size)
+        self.validated = []
+
+    def _validate_one_request(self, obj, input_ids):
+        self.validated.append(list(input_ids))
+
+
+def test_prompt_token_ids_outside_the_vocabulary_are_a_bad_request():
+    assert prompt_token_range.patch_prompt_token_range(RequestValidator)
+    assert not prompt_token_range.patch_prompt_token_range(RequestValidator)  # once only
+    manager = RequestValidator(vocab_size=512)
+    for ids, position in (([5, 512], 1), ([-1, 3], 0), ([7, 8, 99999], 2)):
+        with pytest.raises(ValueError, match=rf"input_ids\[{position}\] = {ids[position]} .*\[0, 512\)"):
+            manager._validate_one_request(SimpleNamespace(input_ids=ids), ids)
+    assert manager.validated == []  # rejected before SGLang's own checks
+    manager._validate_one_request(SimpleNamespace(input_ids=[0, 511]), [0, 511])
+    # ids the tokenizer made from text, and multimodal placeholders (outside the vocabulary by
+    # design), are SGLang's to judge
+    manager._validate_one_request(SimpleNamespace(input_ids=None, text="hi"), [600])
+    manager._validate_one_request(SimpleNamespace(input_ids=[1, 600], image_data=["a.png"]), [1, 600])
+    assert manager.validated == [[0, 511], [600], [1, 600]]
+
+
 # Patches each release line needs, from the releases' own code (see each patch module).
 RELEASE_PATCHES = {
-    "0.5.11": ["draft-config", "target-capture-ids", "draft-extend-graph-width", "idle-draft-input-width"],
-    "0.5.12": ["draft-config", "target-capture-ids", "hidden-size-for"],
-    "0.5.14": ["draft-config", "target-capture-ids", "hidden-size-for"],
-    "0.5.15": ["draft-config", "target-capture-ids"],
-    "0.5.16": ["draft-config", "target-capture-ids"],
-    "0.5.23": ["draft-config", "target-capture-ids"],
-    "0.5.23.post1": ["draft-config", "target-capture-ids"],
-    "0.6.0": ["draft-config", "target-capture-ids"],  # newer than supported: the newest set
+    "0.5.11": ["draft-config", "target-capture-ids", "draft-extend-graph-width", "idle-draft-input-width",
+               "prompt-token-range"],
+    "0.5.12": ["draft-config", "target-capture-ids", "hidden-size-for", "prompt-token-range"],
+    "0.5.14": ["draft-config", "target-capture-ids", "hidden-size-for", "prompt-token-range"],
+    "0.5.15": ["draft-config", "target-capture-ids", "prompt-token-range"],
+    "0.5.16": ["draft-config", "target-capture-ids", "prompt-token-range"],
+    "0.5.23": ["draft-config", "target-capture-ids", "prompt-token-range"],
+    "0.5.23.post1": ["draft-config", "target-capture-ids", "prompt-token-range"],
+    "0.6.0": ["draft-config", "target-capture-ids", "prompt-token-range"],  # newer than supported: the newest set
 }
 
 

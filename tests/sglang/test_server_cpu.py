@@ -1,35 +1,131 @@
-"""Stock SGLang serving EAGLE3 with a 2-layer, 4-aux speculators drafter through the plugin (CPU).
+"""Stock SGLang serving EAGLE3 through the plugin on the CPU.
 
 The engine's greedy output must equal plain greedy decoding of the target (HF transformers,
 fp32, the same weights): speculative decoding is lossless whatever the drafter proposes. The
 acceptance counters must show that drafting actually ran.
+
+The first test runs a 2-layer, 4-aux speculators drafter in SGLang's offline engine. The others
+share one ``sglang-eagle serve`` HTTP server with tree drafting (the session's target and distilled
+drafter, top-k 2, 2 steps): greedy, sampled requests as a user's ``openai`` client sends them, and
+malformed or hostile requests, each of which must get a 4xx and leave the server serving.
 """
 
-import pytest
+import json
+from concurrent.futures import ThreadPoolExecutor
 
-from sglang_eagle_ext.demo.run import plain_greedy, serve_greedy
+import openai
+import pytest
+from tests.http_server import post, post_raw, serving
+
+from sglang_eagle_ext.demo.run import PROMPTS, plain_greedy, serve_greedy
 from sglang_eagle_ext.testing.matched_drafter import build_matched_drafter
 
 NEW_TOKENS = 12
 
 
 @pytest.fixture(scope="module")
-def models(tmp_path_factory):
-    from sglang_eagle_ext.demo.tiny_target import TinyTargetSettings, build_tiny_target
-
-    root = tmp_path_factory.mktemp("server")
-    target = build_tiny_target(str(root / "target"), TinyTargetSettings(num_layers=8))
-    drafter = build_matched_drafter(str(root / "drafter"), target, layers=2, num_aux=4,
-                                    fc_norm=True, dialect="speculators", seed=3)
-    return target, drafter
+def models(shared_target, tmp_path_factory):
+    drafter = build_matched_drafter(str(tmp_path_factory.mktemp("server") / "drafter"), shared_target, layers=2,
+                                    num_aux=4, fc_norm=True, dialect="speculators", seed=3)
+    return shared_target, drafter
 
 
-def test_eagle3_greedy_equals_plain_greedy(models):
+@pytest.fixture(scope="module")
+def greedy_reference(shared_target):
+    return plain_greedy(shared_target, NEW_TOKENS)
+
+
+def test_eagle3_greedy_equals_plain_greedy(models, greedy_reference):
     target, drafter = models
     served = serve_greedy(target, drafter, "cpu", num_steps=3, new_tokens=NEW_TOKENS, timeout=420)
     assert served.activation and all("sglang_eagle_ext.sglang.model.LlamaForCausalLMEagle3" in line
                                      for line in served.activation if "drafts served" in line)
-    assert [o["output_ids"] for o in served.outputs] == plain_greedy(target, NEW_TOKENS)
+    assert [o["output_ids"] for o in served.outputs] == greedy_reference
     for output in served.outputs:
         assert output["completion_tokens"] == NEW_TOKENS
         assert 0 < output["spec_verify_ct"] <= NEW_TOKENS
+
+
+@pytest.fixture(scope="module")
+def tree_server(shared_target, shared_drafter, tmp_path_factory):
+    """``sglang-eagle serve`` with tree drafting (top-k 2, 2 steps: 5 verify rows per request):
+    yields ``(port, log path)``."""
+    log_path = tmp_path_factory.mktemp("tree-server") / "server.log"
+    with serving(["--target", shared_target, "--draft", shared_drafter, "--topk", "2", "--num-steps", "2"],
+                 log_path) as (port, _):
+        yield port, log_path
+
+
+def greedy_outputs(port: int) -> list[dict]:
+    return post(port, "/generate", {"text": PROMPTS, "sampling_params": {
+        "temperature": 0, "max_new_tokens": NEW_TOKENS, "ignore_eos": True}})
+
+
+def test_tree_drafting_greedy_equals_plain_greedy(tree_server, greedy_reference):
+    port, _ = tree_server
+    replies = greedy_outputs(port)
+    assert [reply["output_ids"] for reply in replies] == greedy_reference
+    assert all(reply["meta_info"]["spec_verify_ct"] < NEW_TOKENS for reply in replies)  # drafts accepted
+
+
+# (OpenAI parameters, SGLang's extra ones): what issue 25's user sent
+SAMPLED_REQUESTS = {"T0.8": ({"temperature": 0.8}, {}),
+                    "T0.8 top-p 0.9": ({"temperature": 0.8, "top_p": 0.9}, {}),
+                    "T0.8 top-k 20": ({"temperature": 0.8}, {"top_k": 20})}
+SAMPLED_TOKENS = 8
+
+
+def test_sampled_requests_are_served(tree_server, greedy_reference):
+    """The three are sent at once, so that SGLang verifies them in one batch."""
+    port, log_path = tree_server
+    client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0, timeout=300)
+
+    def complete(name):
+        openai_params, sglang_params = SAMPLED_REQUESTS[name]
+        return client.completions.create(model="target", prompt=PROMPTS[0], max_tokens=SAMPLED_TOKENS,
+                                         extra_body={"ignore_eos": True, **sglang_params}, **openai_params)
+
+    with ThreadPoolExecutor(len(SAMPLED_REQUESTS)) as pool:
+        completions = dict(zip(SAMPLED_REQUESTS, pool.map(complete, SAMPLED_REQUESTS)))
+    for name, completion in completions.items():
+        assert completion.choices[0].finish_reason == "length", name
+        assert completion.usage.completion_tokens == SAMPLED_TOKENS, name
+    # SGLang's sampled verify ran on our plain-torch ops (it has none on this host) ...
+    assert "sampled EAGLE verify on this host by sglang_eagle_ext.sglang.compat.cpu_sampling" in log_path.read_text()
+    # ... and the server still serves greedy requests losslessly
+    assert [reply["output_ids"] for reply in greedy_outputs(port)] == greedy_reference
+
+
+OVERSIZED_PROMPT = " ".join(["river"] * 1100)  # longer than the target's 1024-token context
+
+
+def completion_body(**fields) -> bytes:
+    return json.dumps({"model": "target", "prompt": PROMPTS[0], "max_tokens": 4, **fields}).encode()
+
+
+# name: (path, body, what the 4xx answer must say)
+BAD_REQUESTS = {
+    "oversized prompt": ("/v1/completions", completion_body(prompt=OVERSIZED_PROMPT),
+                         "longer than the model's context length"),
+    "oversized prompt, native": ("/generate", json.dumps({"text": OVERSIZED_PROMPT}).encode(),
+                                 "longer than the model's context length"),
+    "temperature -1": ("/v1/completions", completion_body(temperature=-1), "temperature must be"),
+    "top_p 2": ("/v1/completions", completion_body(top_p=2), "top_p must be in (0, 1]"),
+    "top_k -5": ("/v1/completions", completion_body(top_k=-5), "top_k must be -1"),
+    "max_tokens -1": ("/v1/completions", completion_body(max_tokens=-1), "max_tokens must be positive"),
+    "malformed JSON": ("/v1/completions", b'{"model": "target", "prompt": "hi", ', "JSON decode error"),
+    "malformed JSON, native": ("/generate", b'{"text": "hi",,}', "JSON decode error"),
+    # stock SGLang lets these reach the target's embedding, which kills the scheduler
+    "token id above the vocabulary": ("/v1/completions", completion_body(prompt=[5, 99999]),
+                                      "input_ids[1] = 99999 is not a token of this model"),
+    "negative token id, native": ("/generate", json.dumps({"input_ids": [-3, 5]}).encode(),
+                                  "input_ids[0] = -3 is not a token of this model"),
+}
+
+
+def test_bad_requests_get_a_4xx_and_the_server_keeps_serving(tree_server, greedy_reference):
+    port, _ = tree_server
+    answers = {name: post_raw(port, path, body) for name, (path, body, _) in BAD_REQUESTS.items()}
+    for name, (status, text) in answers.items():
+        assert 400 <= status < 500 and BAD_REQUESTS[name][2] in text, (name, status, text[:300])
+    assert [reply["output_ids"] for reply in greedy_outputs(port)] == greedy_reference

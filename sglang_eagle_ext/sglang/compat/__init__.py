@@ -14,11 +14,14 @@ target-capture-ids           all              the target captures the drafter's 
 draft-extend-graph-width     0.5.11           draft-extend CUDA graph built ``3 * H`` wide
 idle-draft-input-width       0.5.11           idle draft-extend inputs ``3 * H`` wide
 hidden-size-for              0.5.12 - 0.5.14  draft-extend width read from the target config
+prompt-token-range           all              client token ids outside the vocabulary crash
+                                              the scheduler (now a 400)
 ===========================  ===============  ===========================================
 
 Other release-dependent code: :mod:`.runtime` (accessors for the model class),
 :mod:`.fused_verify` (the sampled-verify seams), :mod:`.tree_kernels` (SGLang's tree-kernel call
-sites, per release), :mod:`.cpu` (running stock SGLang on a CPU-only host).
+sites, per release), :mod:`.cpu` (running stock SGLang on a CPU-only host) and :mod:`.cpu_sampling`
+(its sampled verify ops there).
 
 The SGLang code each of them relies on (module, class, function, the parameters passed or read)
 is declared once, as a :class:`~.patch.Target` next to the code that uses it, and checked against
@@ -33,12 +36,12 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from sglang_eagle_ext.sglang.compat import (capture_ids, config_loading, extend_graph_width, hidden_size_for,
-                                            idle_input_width)
+                                            idle_input_width, prompt_token_range)
 from sglang_eagle_ext.sglang.compat.patch import Patch, UnsupportedRelease, after_import
 
 SUPPORTED = SpecifierSet(">=0.5.11,<0.5.24")
 PATCHES: tuple[Patch, ...] = (config_loading.PATCH, *capture_ids.PATCHES, extend_graph_width.PATCH,
-                              *idle_input_width.PATCHES, hidden_size_for.PATCH)
+                              *idle_input_width.PATCHES, hidden_size_for.PATCH, prompt_token_range.PATCH)
 
 
 def installed_release() -> Version:

@@ -1,6 +1,6 @@
 """Import hooks that let stock SGLang run on a CPU-only host (tests and the CPU demo).
 
-Two problems exist on a machine without CUDA (see README, "CPU support"):
+What stock SGLang lacks on a machine without CUDA (see README, "CPU"):
 
 * the PyPI ``torchvision`` wheel is a CUDA build; with a CPU-only torch its import fails in
   ``_meta_registrations`` because the ``torchvision::nms``/``qnms`` operators were never defined.
@@ -8,13 +8,19 @@ Two problems exist on a machine without CUDA (see README, "CPU support"):
   two schemas before torchvision loads; its C++ ops stay unavailable, which nothing here uses;
 * SGLang's rotary embedding imports ``vllm`` on platforms it does not recognise; marking the
   module as CPU makes it use its native torch path. Under ``TRITON_INTERPRET=1`` the EAGLE tree
-  kernels are likewise routed to SGLang's Triton implementations (its XPU path).
+  kernels and the verify step's KV-cache slot assignment are likewise routed to SGLang's Triton
+  implementations (its XPU path): on a platform it does not recognise, SGLang's
+  ``assign_extend_cache_locs_func`` returns None, which tree drafting (top-k > 1) uses as the
+  verify batch's cache locations;
+* SGLang's sampled EAGLE verify (temperature > 0) calls renorm and tree-sampling ops that are
+  None without CUDA; :mod:`.cpu_sampling` supplies them in plain torch where they are None.
 
 :func:`install` is idempotent and does nothing on a CUDA build of torch.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib.abc
 import os
 import sys
@@ -51,14 +57,35 @@ def _mark_rotary_cpu(module) -> None:
         module._is_cpu = True
 
 
-def _route_tree_ops_to_triton(module) -> None:
+def _route_speculative_ops_to_triton(module) -> None:
     if not getattr(module, "_is_cuda", False) and os.environ.get("TRITON_INTERPRET") == "1":
         module._is_xpu = True
 
 
+def _supply_verify_sampling(module) -> None:
+    """Bind :mod:`.cpu_sampling`'s ops to the names of SGLang's verify module that the platform
+    left None (0.5.23's ``eagle_utils`` holds all three; a release without them gets nothing)."""
+    from sglang_eagle_ext.sglang.compat import cpu_sampling, installed_release
+    from sglang_eagle_ext.sglang.compat.tree_kernels import strict_acceptance
+
+    ops = {"top_k_renorm_prob": cpu_sampling.top_k_renorm_prob,
+           "top_p_renorm_prob": cpu_sampling.top_p_renorm_prob,
+           "tree_speculative_sampling_target_only": functools.partial(
+               cpu_sampling.tree_speculative_sampling_target_only,
+               strict_acceptance=strict_acceptance(installed_release()))}
+    supplied = [name for name in ops if hasattr(module, name) and getattr(module, name) is None]
+    for name in supplied:
+        setattr(module, name, ops[name])
+    if supplied:
+        print(f"sglang-eagle-ext: sampled EAGLE verify on this host by {cpu_sampling.__name__} (plain torch; "
+              f"SGLang has no {', '.join(supplied)} here; pid {os.getpid()})", file=sys.stderr, flush=True)
+
+
 _POST_IMPORT = {
     "sglang.srt.layers.rotary_embedding.base": _mark_rotary_cpu,
-    "sglang.kernels.ops.speculative.spec_tree": _route_tree_ops_to_triton,
+    "sglang.kernels.ops.speculative.spec_tree": _route_speculative_ops_to_triton,
+    "sglang.kernels.ops.speculative.cache_locs": _route_speculative_ops_to_triton,
+    "sglang.srt.speculative.eagle_utils": _supply_verify_sampling,
 }
 
 
