@@ -17,6 +17,21 @@ OUTPUT = os.path.join(HERE, "results", "fused_verify.md")
 KV_BYTES_PER_TOKEN = 2 * 32 * 8 * 128 * 2
 STAGE = "SITE=/tmp/site source benchmarks/gpu/stage_package.sh && "
 RUNS = {  # file -> (commit, command); the commit is the checkout the device ran
+    "e2e_h200_sglang-0.5.23.json": ("5f28eb9", "E2E_COMMIT=5f28eb9 bash benchmarks/gpu/run_fused_verify_e2e.sh /tmp/fve "
+                                    "--trees 2 --control --rounds 6, then --trees 1,0 --control --rounds 6 (one "
+                                    "machine, one results.json)"),
+    # --control's third engine, in the same rounds as the run above
+    "e2e_h200_sglang-0.5.23_control.json": ("5f28eb9", "the same runs (--control)"),
+    "step_h200_sglang-0.5.23.json": ("5f28eb9", STAGE + "SGL_KERNEL_USE_FLASHINFER=1 SGLANG_KERNEL_USE_FLASHINFER=1 "
+                                     "timeout 200 python3 benchmarks/gpu/fused_verify_step.py OUT.json"),
+    "e2e_h200_sglang-0.5.21.json": ("5f28eb9", "E2E_COMMIT=5f28eb9 bash benchmarks/gpu/run_fused_verify_e2e.sh /tmp/fve "
+                                    "--trees 2,1 --control --rounds 6, then --trees 0 --control --rounds 6 (one "
+                                    "machine, one results.json)"),
+    "e2e_h200_sglang-0.5.21_control.json": ("5f28eb9", "the same runs (--control)"),
+    "step_h200_sglang-0.5.21.json": ("5f28eb9", STAGE + "SGL_KERNEL_USE_FLASHINFER=1 SGLANG_KERNEL_USE_FLASHINFER=1 "
+                                     "timeout 200 python3 benchmarks/gpu/fused_verify_step.py OUT.json"),
+    "server_h200_sglang-0.5.21.json": ("5f28eb9", STAGE + "SGL_KERNEL_USE_FLASHINFER=1 SGLANG_KERNEL_USE_FLASHINFER=1 "
+                                       "timeout 200 python3 benchmarks/gpu/fused_verify_server.py OUTDIR"),
     "e2e_h100_sglang-0.5.16.json": ("27b8b22", "E2E_COMMIT=27b8b22 bash benchmarks/gpu/run_fused_verify_e2e.sh "
                                     "/tmp/fve --trees 2, then --trees 1, then --trees 0 (one machine, one "
                                     "results.json)"),
@@ -37,6 +52,13 @@ RUNS = {  # file -> (commit, command); the commit is the checkout the device ran
                                        "cold machine compiled; E2E_COMMIT unset, so the record says 'unknown')"),
 }
 NOTES = {  # what a run's own record does not show
+    "step_h200_sglang-0.5.21.json": "The run stopped at its 200 s limit after the identity check (the first GPU "
+                                    "run of this release compiled its kernels in that time): no distribution or "
+                                    "timing here.",
+    "e2e_h200_sglang-0.5.21.json":
+        "Tree 1/3/4 at batch 1 and 16: the fused engine ran 0.77-0.86x in the greedy cells too, where both arms run "
+        "the same code (an all-greedy batch is handed back to stock), while its A/A cells stayed at 0.98-0.99x: "
+        "that engine was slower for a reason of its own, and those cells say nothing about the sampler.",
     "server_h100_sglang-0.5.11.json": "SGLang 0.5.11 serves a tree with topk > 1 with its v1 worker (its log: "
                                       "\"Spec v1 is used ... because spec v2 currently only supports topk = 1\"): "
                                       "this run covers the wrapped `EagleVerifyInput.verify`.",
@@ -55,6 +77,9 @@ NOTES = {  # what a run's own record does not show
 TARGETS = {("4/3/8", 64): 1.15, ("8/5/32", 64): 1.25}
 GREEDY_TARGET = 0.99
 MEASURABLE_MS = 1.0  # a sampled-verify cost below this is within the rounds' spread
+# the stock arm's sampling libraries per release (the gpu-sglang kit's pins; the step run records none)
+SAMPLING_LIBRARIES = {"0.5.16": "flashinfer 0.6.14, sglang-kernel 0.4.5", "0.5.21": "flashinfer 0.6.18, sglang-kernel 0.4.7",
+                      "0.5.23": "flashinfer 0.7.2, sglang-kernel 0.4.10"}
 
 
 def step_table(name: str, run: dict) -> list[str]:
@@ -62,16 +87,20 @@ def step_table(name: str, run: dict) -> list[str]:
     checks = run["identical"]
     lines = [f"## `eagle_sample` stock vs fused: {run['device']}, SGLang {run['release']}, torch {run['torch']}",
              "", f"{run['date']}, commit `{commit}`, flashinfer's renorm active in the stock arm "
-             "(`SGL_KERNEL_USE_FLASHINFER=1`; flashinfer 0.6.14, sglang-kernel 0.4.5). Command:", "",
-             f"    {command}", "",
-             f"Vocabulary {run['vocab']}; logits: each row ranks the vocabulary at random and gives rank r the "
-             f"logit `-{run['zipf']} ln r + N(0, 0.3)`, drafted children +12 with probability 0.7; entropy at "
-             f"T 0.7: {min(t['entropy_nats'] for t in run['timing'] if 'entropy_nats' in t):.2f}-"
-             f"{max(t['entropy_nats'] for t in run['timing'] if 'entropy_nats' in t):.2f} nats.", "",
-             f"**Same coins, same outputs:** {sum(c['identical'] for c in checks)} of "
-             f"{sum(c['requests'] for c in checks)} requests identical (predict, accept index, accept length) over "
-             f"{len(checks)} rounds: trees 1/3/4, 4/3/8, 8/5/32; batch 1, 16 (every 4th request greedy, a quarter "
-             "of the vocabulary at -inf as a grammar leaves it), 64 (every 3rd greedy); both filters.", "",
+             f"(`SGL_KERNEL_USE_FLASHINFER=1`; {SAMPLING_LIBRARIES[run['release']]}). Command:", "",
+             f"    {command}", ""]
+    if "timing" in run:
+        lines += [f"Vocabulary {run['vocab']}; logits: each row ranks the vocabulary at random and gives rank r the "
+                  f"logit `-{run['zipf']} ln r + N(0, 0.3)`, drafted children +12 with probability 0.7; entropy at "
+                  f"T 0.7: {min(t['entropy_nats'] for t in run['timing'] if 'entropy_nats' in t):.2f}-"
+                  f"{max(t['entropy_nats'] for t in run['timing'] if 'entropy_nats' in t):.2f} nats.", ""]
+    lines += [f"**Same coins, same outputs:** {sum(c['identical'] for c in checks)} of "
+              f"{sum(c['requests'] for c in checks)} requests identical (predict, accept index, accept length) over "
+              f"{len(checks)} rounds: trees 1/3/4, 4/3/8, 8/5/32; batch 1, 16 (every 4th request greedy, a quarter "
+              "of the vocabulary at -inf as a grammar leaves it), 64 (every 3rd greedy); both filters.", ""]
+    if "timing" not in run:
+        return lines + [NOTES[name]]
+    lines += [
              "**Emitted-token distribution** (first new token of each request, all rows one distribution, "
              "chi-square against the float64 filtered target):", "",
              "| filters | arm | tokens | support | chi2 | dof | p |", "|---|---|---|---|---|---|---|"]
@@ -119,7 +148,7 @@ def step_costs(step: dict) -> dict:
     """(filters, tree, batch) -> (ms of one stock and of one fused sampled-verify call, bytes the
     stock pipeline allocates beyond the fused one), from the step run."""
     return {(t["filters"], "/".join(map(str, t["tree"])), t["bs"]):
-            (t["ms_stock"], t["ms_fused"], t["mem_stock"] - t["mem_fused"]) for t in step["timing"] if "mem_stock" in t}
+            (t["ms_stock"], t["ms_fused"], t["mem_stock"] - t["mem_fused"]) for t in step.get("timing", ()) if "mem_stock" in t}
 
 
 def run_dates(run: dict) -> str:
@@ -228,13 +257,15 @@ def e2e_table(name: str, run: dict) -> list[str]:
               + ", ".join(f"{batch}: ±{value:.1%}" for batch, value in sorted(spread.items())) + ".", ""]
     lines += ["Targets (tokens/s ratio, median): " + ("all met." if not misses else
               "missed in " + "; ".join(misses) + ".")]
-    lines += ["", f"Where the time goes: where the step table's per-call saving is at least {MEASURABLE_MS} ms, the "
-              f"fused arm's step is shorter by {min(shares):.0%}-{max(shares):.0%} of it (values above 100% are "
-              f"noise); at batch {largest} the fused call itself takes {min(fused_calls):.2f}-"
-              f"{max(fused_calls):.2f} ms, the stock call {min(stock_calls):.2f}-{max(stock_calls):.2f} ms. With next-token distributions of realistic entropy "
-              "flashinfer's renorm is cheap (the issue's +13.6 ms at batch 64, 4/3/8 was measured on the dummy "
-              "loader's near-flat logits); the rest of each step is the target's forward and the drafting, which "
-              "the sampler does not touch. No change to verify sampling can pass the ceiling column."]
+    if shares:
+        lines += ["", f"Where the time goes: where the step table's per-call saving is at least {MEASURABLE_MS} ms, "
+                  f"the fused arm's step is shorter by {min(shares):.0%}-{max(shares):.0%} of it (values above 100% "
+                  f"are noise); at batch {largest} the fused call itself takes {min(fused_calls):.2f}-"
+                  f"{max(fused_calls):.2f} ms, the stock call {min(stock_calls):.2f}-{max(stock_calls):.2f} ms. With "
+                  "next-token distributions of realistic entropy flashinfer's renorm is cheap (the issue's +13.6 ms at "
+                  "batch 64, 4/3/8 was measured on the dummy loader's near-flat logits); the rest of each step is the "
+                  "target's forward and the drafting, which the sampler does not touch. No change to verify sampling "
+                  "can pass the ceiling column."]
     for arm in ("fused", "stock"):
         shown = [line for line in first["plugin_log"][arm]
                  if "served by the fused sampler" in line or line.startswith("zipf_target")]

@@ -19,6 +19,8 @@ OUTPUT = os.path.join(HERE, "results", "step_profile.md")
 PLOT = os.path.join(HERE, "results", "step_profile.png")
 STAGE = "SITE=/tmp/site source benchmarks/gpu/stage_package.sh && "
 RUNS = {  # file -> (commit, command); the commit is the checkout the device ran
+    "h200_sglang-0.5.23.json": ("5f28eb9", STAGE + "SGL_KERNEL_USE_FLASHINFER=1 SGLANG_KERNEL_USE_FLASHINFER=1 "
+                                "E2E_COMMIT=5f28eb9 timeout 540 python3 benchmarks/gpu/step_profile.py /tmp/sp"),
 }
 # row -> (what it is, which code of this package serves it today, or could)
 ROWS = {
@@ -34,6 +36,7 @@ ROWS = {
     "after verify": ("accept lengths, bonus tokens, KV slot moves, tree path compaction",
                      "none today"),
     "draft extend": ("the drafter's pass over the accepted tokens", "the model class"),
+    "step other": ("the rest of the worker's step, outside draft, verify and draft extend", "none"),
     "between steps": ("GPU idle between steps: the scheduler's host work", "none"),
 }
 
@@ -47,7 +50,9 @@ def step_rows(step: dict) -> dict:
             "draft other": gpu.get("draft", 0.0) - draft_steps - gpu.get("tree_build", 0.0),
             "verify prepare": gpu.get("verify_prepare", 0.0), "target forward": gpu.get("target_forward", 0.0),
             "verify sampling": gpu.get("sample", 0.0), "after verify": gpu.get("verify", 0.0) - verify_parts,
-            "draft extend": gpu.get("draft_extend", 0.0)}
+            "draft extend": gpu.get("draft_extend", 0.0),
+            "step other": gpu.get("step", 0.0) - gpu.get("draft", 0.0) - gpu.get("verify", 0.0)
+            - gpu.get("draft_extend", 0.0)}
     if "gpu_period_ms" in step:
         rows["between steps"] = step["gpu_period_ms"] - gpu.get("step", 0.0)
     return rows
@@ -70,7 +75,9 @@ def run_table(name: str, run: dict) -> list[str]:
              f"* **Run** {dates[0]} to {dates[-1]}, commit `{commit}`, torch {run['torch']}, driver {run['driver']}, "
              f"flashinfer's renorm {'on' if run['flashinfer_renorm'] else 'off'} (stock verify). Command: `{command}`. "
              f"Raw: `benchmarks/results/step_profile/{name}`.",
-             f"* **Workload** target with Llama-3.1-8B's geometry ({run['target']}), `zipf_target`'s realistic "
+             f"* **Workload** target with Llama-3.1-8B's geometry ({run['target']['num_hidden_layers']} layers, H "
+             f"{run['target']['hidden_size']}, I {run['target']['intermediate_size']}, vocabulary "
+             f"{run['target']['vocab_size']}, bf16), `zipf_target`'s realistic "
              f"next-token distributions; `zipf_drafter` (SpecForge layout, 3 aux states, draft vocabulary "
              f"{run['draft_vocab']}), {run['rounds']} requests of {run['new_tokens']} new tokens per cell; medians over "
              "the steps that decoded the whole batch.",
@@ -88,9 +95,39 @@ def run_table(name: str, run: dict) -> list[str]:
                                             "/".join(map(str, config["tree"])), str(cell["batch"]), cell["mode"],
                                             f"{cell['accept_length']:.2f}", f"{period:.2f}", f"{host:.2f}",
                                             *shares]) + " |")
+    lines += [""] + levers(configs)
     lines += ["", "What each row is, and which code of this package serves it:", "",
               "| row | what | this package |", "|---|---|---|"]
     lines += [f"| {row} | {what} | {ours} |" for row, (what, ours) in ROWS.items()]
+    return lines
+
+
+def levers(configs: dict) -> list[str]:
+    """The largest share of each row over the cells, and tokens per ms of each tree shape: what
+    removing a row, or choosing another shape, could give at most."""
+    largest = {}
+    rates = {}  # (layers, batch, mode) -> {tree: accepted tokens per ms of GPU period}
+    for config in configs.values():
+        tree = "/".join(map(str, config["tree"]))
+        for cell in config["cells"]:
+            rows, period, _ = cell_rows(cell)
+            for row, ms in rows.items():
+                where = f"{config['layers']}-layer {tree} batch {cell['batch']} {cell['mode']}"
+                if ms / period > largest.get(row, (0.0, ""))[0]:
+                    largest[row] = (ms / period, where)
+            rates.setdefault((config["layers"], cell["batch"], cell["mode"]), {})[tree] = cell["accept_length"] / period
+    lines = ["**Ceilings.** Largest share of the step per row (removing the row entirely would give at most "
+             "1 / (1 - share) there): " + "; ".join(f"{row} {share:.0%} ({where})" for row, (share, where) in
+                                                     largest.items()) + ".", "",
+             "Tokens per step over the step's period, by tree shape (accepted tokens per ms of GPU time per request; "
+             "the best shape over the configured one is what choosing the shape per batch could give):", "",
+             "| drafter | batch | mode | " + " | ".join(sorted({t for r in rates.values() for t in r})) + " | best / worst |",
+             "|---|---|---|" + "---|" * (len({t for r in rates.values() for t in r}) + 1)]
+    for (layers, batch, mode), by_tree in sorted(rates.items()):
+        cells = " | ".join(f"{by_tree[t]:.3f}" if t in by_tree else "-" for t in sorted({t for r in rates.values()
+                                                                                            for t in r}))
+        lines.append(f"| {layers} layer{'s' if layers > 1 else ''} | {batch} | {mode} | {cells} | "
+                     f"{max(by_tree.values()) / min(by_tree.values()):.2f}x |")
     return lines
 
 

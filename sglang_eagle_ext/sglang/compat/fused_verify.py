@@ -47,7 +47,9 @@ from sglang_eagle_ext.sglang.compat import runtime
 from sglang_eagle_ext.sglang.compat.patch import Target, require, required_class, wrap_method
 
 ENV_SWITCH = "SGLANG_EAGLE_EXT_FUSED_VERIFY"
-DEFAULT_ON = SpecifierSet("==0.5.16")  # and TP size 1: see _hand_back_reason
+# where it has run end to end on a GPU and was never slower than stock beyond the A/A spread (and TP
+# size 1: see _hand_back_reason); 0.5.21 ran too, but one of its engines drifted (fused_verify.md)
+DEFAULT_ON = frozenset({Version("0.5.16"), Version("0.5.23")})
 _SPEC = "sglang.srt.speculative."
 _EAGLE_UTILS = _SPEC + "eagle_utils"
 
@@ -259,7 +261,8 @@ def describe(release: Version, sites: list[str]) -> str:
     given = _switch()
     if sites:
         why = (f"{ENV_SWITCH}={given}" if given else
-               f"default on SGLang {release} at TP size 1; {ENV_SWITCH}=0 turns it off")
+               f"default on SGLang {release} at TP size 1, where it ran end to end on a GPU at stock's speed or "
+               f"better; {ENV_SWITCH}=0 turns it off")
         return f"fused sampler for sampled verify ({why}; {', '.join(sites)})"
     if given:
         return f"stock SGLang ({ENV_SWITCH}={given})"
