@@ -1,21 +1,18 @@
 """README.md's generated figures equal what scripts/readme_numbers.py renders from the committed
 results, so a result file changed without rerunning the script (or a hand-edited figure) fails."""
 
-import importlib.util
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "readme_numbers.py"
+from tests.script_module import ROOT, load
+
+SCRIPT = ROOT / "scripts" / "readme_numbers.py"
 
 
 def load_script():
-    spec = importlib.util.spec_from_file_location("readme_numbers", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load("scripts/readme_numbers.py", "readme_numbers")
 
 
 def test_readme_figures_are_the_generated_ones():

@@ -1,22 +1,19 @@
 """benchmarks/results/step_profile.md is what benchmarks/step_profile_table.py makes of the committed run,
 and its rows split each recorded step's GPU period without gap or overlap."""
 
-import importlib.util
 import random
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-TABLE = Path(__file__).resolve().parent.parent / "benchmarks" / "step_profile_table.py"
+from tests.script_module import ROOT, load
+
+TABLE = ROOT / "benchmarks" / "step_profile_table.py"
 
 
 def load_table():
-    spec = importlib.util.spec_from_file_location("step_profile_table", TABLE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load("benchmarks/step_profile_table.py", "step_profile_table")
 
 
 def test_step_profile_table_is_current():
