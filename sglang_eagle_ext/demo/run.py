@@ -190,7 +190,8 @@ def run(args) -> int:
     except DemoFailure as exc:
         print(exc, file=sys.stderr)
         return 1
-    for line in served.activation[:1]:
+    # the plugin's activation line (which class serves drafts, and the patches), not the CPU shims' lines
+    for line in [line for line in served.activation if "drafts served by" in line or "disabled by" in line][:1]:
         say(line)
     say(f"engine: {', '.join(f'{k}={v}' for k, v in served.options.items())}")
     say("plain greedy decoding of the target with HF transformers, for the check ...")
