@@ -43,6 +43,7 @@ import torch
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
+from sglang_eagle_ext import env
 from sglang_eagle_ext.sglang.compat import runtime
 from sglang_eagle_ext.sglang.compat.patch import Target, require, required_class, wrap_method
 
@@ -99,18 +100,15 @@ _active = threading.local()  # the eagle_sample call being served fused (read by
 _logged: set[str] = set()
 
 
-def _switch() -> str:
-    return os.environ.get(ENV_SWITCH, "").strip()
+def _switch() -> bool | None:
+    """The switch as set: on (fused), off (stock), or None when unset."""
+    return env.flag(ENV_SWITCH, None)
 
 
 def selected(release: Version) -> bool:
     """Whether sampled verify is served fused: the switch when it is set, else :data:`DEFAULT_ON`."""
-    value = _switch().lower()
-    if not value:
-        return release in DEFAULT_ON
-    if value not in ("0", "1", "off", "on", "false", "true"):
-        raise ValueError(f"{ENV_SWITCH}={value!r}: expected 1 (fused) or 0 (stock)")
-    return value in ("1", "on", "true")
+    switch = _switch()
+    return release in DEFAULT_ON if switch is None else switch
 
 
 @dataclass(frozen=True)
@@ -174,7 +172,7 @@ def _hand_back_reason(release: Version, verify_input, batch, logits_output, uno=
         return "watermark"
     if str(logits.dtype).removeprefix("torch.") not in _SAMPLER_DTYPES or logits.dim() != 2 or logits.stride(-1) != 1:
         return f"logits {logits.dtype} {tuple(logits.shape)}"
-    if not _switch() and _tp_group().world_size > 1:
+    if _switch() is None and _tp_group().world_size > 1:
         return f"tensor parallelism: the fused sampler is opt-in there until it has run on GPUs ({ENV_SWITCH}=1)"
     return None
 
@@ -258,14 +256,14 @@ def _dispatcher(module, release: Version, original: Callable) -> Callable:
 
 def describe(release: Version, sites: list[str]) -> str:
     """The activation log's phrase for which path serves verify, and why."""
-    given = _switch()
+    switch = _switch()
     if sites:
-        why = (f"{ENV_SWITCH}={given}" if given else
+        why = (f"{ENV_SWITCH}={int(switch)}" if switch is not None else
                f"default on SGLang {release} at TP size 1, where it ran end to end on a GPU at stock's speed or "
                f"better; {ENV_SWITCH}=0 turns it off")
         return f"fused sampler for sampled verify ({why}; {', '.join(sites)})"
-    if given:
-        return f"stock SGLang ({ENV_SWITCH}={given})"
+    if switch is not None:
+        return f"stock SGLang ({ENV_SWITCH}={int(switch)})"
     return (f"stock SGLang (the fused sampler is opt-in on SGLang {release}, not yet validated end to end on a GPU "
             f"there: {ENV_SWITCH}=1 turns it on)")
 
