@@ -94,7 +94,6 @@ ATTENTION_TP_GROUP = Target(SpecifierSet("<0.5.14"), "sglang.srt.layers.dp_atten
 CALLERS = (_SPEC + "eagle_worker_common", _SPEC + "eagle_worker_v2", _SPEC + "multi_layer_eagle_worker_v2")
 STOCK_CALLERS = (_SPEC + "ngram_worker",)
 _SAMPLER_DTYPES = ("float32", "bfloat16", "float16")
-_DEVICES = ("cuda",)  # tests on a CPU host add "cpu" (the kernels then run in Triton's interpreter)
 
 _active = threading.local()  # the eagle_sample call being served fused (read by the dispatcher)
 _logged: set[str] = set()
@@ -120,6 +119,20 @@ class _Call:
     seq_lens: Any
 
 
+@dataclass(frozen=True)
+class VerifyContext:
+    """What the hand-back decision and the dispatcher read of this process, handed to them
+    explicitly; :func:`verify_context` builds it once, when the seams are wired."""
+
+    release: Version
+    devices: tuple[str, ...]  # the device kinds whose logits the fused sampler serves
+    rocm: bool  # a ROCm build of torch, whose GPUs are "cuda" devices too
+    turned_on: bool  # the switch set on: then tensor parallelism is served fused too
+    setting: Callable[[str], Any]  # a speculative server setting by name, read per call (thresholds can change)
+    # the group the sampled arm broadcasts over, looked up on use: none exists yet when the seams are wired
+    tp_group: Callable[[], Any]
+
+
 # SGLang's rejection-sampling option came with eagle_sample: older ServerArgs have no such field
 _REJECTION_SAMPLING = SEAMS[0].releases
 
@@ -141,6 +154,13 @@ def _tp_group():
     return get_parallel().attn_tp_group if is_dp_attention_enabled() else get_parallel().tp_group
 
 
+def verify_context(release: Version, devices: tuple[str, ...] = ("cuda",)) -> VerifyContext:
+    """This process's :class:`VerifyContext` for ``release``. ``devices``: CUDA; a test on a CPU host
+    adds ``"cpu"`` (the kernels then run in Triton's interpreter)."""
+    return VerifyContext(release, devices, rocm=bool(torch.version.hip), turned_on=_switch() is True,
+                         setting=functools.partial(_setting, release), tp_group=_tp_group)
+
+
 def _option(target: Target, name: str, args: tuple, kwargs: dict) -> Any:
     """What a call ``(args, kwargs)`` of ``target`` passes for its parameter ``name``; None if nothing."""
     if name in kwargs:
@@ -149,13 +169,14 @@ def _option(target: Target, name: str, args: tuple, kwargs: dict) -> Any:
     return args[position] if position < len(args) else None
 
 
-def _hand_back_reason(release: Version, verify_input, batch, logits_output, uno=None, watermark=None) -> str | None:
+def _hand_back_reason(context: VerifyContext, verify_input, batch, logits_output, uno=None,
+                      watermark=None) -> str | None:
     """Why this call must be served by stock SGLang, or None when the fused path applies."""
     logits = logits_output.next_token_logits
     info = batch.sampling_info
-    if logits.device.type not in _DEVICES:
+    if logits.device.type not in context.devices:
         return f"device {logits.device.type}"
-    if torch.version.hip:  # SGLang verifies sampled batches greedily on ROCm (and we never ran there)
+    if context.rocm:  # SGLang verifies sampled batches greedily on ROCm (and we never ran there)
         return "ROCm"
     if batch.forward_mode.is_idle():
         return "idle batch"
@@ -163,8 +184,8 @@ def _hand_back_reason(release: Version, verify_input, batch, logits_output, uno=
         return "all-greedy batch"
     if type(verify_input).__name__ != "EagleVerifyInput":
         return f"verify input {type(verify_input).__name__}"
-    has_rejection_sampling = _REJECTION_SAMPLING.contains(release, prereleases=True)
-    if has_rejection_sampling and _setting(release, "speculative_use_rejection_sampling"):
+    has_rejection_sampling = _REJECTION_SAMPLING.contains(context.release, prereleases=True)
+    if has_rejection_sampling and context.setting("speculative_use_rejection_sampling"):
         return "rejection sampling"
     if uno is not None:
         return "UNO target sampling"
@@ -172,7 +193,7 @@ def _hand_back_reason(release: Version, verify_input, batch, logits_output, uno=
         return "watermark"
     if str(logits.dtype).removeprefix("torch.") not in _SAMPLER_DTYPES or logits.dim() != 2 or logits.stride(-1) != 1:
         return f"logits {logits.dtype} {tuple(logits.shape)}"
-    if _switch() is None and _tp_group().world_size > 1:
+    if not context.turned_on and context.tp_group().world_size > 1:
         return f"tensor parallelism: the fused sampler is opt-in there until it has run on GPUs ({ENV_SWITCH}=1)"
     return None
 
@@ -184,14 +205,14 @@ def _log_once(reason: str) -> None:
               f"later batches like it are not logged (pid {os.getpid()})", file=sys.stderr, flush=True)
 
 
-def _wrap_branch(release: Version, seam: Target, original: Callable) -> Callable:
+def _wrap_branch(context: VerifyContext, seam: Target, original: Callable) -> Callable:
     def wrapped(verify_input, batch, logits_output, *rest, **kwargs):
         uno = watermark = None
         if seam.member is None:  # eagle_sample
             args = (verify_input, batch, logits_output, *rest)
             uno = _option(UNO_OPTION, _UNO, args, kwargs)
             watermark = _option(WATERMARK_OPTION, _WATERMARK, args, kwargs)
-        reason = _hand_back_reason(release, verify_input, batch, logits_output, uno, watermark)
+        reason = _hand_back_reason(context, verify_input, batch, logits_output, uno, watermark)
         if reason is not None:
             if reason not in ("idle batch", "all-greedy batch"):
                 _log_once(reason)
@@ -208,11 +229,11 @@ def _wrap_branch(release: Version, seam: Target, original: Callable) -> Callable
     return wrapped
 
 
-def _dispatcher(module, release: Version, original: Callable) -> Callable:
+def _dispatcher(module, context: VerifyContext, original: Callable) -> Callable:
     from sglang_eagle_ext.kernels.sampling import tree_sampling_from_logits
     from sglang_eagle_ext.sglang.compat.tree_kernels import strict_acceptance
 
-    strict = strict_acceptance(release)
+    strict = strict_acceptance(context.release)
 
     @functools.wraps(original)
     def verify_tree_greedy_func(*args, **kwargs):
@@ -237,14 +258,14 @@ def _dispatcher(module, release: Version, original: Callable) -> Callable:
             predicts, accept_index, accept_token_num, candidates, retrieve_index,
             retrieve_next_token, retrieve_next_sibling, coins, final_coins, logits,
             info.temperatures, info.top_ks, info.top_ps,
-            _setting(release, "speculative_accept_threshold_single"),
-            _setting(release, "speculative_accept_threshold_acc"), strict_acceptance=strict)
+            context.setting("speculative_accept_threshold_single"),
+            context.setting("speculative_accept_threshold_acc"), strict_acceptance=strict)
         if "fused" not in _logged:  # the proof in a server's log that the fused path serves
             _logged.add("fused")
             print(f"sglang-eagle-ext: sampled verify served by the fused sampler (first batch: {candidates.shape[0]} "
                   f"requests x {candidates.shape[1]} rows, vocab {logits.shape[-1]}; pid {os.getpid()})",
                   file=sys.stderr, flush=True)
-        group = _tp_group()
+        group = context.tp_group()
         if group.world_size > 1:  # as the sampled arm: every rank takes rank 0's draws
             group.broadcast(predicts, src=0)
             group.broadcast(accept_index, src=0)
@@ -268,9 +289,11 @@ def describe(release: Version, sites: list[str]) -> str:
             f"there: {ENV_SWITCH}=1 turns it on)")
 
 
-def apply(release: Version) -> list[str]:
+def apply(release: Version, devices: tuple[str, ...] = ("cuda",)) -> list[str]:
     """Wire the fused sampler into every seam of ``release`` (and the modules that imported
-    ``eagle_sample`` by name); return the branch functions wired (now or by an earlier call)."""
+    ``eagle_sample`` by name), serving ``devices`` (:func:`verify_context`); return the branch
+    functions wired (now or by an earlier call)."""
+    context = verify_context(release, devices)
     sites = []
     for seam in SEAMS:
         if not seam.covers(release):
@@ -282,9 +305,9 @@ def apply(release: Version) -> list[str]:
         require(callable(getattr(owner, seam.attribute, None)), seam.path)
         stock = getattr(owner, seam.attribute)
         sites.append(seam.qualname)
-        if not wrap_method(owner, seam.attribute, lambda original, seam=seam: _wrap_branch(release, seam, original)):
+        if not wrap_method(owner, seam.attribute, lambda original, seam=seam: _wrap_branch(context, seam, original)):
             continue  # wired by an earlier call
-        setattr(module, GREEDY_FUNC, _dispatcher(module, release, greedy))
+        setattr(module, GREEDY_FUNC, _dispatcher(module, context, greedy))
         for name in CALLERS if seam.member is None else ():
             caller = sys.modules.get(name)
             if caller is not None and getattr(caller, seam.name, None) is stock:
