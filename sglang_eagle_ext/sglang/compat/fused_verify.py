@@ -1,6 +1,7 @@
 """Sampled EAGLE verify served by the fused from-logits sampler inside SGLang's server.
 
-Seam S2 of ``verify-seams.md``: the function that applies penalties, logit bias and the grammar
+The seams per release, the invariants and why the wrapper goes through SGLang's own function:
+``docs/verify-seams.md``. The function that applies penalties, logit bias and the grammar
 mask to the logits in place and then branches between greedy and sampled verify is wrapped
 (:data:`SEAMS`: ``eagle_utils.eagle_sample`` from 0.5.14; before, the v2 worker's
 ``EagleVerifyInputV2Mixin.sample`` and the v1 worker's ``EagleVerifyInput.verify``, which serves
@@ -8,9 +9,9 @@ trees on 0.5.11 - 0.5.12). All three take ``(verify input, batch, logits output,
 fused path applies, the wrapper routes the call into the greedy arm (``sampling_info.is_all_greedy``
 set for the call only; every release reads the branch from it), and the greedy arm's
 ``verify_tree_greedy_func``, a global of the seam's module that SGLang looks up at call time, is a
-dispatcher that then draws the coins exactly as the release does,
-runs :func:`~sglang_eagle_ext.kernels.sampling.tree_sampling_from_logits` on the adjusted logits
-(never modified, so logprobs are unchanged) and broadcasts the result from TP rank 0, as the
+dispatcher that finds the call in the thread-local ``_active``, draws the coins exactly as the
+release does, runs :func:`~sglang_eagle_ext.kernels.sampling.tree_sampling_from_logits` on the
+adjusted logits (never modified, so logprobs are unchanged) and broadcasts the result from TP rank 0, as the
 sampled arm does. The release's acceptance test, thresholds and deterministic-coin seeding are
 kept; ``SIMULATE_ACC_LEN`` runs after the branch as before. The softmax, renorm passes and the
 ``[bs, n, V]`` probability and zero draft tensors are never built; the greedy arm's argmax is
@@ -19,10 +20,11 @@ the one wasted pass.
 Hands back to stock SGLang (logged once per reason): a device that is not CUDA (ROCm included), an
 idle batch, an all-greedy batch (stock greedy is already what it should be), rejection sampling /
 block verification, UNO target sampling, active watermarking, a verify input that is not
-``EagleVerifyInput`` (NGRAM), logits the sampler does not take, and, unless the switch is set,
-tensor parallelism.
+``EagleVerifyInput`` (NGRAM), logits the sampler does not take, and, unless the switch is set on,
+tensor parallelism. What that decision reads of the process is a :class:`VerifyContext`.
 
-Switch: ``SGLANG_EAGLE_EXT_FUSED_VERIFY`` = ``1`` (serve sampled verify fused) or ``0`` (stock).
+Switch: ``SGLANG_EAGLE_EXT_FUSED_VERIFY`` on (serve sampled verify fused) or off (stock), in any
+spelling :mod:`sglang_eagle_ext.env` takes (``1``/``0``, ``yes``/``no``, ...).
 Unset, it is on where it has run end to end on a GPU: the releases in :data:`DEFAULT_ON` (outputs
 identical to stock, tokens/s at or above stock's within the rounds' spread:
 ``benchmarks/results/fused_verify.md``) at tensor-parallel size 1; under tensor parallelism and on
