@@ -6,6 +6,9 @@ surrounding whitespace are ignored; unset or empty means the switch's default. A
 raises :class:`SwitchError` naming the variable, the value and what it takes: a misspelt switch
 must not silently serve something the user did not ask for.
 
+``TRITON_INTERPRET`` is Triton's variable, not ours: the package reads it through Triton
+(``triton.knobs.runtime.interpret``) so that it always agrees with Triton's own spellings.
+
 Standard library only: the SGLang plugin reads its switch before it imports anything else.
 """
 

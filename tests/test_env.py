@@ -1,12 +1,15 @@
 """One reading of the package's environment switches: every spelling, a bad value, unset; and each
 switch of the package read through it."""
 
+from types import SimpleNamespace
+
 import pytest
 from packaging.version import Version
 
 from sglang_eagle_ext import env
+from sglang_eagle_ext.kernels import launch
 from sglang_eagle_ext.sglang import plugin
-from sglang_eagle_ext.sglang.compat import fused_verify, tree_kernels
+from sglang_eagle_ext.sglang.compat import cpu, fused_verify, tree_kernels
 
 NAME = "SGLANG_EAGLE_EXT_TEST_SWITCH"
 
@@ -70,3 +73,14 @@ def test_boolean_switches_take_every_spelling(monkeypatch, name, on, off):
     assert SWITCHES[name]() is True
     monkeypatch.setenv(name, off)
     assert SWITCHES[name]() is False
+
+
+@pytest.mark.parametrize("value, interpreted", [("1", True), ("y", True), ("Yes", True), ("0", False), ("maybe", False)])
+def test_tritons_switch_is_read_as_triton_reads_it(monkeypatch, value, interpreted):
+    # TRITON_INTERPRET is Triton's, with its own spellings ("y" on, anything unknown off): the launch
+    # fast path and the CPU shims follow Triton's reading rather than parse it themselves
+    monkeypatch.setenv("TRITON_INTERPRET", value)
+    assert launch._fast_path_available() is not interpreted
+    module = SimpleNamespace(_is_cuda=False)
+    cpu._route_speculative_ops_to_triton(module)
+    assert getattr(module, "_is_xpu", False) is interpreted
