@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import hashlib
 import inspect
-import os
 from typing import Any, Callable, Dict, Optional, Tuple
 
 import torch
@@ -68,10 +67,9 @@ def _triton_version() -> Tuple[int, int]:
 
 def _fast_path_available() -> bool:
     """The launch convention used here: Triton >= 3.3 (every parameter, constexprs included, is
-    passed to ``CompiledKernel.run``; hooks live in ``triton.knobs``), compiled code (no interpreter)."""
-    if os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on", "yes"):
-        return False
-    return knobs is not None and _triton_version() >= (3, 3)
+    passed to ``CompiledKernel.run``; hooks live in ``triton.knobs``), compiled code (no interpreter:
+    ``TRITON_INTERPRET`` read by Triton itself, whose variable it is, so that the two never disagree)."""
+    return knobs is not None and not knobs.runtime.interpret and _triton_version() >= (3, 3)
 
 
 def _scalar_key(arg: Any):

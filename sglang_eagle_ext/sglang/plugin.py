@@ -6,8 +6,10 @@ as a fallback. ``SGLANG_EAGLE_EXT=0`` turns it off (stock SGLang then serves the
 
 SGLang logs and swallows any ``Exception`` a plugin raises, then silently serves the built-in
 class; a failure here therefore raises :class:`PluginActivationError`, which is not an
-``Exception`` and stops the process with the original error attached. This module imports only
-the standard library at import time so that the entry point itself always loads.
+``Exception`` and stops the process with the original error attached; so does a switch set to a
+value it does not take (:mod:`sglang_eagle_ext.env`), with a one-line message. This module imports
+only the standard library (and :mod:`sglang_eagle_ext.env`, which does too) at import time so that
+the entry point itself always loads.
 """
 
 from __future__ import annotations
@@ -16,7 +18,9 @@ import importlib
 import os
 import sys
 
-SWITCH = "SGLANG_EAGLE_EXT"  # "0" turns the plugin off
+from sglang_eagle_ext import env
+
+SWITCH = "SGLANG_EAGLE_EXT"  # off ("0", "false", "off", "no") turns the plugin off
 
 _activation: str | None = None  # the log line of this process's activation
 
@@ -27,7 +31,7 @@ class PluginActivationError(SystemExit):
 
 
 def enabled() -> bool:
-    return os.environ.get(SWITCH, "1").strip().lower() not in ("0", "false", "off", "no")
+    return env.flag(SWITCH, True)
 
 
 def _describe_bound(points: list[str]) -> str:
@@ -46,12 +50,16 @@ def _bind_verify_kernels(release) -> str:
     this normally happens at once; a binding made later logs its own line."""
     from sglang_eagle_ext.sglang.compat import after_import, fused_verify, tree_kernels
 
+    # read now rather than in the binding, which may run inside SGLang's import of its scheduler:
+    # a bad value then stops start-up with its own message (activate)
+    backend = tree_kernels.selected_backend()
+    fused = fused_verify.selected(release)
     bound: list[str] = []
     deferred = False
 
     def bind(_scheduler_module) -> None:
-        kernels = _describe_bound(tree_kernels.apply())  # first: the dispatcher wraps what is bound
-        sites = fused_verify.apply(release) if fused_verify.selected(release) else []
+        kernels = _describe_bound(tree_kernels.apply(backend))  # first: the dispatcher wraps what is bound
+        sites = fused_verify.apply(release) if fused else []
         bound.append(f"tree kernels: {kernels}; verify: {fused_verify.describe(release, sites)}")
         if deferred:
             _log(f"sglang-eagle-ext: (pid {os.getpid()}) {bound[0]}")
@@ -90,7 +98,11 @@ def activate() -> str:
     global _activation
     if _activation is not None:
         return _activation
-    if not enabled():
+    try:
+        on = enabled()
+    except env.SwitchError as exc:
+        raise PluginActivationError(_bad_switch(exc)) from exc
+    if not on:
         _activation = f"sglang-eagle-ext: disabled by {SWITCH}=0; SGLang's built-in EAGLE3 class serves drafts"
         _log(_activation)
         return _activation
@@ -101,6 +113,8 @@ def activate() -> str:
         patches = compat.arm(release)
         compat.after_import("sglang.srt.models.registry", _register)
         kernels = _bind_verify_kernels(release)
+    except env.SwitchError as exc:
+        raise PluginActivationError(_bad_switch(exc)) from exc
     except BaseException as exc:  # noqa: BLE001 - re-raised as a process-stopping error
         raise PluginActivationError(
             f"sglang-eagle-ext failed to activate ({type(exc).__name__}: {exc}); refusing to let "
@@ -111,6 +125,11 @@ def activate() -> str:
                    f"{release}{untested} (pid {os.getpid()}); patches: {', '.join(patches)}; {kernels}")
     _log(_activation)
     return _activation
+
+
+def _bad_switch(exc: env.SwitchError) -> str:
+    # the user's setting, not our failure: say which and what it takes, without a traceback
+    return f"sglang-eagle-ext: not started: {exc}"
 
 
 def _log(line: str) -> None:

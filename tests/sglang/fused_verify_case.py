@@ -46,9 +46,8 @@ def main(seed: int) -> None:
     group = RecordingGroup()
     runtime_context.get_spec = eagle_utils.get_spec = lambda: settings  # no server published here
     runtime_context.get_parallel = lambda: SimpleNamespace(tp_group=group, attn_tp_group=group)
-    fused_verify._DEVICES = ("cuda", "cpu")
     release = installed_release()
-    sites = fused_verify.apply(release)
+    sites = fused_verify.apply(release, devices=("cuda", "cpu"))
 
     bs, topk, steps, n, vocab = 3, 2, 3, 6, 384
     candidates, retrive_index, next_token, next_sibling, gen = built_tree(seed, bs, topk, steps, n, vocab=vocab)

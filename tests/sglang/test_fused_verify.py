@@ -1,6 +1,7 @@
 """Fused verify in SGLang's server: the installed release's own ``eagle_sample`` with the fused
 sampler wired in, against the float64 reference with the same coins; and when it hands back."""
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -32,6 +33,13 @@ def test_sglang_eagle_sample_serves_sampled_verify_fused(seed):
     assert out["greedy"] == out["greedy_want"]  # an all-greedy batch keeps SGLang's greedy verify
 
 
+def _context(release="0.5.23", tp=1, turned_on=False, rocm=False, **settings):
+    """A CPU process's context: the speculative settings given (any other setting is off), TP size ``tp``."""
+    group = SimpleNamespace(world_size=tp)
+    return fused_verify.VerifyContext(Version(release), ("cpu",), rocm=rocm, turned_on=turned_on,
+                                      setting=lambda name: settings.get(name, False), tp_group=lambda: group)
+
+
 def _call(**changes):
     info = SimpleNamespace(is_all_greedy=False, has_watermark_candidates=False)
     batch = SimpleNamespace(forward_mode=SimpleNamespace(is_idle=lambda: changes.get("idle", False)), sampling_info=info,
@@ -52,28 +60,32 @@ def _call(**changes):
     ({"logits": torch.zeros(4, 8, dtype=torch.float64)}, None, "logits torch.float64 (4, 8)"),
     ({"logits": torch.zeros(8, 4).t()}, None, "logits torch.float32 (4, 8)"),
 ])
-def test_hand_back_reasons(monkeypatch, changes, uno, reason):
-    monkeypatch.setattr(fused_verify, "_DEVICES", ("cpu",))
-    monkeypatch.setattr(fused_verify, "_tp_group", lambda: SimpleNamespace(world_size=1))
-    monkeypatch.setattr(fused_verify, "_setting", lambda release, name: False)
-    assert fused_verify._hand_back_reason(Version("0.5.23"), *_call(**changes), uno) == reason
+def test_hand_back_reasons(changes, uno, reason):
+    assert fused_verify._hand_back_reason(_context(), *_call(**changes), uno) == reason
 
 
-def test_rocm_hands_back(monkeypatch):
+def test_rocm_hands_back():
     # ROCm's torch names its devices "cuda"; SGLang verifies sampled batches greedily there
-    monkeypatch.setattr(fused_verify, "_DEVICES", ("cpu",))
-    monkeypatch.setattr(torch.version, "hip", "6.2")
-    assert fused_verify._hand_back_reason(Version("0.5.23"), *_call()) == "ROCm"
+    assert fused_verify._hand_back_reason(_context(rocm=True), *_call()) == "ROCm"
 
 
-def test_tensor_parallelism_hands_back_unless_turned_on(monkeypatch):
-    monkeypatch.setattr(fused_verify, "_DEVICES", ("cpu",))
-    monkeypatch.setattr(fused_verify, "_setting", lambda release, name: False)
-    monkeypatch.setattr(fused_verify, "_tp_group", lambda: SimpleNamespace(world_size=2))
-    monkeypatch.delenv(fused_verify.ENV_SWITCH, raising=False)
-    assert fused_verify._hand_back_reason(Version("0.5.16"), *_call()).startswith("tensor parallelism")
-    monkeypatch.setenv(fused_verify.ENV_SWITCH, "1")
-    assert fused_verify._hand_back_reason(Version("0.5.16"), *_call()) is None
+def test_tensor_parallelism_hands_back_unless_turned_on():
+    assert fused_verify._hand_back_reason(_context("0.5.16", tp=2), *_call()).startswith("tensor parallelism")
+    assert fused_verify._hand_back_reason(_context("0.5.16", tp=2, turned_on=True), *_call()) is None
+
+
+@pytest.mark.parametrize("value, turned_on", [(None, False), ("1", True), (" Yes ", True), ("on", True)])
+def test_the_context_is_read_from_the_process(monkeypatch, value, turned_on):
+    if value is None:
+        monkeypatch.delenv(fused_verify.ENV_SWITCH, raising=False)
+    else:
+        monkeypatch.setenv(fused_verify.ENV_SWITCH, value)
+    context = fused_verify.verify_context(Version("0.5.23"))
+    assert context.turned_on is turned_on and context.rocm is bool(torch.version.hip)
+    assert context.tp_group is fused_verify._tp_group
+    # served on CUDA only unless asked: CPU logits hand back
+    assert context.devices == ("cuda",)
+    assert fused_verify._hand_back_reason(context, *_call()) == "device cpu"
 
 
 def _recording_branch(calls):
@@ -98,30 +110,26 @@ SETTINGS = {"0.5.11": {"speculative_accept_threshold_single": 1.0, "speculative_
     ("0.5.11", fused_verify.SEAMS[2], ("allocator", 16, None), {}, True),      # v1 verify(allocator, page_size, mask)
     ("0.5.11", fused_verify.SEAMS[1], (None,), {}, True),                      # v2 mixin sample(vocab_mask)
 ])
-def test_the_wrapper_routes_each_seams_call(monkeypatch, release, seam, rest, kwargs, routed):
+def test_the_wrapper_routes_each_seams_call(release, seam, rest, kwargs, routed):
     assert Version(release) in seam.releases
-    monkeypatch.setattr(fused_verify, "_DEVICES", ("cpu",))
-    monkeypatch.setattr(fused_verify, "_tp_group", lambda: SimpleNamespace(world_size=1))
     settings = SimpleNamespace(**SETTINGS[release])
-    monkeypatch.setattr(fused_verify, "_setting", lambda release, name: getattr(settings, name))
+    context = dataclasses.replace(_context(release), setting=lambda name: getattr(settings, name))
     calls = []
-    wrapped = fused_verify._wrap_branch(Version(release), seam, _recording_branch(calls))
+    wrapped = fused_verify._wrap_branch(context, seam, _recording_branch(calls))
     verify_input, batch, output = _call()
     assert wrapped(verify_input, batch, output, *rest, **kwargs) == "stock"
     # routed: the greedy arm runs with is_all_greedy set for the call, restored after it
     assert calls == [(routed, rest, kwargs)] and batch.sampling_info.is_all_greedy is False
 
 
-def test_rejection_sampling_and_watermark_hand_back(monkeypatch):
-    monkeypatch.setattr(fused_verify, "_DEVICES", ("cpu",))
-    monkeypatch.setattr(fused_verify, "_tp_group", lambda: SimpleNamespace(world_size=1))
-    monkeypatch.setattr(fused_verify, "_setting", lambda release, name: name == "speculative_use_rejection_sampling")
-    assert fused_verify._hand_back_reason(Version("0.5.16"), *_call()) == "rejection sampling"
-    monkeypatch.setattr(fused_verify, "_setting", lambda release, name: False)
+def test_rejection_sampling_and_watermark_hand_back():
+    rejection = _context("0.5.16", speculative_use_rejection_sampling=True)
+    assert fused_verify._hand_back_reason(rejection, *_call()) == "rejection sampling"
+    # 0.5.11 has no such setting: never read there
+    assert fused_verify._hand_back_reason(_context("0.5.11", speculative_use_rejection_sampling=True), *_call()) is None
     verify_input, batch, output = _call()
     batch.sampling_info.has_watermark_candidates = True
-    assert fused_verify._hand_back_reason(Version("0.5.23"), verify_input, batch, output,
-                                          watermark=object()) == "watermark"
+    assert fused_verify._hand_back_reason(_context(), verify_input, batch, output, watermark=object()) == "watermark"
 
 
 def test_switch_default_and_log_phrase(monkeypatch):

@@ -7,8 +7,12 @@ import subprocess
 import sys
 from importlib.metadata import entry_points
 
+import pytest
+
 from sglang_eagle_ext.sglang.compat.cpu import SITE_DIR as SITE
 
+# the checkout's package: the CPU shims' sitecustomize imports it before the working directory is on sys.path
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SERVED = ("from sglang.srt.models.registry import ModelRegistry; "
           "print('SERVED', ModelRegistry.models['LlamaForCausalLMEagle3'].__module__)")
 
@@ -16,7 +20,7 @@ SERVED = ("from sglang.srt.models.registry import ModelRegistry; "
 def run(code: str, **env):
     environment = {k: v for k, v in os.environ.items()
                    if k not in ("SGLANG_EXTERNAL_MODEL_PACKAGE", "SGLANG_EAGLE_EXT")}
-    environment.update(PYTHONPATH=os.path.abspath(SITE), **env)
+    environment.update(PYTHONPATH=os.pathsep.join([os.path.abspath(SITE), ROOT]), **env)
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=environment,
                           timeout=300)
 
@@ -41,11 +45,11 @@ def test_sglang_plugin_loader_activates_our_class():
     assert "served by sglang_eagle_ext.sglang.model.LlamaForCausalLMEagle3" in line
     assert "patches: draft-config" in line
     # the registry import loads SGLang's scheduler after activation: the binding logs then; the
-    # switches default to SGLang's kernels, and to stock verify on a release not benchmarked on a GPU
+    # switches default to SGLang's kernels, and to the fused sampler on 0.5.23 (benchmarked on a GPU)
     assert "tree kernels and verify bound when SGLang's scheduler loads" in line
     assert any(l.startswith("sglang-eagle-ext: (pid") and
-               "tree kernels: SGLang's (SGLANG_EAGLE_EXT_TREE_KERNELS=sglang); verify: stock SGLang "
-               "(the fused sampler is opt-in on SGLang 0.5.23" in l for l in lines), lines
+               "tree kernels: SGLang's (SGLANG_EAGLE_EXT_TREE_KERNELS=sglang); verify: fused sampler for sampled "
+               "verify (default on SGLang 0.5.23 at TP size 1" in l for l in lines), lines
 
 
 def test_switch_turns_the_plugin_off():
@@ -54,6 +58,15 @@ def test_switch_turns_the_plugin_off():
     assert result.returncode == 0, result.stderr
     assert served_by(result) == "sglang.srt.models.llama_eagle3"
     assert "disabled by SGLANG_EAGLE_EXT=0" in result.stderr
+
+
+@pytest.mark.parametrize("name", ["SGLANG_EAGLE_EXT", "SGLANG_EAGLE_EXT_FUSED_VERIFY", "SGLANG_EAGLE_EXT_TREE_KERNELS"])
+def test_a_bad_switch_stops_start_up_with_one_line(name):
+    # SGLang's scheduler loads after activation here: the verify switches are read before that
+    result = run("from sglang.srt.plugins import load_plugins; load_plugins(); " + SERVED, **{name: "maybe"})
+    assert result.returncode != 0 and "SERVED" not in result.stdout
+    assert result.stderr.strip().splitlines()[-1].startswith(f"sglang-eagle-ext: not started: {name}='maybe': expected")
+    assert "Traceback" not in result.stderr
 
 
 def test_fallback_package_without_entry_points():

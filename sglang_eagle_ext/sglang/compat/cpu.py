@@ -58,7 +58,10 @@ def _mark_rotary_cpu(module) -> None:
 
 
 def _route_speculative_ops_to_triton(module) -> None:
-    if not getattr(module, "_is_cuda", False) and os.environ.get("TRITON_INTERPRET") == "1":
+    # TRITON_INTERPRET is Triton's variable: read as Triton reads it (the ops then run in its interpreter)
+    from triton import knobs
+
+    if not getattr(module, "_is_cuda", False) and knobs.runtime.interpret:
         module._is_xpu = True
 
 

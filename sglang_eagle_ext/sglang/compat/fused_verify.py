@@ -1,6 +1,7 @@
 """Sampled EAGLE verify served by the fused from-logits sampler inside SGLang's server.
 
-Seam S2 of ``verify-seams.md``: the function that applies penalties, logit bias and the grammar
+The seams per release, the invariants and why the wrapper goes through SGLang's own function:
+``docs/verify-seams.md``. The function that applies penalties, logit bias and the grammar
 mask to the logits in place and then branches between greedy and sampled verify is wrapped
 (:data:`SEAMS`: ``eagle_utils.eagle_sample`` from 0.5.14; before, the v2 worker's
 ``EagleVerifyInputV2Mixin.sample`` and the v1 worker's ``EagleVerifyInput.verify``, which serves
@@ -8,9 +9,9 @@ trees on 0.5.11 - 0.5.12). All three take ``(verify input, batch, logits output,
 fused path applies, the wrapper routes the call into the greedy arm (``sampling_info.is_all_greedy``
 set for the call only; every release reads the branch from it), and the greedy arm's
 ``verify_tree_greedy_func``, a global of the seam's module that SGLang looks up at call time, is a
-dispatcher that then draws the coins exactly as the release does,
-runs :func:`~sglang_eagle_ext.kernels.sampling.tree_sampling_from_logits` on the adjusted logits
-(never modified, so logprobs are unchanged) and broadcasts the result from TP rank 0, as the
+dispatcher that finds the call in the thread-local ``_active``, draws the coins exactly as the
+release does, runs :func:`~sglang_eagle_ext.kernels.sampling.tree_sampling_from_logits` on the
+adjusted logits (never modified, so logprobs are unchanged) and broadcasts the result from TP rank 0, as the
 sampled arm does. The release's acceptance test, thresholds and deterministic-coin seeding are
 kept; ``SIMULATE_ACC_LEN`` runs after the branch as before. The softmax, renorm passes and the
 ``[bs, n, V]`` probability and zero draft tensors are never built; the greedy arm's argmax is
@@ -19,10 +20,11 @@ the one wasted pass.
 Hands back to stock SGLang (logged once per reason): a device that is not CUDA (ROCm included), an
 idle batch, an all-greedy batch (stock greedy is already what it should be), rejection sampling /
 block verification, UNO target sampling, active watermarking, a verify input that is not
-``EagleVerifyInput`` (NGRAM), logits the sampler does not take, and, unless the switch is set,
-tensor parallelism.
+``EagleVerifyInput`` (NGRAM), logits the sampler does not take, and, unless the switch is set on,
+tensor parallelism. What that decision reads of the process is a :class:`VerifyContext`.
 
-Switch: ``SGLANG_EAGLE_EXT_FUSED_VERIFY`` = ``1`` (serve sampled verify fused) or ``0`` (stock).
+Switch: ``SGLANG_EAGLE_EXT_FUSED_VERIFY`` on (serve sampled verify fused) or off (stock), in any
+spelling :mod:`sglang_eagle_ext.env` takes (``1``/``0``, ``yes``/``no``, ...).
 Unset, it is on where it has run end to end on a GPU: the releases in :data:`DEFAULT_ON` (outputs
 identical to stock, tokens/s at or above stock's within the rounds' spread:
 ``benchmarks/results/fused_verify.md``) at tensor-parallel size 1; under tensor parallelism and on
@@ -43,6 +45,7 @@ import torch
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
+from sglang_eagle_ext import env
 from sglang_eagle_ext.sglang.compat import runtime
 from sglang_eagle_ext.sglang.compat.patch import Target, require, required_class, wrap_method
 
@@ -93,24 +96,20 @@ ATTENTION_TP_GROUP = Target(SpecifierSet("<0.5.14"), "sglang.srt.layers.dp_atten
 CALLERS = (_SPEC + "eagle_worker_common", _SPEC + "eagle_worker_v2", _SPEC + "multi_layer_eagle_worker_v2")
 STOCK_CALLERS = (_SPEC + "ngram_worker",)
 _SAMPLER_DTYPES = ("float32", "bfloat16", "float16")
-_DEVICES = ("cuda",)  # tests on a CPU host add "cpu" (the kernels then run in Triton's interpreter)
 
 _active = threading.local()  # the eagle_sample call being served fused (read by the dispatcher)
 _logged: set[str] = set()
 
 
-def _switch() -> str:
-    return os.environ.get(ENV_SWITCH, "").strip()
+def _switch() -> bool | None:
+    """The switch as set: on (fused), off (stock), or None when unset."""
+    return env.flag(ENV_SWITCH, None)
 
 
 def selected(release: Version) -> bool:
     """Whether sampled verify is served fused: the switch when it is set, else :data:`DEFAULT_ON`."""
-    value = _switch().lower()
-    if not value:
-        return release in DEFAULT_ON
-    if value not in ("0", "1", "off", "on", "false", "true"):
-        raise ValueError(f"{ENV_SWITCH}={value!r}: expected 1 (fused) or 0 (stock)")
-    return value in ("1", "on", "true")
+    switch = _switch()
+    return release in DEFAULT_ON if switch is None else switch
 
 
 @dataclass(frozen=True)
@@ -120,6 +119,20 @@ class _Call:
     logits_output: Any  # its next_token_logits, [bs * n, V], read when the branch is reached (adjusted by then)
     sampling_info: Any
     seq_lens: Any
+
+
+@dataclass(frozen=True)
+class VerifyContext:
+    """What the hand-back decision and the dispatcher read of this process, handed to them
+    explicitly; :func:`verify_context` builds it once, when the seams are wired."""
+
+    release: Version
+    devices: tuple[str, ...]  # the device kinds whose logits the fused sampler serves
+    rocm: bool  # a ROCm build of torch, whose GPUs are "cuda" devices too
+    turned_on: bool  # the switch set on: then tensor parallelism is served fused too
+    setting: Callable[[str], Any]  # a speculative server setting by name, read per call (thresholds can change)
+    # the group the sampled arm broadcasts over, looked up on use: none exists yet when the seams are wired
+    tp_group: Callable[[], Any]
 
 
 # SGLang's rejection-sampling option came with eagle_sample: older ServerArgs have no such field
@@ -143,6 +156,13 @@ def _tp_group():
     return get_parallel().attn_tp_group if is_dp_attention_enabled() else get_parallel().tp_group
 
 
+def verify_context(release: Version, devices: tuple[str, ...] = ("cuda",)) -> VerifyContext:
+    """This process's :class:`VerifyContext` for ``release``. ``devices``: CUDA; a test on a CPU host
+    adds ``"cpu"`` (the kernels then run in Triton's interpreter)."""
+    return VerifyContext(release, devices, rocm=bool(torch.version.hip), turned_on=_switch() is True,
+                         setting=functools.partial(_setting, release), tp_group=_tp_group)
+
+
 def _option(target: Target, name: str, args: tuple, kwargs: dict) -> Any:
     """What a call ``(args, kwargs)`` of ``target`` passes for its parameter ``name``; None if nothing."""
     if name in kwargs:
@@ -151,13 +171,14 @@ def _option(target: Target, name: str, args: tuple, kwargs: dict) -> Any:
     return args[position] if position < len(args) else None
 
 
-def _hand_back_reason(release: Version, verify_input, batch, logits_output, uno=None, watermark=None) -> str | None:
+def _hand_back_reason(context: VerifyContext, verify_input, batch, logits_output, uno=None,
+                      watermark=None) -> str | None:
     """Why this call must be served by stock SGLang, or None when the fused path applies."""
     logits = logits_output.next_token_logits
     info = batch.sampling_info
-    if logits.device.type not in _DEVICES:
+    if logits.device.type not in context.devices:
         return f"device {logits.device.type}"
-    if torch.version.hip:  # SGLang verifies sampled batches greedily on ROCm (and we never ran there)
+    if context.rocm:  # SGLang verifies sampled batches greedily on ROCm (and we never ran there)
         return "ROCm"
     if batch.forward_mode.is_idle():
         return "idle batch"
@@ -165,8 +186,8 @@ def _hand_back_reason(release: Version, verify_input, batch, logits_output, uno=
         return "all-greedy batch"
     if type(verify_input).__name__ != "EagleVerifyInput":
         return f"verify input {type(verify_input).__name__}"
-    has_rejection_sampling = _REJECTION_SAMPLING.contains(release, prereleases=True)
-    if has_rejection_sampling and _setting(release, "speculative_use_rejection_sampling"):
+    has_rejection_sampling = _REJECTION_SAMPLING.contains(context.release, prereleases=True)
+    if has_rejection_sampling and context.setting("speculative_use_rejection_sampling"):
         return "rejection sampling"
     if uno is not None:
         return "UNO target sampling"
@@ -174,7 +195,7 @@ def _hand_back_reason(release: Version, verify_input, batch, logits_output, uno=
         return "watermark"
     if str(logits.dtype).removeprefix("torch.") not in _SAMPLER_DTYPES or logits.dim() != 2 or logits.stride(-1) != 1:
         return f"logits {logits.dtype} {tuple(logits.shape)}"
-    if not _switch() and _tp_group().world_size > 1:
+    if not context.turned_on and context.tp_group().world_size > 1:
         return f"tensor parallelism: the fused sampler is opt-in there until it has run on GPUs ({ENV_SWITCH}=1)"
     return None
 
@@ -186,14 +207,14 @@ def _log_once(reason: str) -> None:
               f"later batches like it are not logged (pid {os.getpid()})", file=sys.stderr, flush=True)
 
 
-def _wrap_branch(release: Version, seam: Target, original: Callable) -> Callable:
+def _wrap_branch(context: VerifyContext, seam: Target, original: Callable) -> Callable:
     def wrapped(verify_input, batch, logits_output, *rest, **kwargs):
         uno = watermark = None
         if seam.member is None:  # eagle_sample
             args = (verify_input, batch, logits_output, *rest)
             uno = _option(UNO_OPTION, _UNO, args, kwargs)
             watermark = _option(WATERMARK_OPTION, _WATERMARK, args, kwargs)
-        reason = _hand_back_reason(release, verify_input, batch, logits_output, uno, watermark)
+        reason = _hand_back_reason(context, verify_input, batch, logits_output, uno, watermark)
         if reason is not None:
             if reason not in ("idle batch", "all-greedy batch"):
                 _log_once(reason)
@@ -210,11 +231,11 @@ def _wrap_branch(release: Version, seam: Target, original: Callable) -> Callable
     return wrapped
 
 
-def _dispatcher(module, release: Version, original: Callable) -> Callable:
+def _dispatcher(module, context: VerifyContext, original: Callable) -> Callable:
     from sglang_eagle_ext.kernels.sampling import tree_sampling_from_logits
     from sglang_eagle_ext.sglang.compat.tree_kernels import strict_acceptance
 
-    strict = strict_acceptance(release)
+    strict = strict_acceptance(context.release)
 
     @functools.wraps(original)
     def verify_tree_greedy_func(*args, **kwargs):
@@ -239,14 +260,14 @@ def _dispatcher(module, release: Version, original: Callable) -> Callable:
             predicts, accept_index, accept_token_num, candidates, retrieve_index,
             retrieve_next_token, retrieve_next_sibling, coins, final_coins, logits,
             info.temperatures, info.top_ks, info.top_ps,
-            _setting(release, "speculative_accept_threshold_single"),
-            _setting(release, "speculative_accept_threshold_acc"), strict_acceptance=strict)
+            context.setting("speculative_accept_threshold_single"),
+            context.setting("speculative_accept_threshold_acc"), strict_acceptance=strict)
         if "fused" not in _logged:  # the proof in a server's log that the fused path serves
             _logged.add("fused")
             print(f"sglang-eagle-ext: sampled verify served by the fused sampler (first batch: {candidates.shape[0]} "
                   f"requests x {candidates.shape[1]} rows, vocab {logits.shape[-1]}; pid {os.getpid()})",
                   file=sys.stderr, flush=True)
-        group = _tp_group()
+        group = context.tp_group()
         if group.world_size > 1:  # as the sampled arm: every rank takes rank 0's draws
             group.broadcast(predicts, src=0)
             group.broadcast(accept_index, src=0)
@@ -258,21 +279,23 @@ def _dispatcher(module, release: Version, original: Callable) -> Callable:
 
 def describe(release: Version, sites: list[str]) -> str:
     """The activation log's phrase for which path serves verify, and why."""
-    given = _switch()
+    switch = _switch()
     if sites:
-        why = (f"{ENV_SWITCH}={given}" if given else
+        why = (f"{ENV_SWITCH}={int(switch)}" if switch is not None else
                f"default on SGLang {release} at TP size 1, where it ran end to end on a GPU at stock's speed or "
                f"better; {ENV_SWITCH}=0 turns it off")
         return f"fused sampler for sampled verify ({why}; {', '.join(sites)})"
-    if given:
-        return f"stock SGLang ({ENV_SWITCH}={given})"
+    if switch is not None:
+        return f"stock SGLang ({ENV_SWITCH}={int(switch)})"
     return (f"stock SGLang (the fused sampler is opt-in on SGLang {release}, not yet validated end to end on a GPU "
             f"there: {ENV_SWITCH}=1 turns it on)")
 
 
-def apply(release: Version) -> list[str]:
+def apply(release: Version, devices: tuple[str, ...] = ("cuda",)) -> list[str]:
     """Wire the fused sampler into every seam of ``release`` (and the modules that imported
-    ``eagle_sample`` by name); return the branch functions wired (now or by an earlier call)."""
+    ``eagle_sample`` by name), serving ``devices`` (:func:`verify_context`); return the branch
+    functions wired (now or by an earlier call)."""
+    context = verify_context(release, devices)
     sites = []
     for seam in SEAMS:
         if not seam.covers(release):
@@ -284,9 +307,9 @@ def apply(release: Version) -> list[str]:
         require(callable(getattr(owner, seam.attribute, None)), seam.path)
         stock = getattr(owner, seam.attribute)
         sites.append(seam.qualname)
-        if not wrap_method(owner, seam.attribute, lambda original, seam=seam: _wrap_branch(release, seam, original)):
+        if not wrap_method(owner, seam.attribute, lambda original, seam=seam: _wrap_branch(context, seam, original)):
             continue  # wired by an earlier call
-        setattr(module, GREEDY_FUNC, _dispatcher(module, release, greedy))
+        setattr(module, GREEDY_FUNC, _dispatcher(module, context, greedy))
         for name in CALLERS if seam.member is None else ():
             caller = sys.modules.get(name)
             if caller is not None and getattr(caller, seam.name, None) is stock:

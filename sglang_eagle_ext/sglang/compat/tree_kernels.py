@@ -42,12 +42,12 @@ from __future__ import annotations
 
 import functools
 import importlib
-import os
 from typing import Callable, Dict, List, Tuple
 
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
+from sglang_eagle_ext import env
 from sglang_eagle_ext.sglang.compat.patch import Target
 
 ENV_SWITCH = "SGLANG_EAGLE_EXT_TREE_KERNELS"
@@ -168,10 +168,7 @@ def _sampling_op():
 
 def selected_backend() -> str:
     """The switch's value: ``triton`` or ``sglang``."""
-    choice = os.environ.get(ENV_SWITCH, "").strip().lower() or "sglang"
-    if choice not in CHOICES:
-        raise ValueError(f"{ENV_SWITCH}={choice!r}: expected one of {', '.join(CHOICES)}")
-    return choice
+    return env.choice(ENV_SWITCH, CHOICES, "sglang")
 
 
 def _bind(points: List[Target], make: Callable[[], Callable], patched: List[str]) -> None:
@@ -189,13 +186,15 @@ def _bind(points: List[Target], make: Callable[[], Callable], patched: List[str]
         patched.append(f"{point.path} -> sglang_eagle_ext.kernels ({replacement.__name__})")
 
 
-def apply() -> List[str]:
+def apply(backend: str | None = None) -> List[str]:
     """Bind our kernels at every binding point present, per the switch; return what was bound.
 
+    ``backend`` is the switch's value when the caller has read it already (the plugin reads it at
+    start-up, where a bad value stops the server), else :func:`selected_backend` is read here.
     Idempotent. With ``SGLANG_EAGLE_EXT_TREE_KERNELS=sglang`` it binds nothing and undoes an
     earlier :func:`apply` of this process.
     """
-    if selected_backend() == "sglang":
+    if (backend or selected_backend()) == "sglang":
         restore()
         return []
     patched: List[str] = []
