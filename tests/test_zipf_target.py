@@ -5,24 +5,21 @@ forward gives, after every token, the logits of that token's class profile. Its 
 the aux states HF captures, drafts those same profiles, in prefill, chain and tree steps."""
 
 import math
-import os
 import statistics
-import sys
 from types import SimpleNamespace
 
 import pytest
 import torch
+from tests.script_module import load_siblings
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks", "gpu"))
+from sglang_eagle_ext.drafter.reader import read_drafter
+from sglang_eagle_ext.reference.acceptance import DraftSettings, speculative_generate
+from sglang_eagle_ext.reference.capture import CapturingTarget
+from sglang_eagle_ext.reference.drafter import DraftCache, ReferenceDrafter, _rope, _rotate
+from sglang_eagle_ext.testing.matched_drafter import build_matched_drafter
 
-import zipf_drafter  # noqa: E402
-import zipf_target  # noqa: E402
-
-from sglang_eagle_ext.drafter.reader import read_drafter  # noqa: E402
-from sglang_eagle_ext.reference.acceptance import DraftSettings, speculative_generate  # noqa: E402
-from sglang_eagle_ext.reference.capture import CapturingTarget  # noqa: E402
-from sglang_eagle_ext.reference.drafter import DraftCache, ReferenceDrafter, _rope, _rotate  # noqa: E402
-from sglang_eagle_ext.testing.matched_drafter import build_matched_drafter  # noqa: E402
+# zipf_drafter imports zipf_target, which imports verify_workload, all by bare name
+_, zipf_target, zipf_drafter = load_siblings("benchmarks/gpu", "verify_workload", "zipf_target", "zipf_drafter")
 
 
 def dummy_llama(vocab: int, hidden: int, layers: int, heads: int = 4, kv_heads: int = 2):

@@ -1,4 +1,7 @@
-"""`sglang-eagle` command line: one subcommand per module, imported only when used."""
+"""`sglang-eagle` command line: one subcommand per module.
+
+Building the parser imports every subcommand's module (its docstring and options are the help),
+so even ``--help`` imports what those modules import at module level, torch included."""
 
 from __future__ import annotations
 

@@ -55,7 +55,7 @@ def _prompts(args, tokenizer) -> list[list[int]]:
         if not texts:
             raise OptionError(f"--prompts {args.prompts}: no prompts (one prompt per non-empty line)")
     else:
-        from sglang_eagle_ext.demo.corpus import prompts
+        from sglang_eagle_ext.corpus import prompts
 
         texts = prompts(args.num_prompts, seed=10_000 + args.seed)
     ids = [tokenizer(text).input_ids for text in texts[:args.num_prompts]]

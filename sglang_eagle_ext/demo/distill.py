@@ -76,7 +76,7 @@ def _spec(target_dir: str, settings: DistillSettings, indices: tuple[int, ...]) 
 
 
 def _sequences(model, tokenizer, settings: DistillSettings) -> torch.Tensor:
-    from sglang_eagle_ext.demo.corpus import prompts
+    from sglang_eagle_ext.corpus import prompts
 
     rows = []
     for text in prompts(settings.num_sequences * 2, settings.seed + 1):

@@ -2,11 +2,11 @@
 
 The result is an ordinary Hugging Face model directory (``save_pretrained``) that HF
 transformers and stock SGLang both load. Nothing is downloaded: the tokenizer is trained on
-:mod:`.corpus` text, and the seeded random weights are then trained for a few hundred steps on a
-token process over the corpus's most frequent tokens (:mod:`.markov`) whose next token follows the
-two tokens before the current one. A random target continues text chaotically, so a drafter cannot
-learn it and every acceptance number is noise; the trained one continues the process, which a
-drafter learns from the target's aux hidden states.
+:mod:`~sglang_eagle_ext.corpus` text, and the seeded random weights are then trained for a few
+hundred steps on a token process over the corpus's most frequent tokens (:mod:`.markov`) whose
+next token follows the two tokens before the current one. A random target continues text
+chaotically, so a drafter cannot learn it and every acceptance number is noise; the trained one
+continues the process, which a drafter learns from the target's aux hidden states.
 
 Like a real model, the target carries what a drafter needs in some layers only, and its layers'
 states differ strongly from one another:
@@ -85,7 +85,7 @@ def _train_tokenizer(vocab_size: int, seed: int):
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
     from transformers import PreTrainedTokenizerFast
 
-    from sglang_eagle_ext.demo.corpus import sentences
+    from sglang_eagle_ext.corpus import sentences
 
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -104,7 +104,7 @@ def _alphabet(tokenizer, size: int, seed: int):
     """The ``size`` most frequent tokens of corpus text (ties broken by id)."""
     import torch
 
-    from sglang_eagle_ext.demo.corpus import sentences
+    from sglang_eagle_ext.corpus import sentences
 
     counts = torch.zeros(len(tokenizer), dtype=torch.long)
     for text in sentences(2000, seed):

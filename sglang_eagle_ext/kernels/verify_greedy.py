@@ -19,7 +19,7 @@ import triton.language as tl
 from sglang_eagle_ext.kernels import workspace
 from sglang_eagle_ext.kernels.launch import Launcher
 from sglang_eagle_ext.kernels.sampling.jit_helpers import order_key32
-from sglang_eagle_ext.kernels.tree_walk import block_n, pick, tree_entry, write_accept_slot
+from sglang_eagle_ext.kernels.tree_walk import block_n, check_verify_logits, pick, tree_entry, write_accept_slot
 
 
 @triton.jit
@@ -284,8 +284,8 @@ def verify_tree_greedy_from_logits(predicts: torch.Tensor, accept_index: torch.T
     the grid depends on the batch, the compiled kernels do not.
     """
     bs, n = candidates.shape
-    rows, vocab = logits.shape
-    assert rows == bs * n and logits.stride(1) == 1
+    check_verify_logits("verify_tree_greedy_from_logits", logits, bs, n)
+    vocab = logits.shape[1]
     kernel, grid, leading, trailing = _greedy_plan(bs, n, vocab, logits.element_size(), accept_index.shape[1] - 1,
                                                    logits.device, lazy, block_v, target_programs, num_warps,
                                                    max_polls)

@@ -107,7 +107,9 @@ def nemo_gemma4_gelu(d: str, seed: int) -> str:
 def _angelslim(d: str, seed: int, embed: bool) -> str:
     g = Geometry(embed=embed)
     config = shrink(template("Tencent__AngelSlim-configs-qwen3-4b-eagle3"), g)
-    assert config["tie_word_embeddings"] is True  # as published
+    if config["tie_word_embeddings"] is not True:  # the layout imitated is the published tied one
+        raise RuntimeError("the AngelSlim config template no longer says tie_word_embeddings: true; "
+                           "refresh it from the published config or change this layout")
     return write_checkpoint(d, config, rename(canonical_tensors(g, seed), midlayer=True))
 
 

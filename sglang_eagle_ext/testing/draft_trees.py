@@ -45,7 +45,13 @@ def random_draft_tree(bs: int, topk: int, steps: int, num_draft_tokens: int, *, 
     (root + n-1 drafts) must satisfy ``n - 1 <= topk + (steps-1)*topk*topk``."""
     gen = generator or torch.Generator().manual_seed(0)
     k, n = topk, num_draft_tokens
-    assert 1 <= n - 1 <= k + (steps - 1) * k * k and vocab >= k
+    draft_nodes = k + (steps - 1) * k * k
+    if not 1 <= n - 1 <= draft_nodes:
+        raise ValueError(f"random_draft_tree: num_draft_tokens must be 2 to {draft_nodes + 1} (the root plus "
+                         f"at most topk + (steps-1)*topk**2 drafts for topk={k}, steps={steps}); got {n}")
+    if vocab < k:
+        raise ValueError(f"random_draft_tree: vocab must be at least topk ({k}) to draw topk distinct "
+                         f"tokens per step; got {vocab}")
     scores_per_step, tokens_per_step, parents_per_step = [], [], []
     topk_p, topk_index = _draft_probs(bs, vocab, k, tie_levels, gen)
     scores = topk_p

@@ -6,7 +6,7 @@ import torch
 from sglang_eagle_ext.reference.acceptance import DraftSettings, mean_accept_length, speculative_generate
 from sglang_eagle_ext.drafter.reader import read_drafter
 from sglang_eagle_ext.cli.eval_cmd import load
-from sglang_eagle_ext.demo.corpus import prompts
+from sglang_eagle_ext.corpus import prompts
 from sglang_eagle_ext.demo.distill import DistillSettings, build_tiny_drafter, built_with
 
 

@@ -114,3 +114,13 @@ def test_known_tree():
 def test_bitpacking_refuses_more_than_32_tokens():
     with pytest.raises(ValueError):
         bitpacked_bytes_per_row(33)
+
+
+@pytest.mark.parametrize("topk, steps, n, vocab, complaint", [
+    (2, 2, 8, 16, r"num_draft_tokens must be 2 to 7 .*topk=2, steps=2\); got 8"),
+    (2, 2, 1, 16, r"num_draft_tokens must be 2 to 7 .*got 1"),
+    (4, 1, 3, 3, r"vocab must be at least topk \(4\).*got 3"),
+])
+def test_random_draft_tree_refuses_impossible_rounds(topk, steps, n, vocab, complaint):
+    with pytest.raises(ValueError, match=complaint):
+        random_draft_tree(1, topk, steps, n, vocab=vocab, generator=torch.Generator().manual_seed(0))

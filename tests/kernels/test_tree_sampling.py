@@ -131,6 +131,20 @@ def test_fused_sampler_treats_signed_zeros_as_equal():
     assert_same(ours, expected)
 
 
+@pytest.mark.parametrize("bad_logits, complaint", [
+    (lambda logits: logits[1:], r"logits must be \[bs\*n, V\].*\[2, 5\] candidates \(10 rows\)"),
+    (lambda logits: logits.t().contiguous().t(), "logits must have unit stride along the vocabulary"),
+])
+def test_fused_sampler_refuses_logits_it_cannot_index(bad_logits, complaint):
+    case = dict(bs=2, topk=2, steps=2, n=5, seed=3, orphans=False, boost=0.0)
+    tree_args, logits, _ = _case(case)
+    filters = (torch.tensor([1.0, 0.5]), torch.tensor([-1, 4], dtype=torch.int32), torch.tensor([1.0, 0.9]))
+    ours = poisoned_outputs(2, 5, 2)
+    with pytest.raises(ValueError, match=complaint):
+        sampling.tree_sampling_from_logits(*ours, *tree_args, bad_logits(logits), *filters)
+    assert_same(ours, poisoned_outputs(2, 5, 2))  # refused before any launch
+
+
 def _key(x: torch.Tensor) -> torch.Tensor:
     """The kernels' int32 order key of float32 values (larger float, larger key)."""
     bits = torch.where(x == 0, 0.0, x.float()).view(torch.int32)

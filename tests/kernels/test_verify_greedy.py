@@ -1,5 +1,6 @@
 """Greedy verification: drop-in op and both fused-argmax plans against the reference."""
 
+import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -68,6 +69,19 @@ def test_fused_argmax_is_torch_argmax_with_nan_and_signed_zeros():
                                                      target_programs=8)
         assert out[0].tolist() == torch.argmax(rows, -1).tolist() == [1, 0, 0, 3]
         assert out[2].tolist() == [0, 0, 0, 0]
+
+
+@pytest.mark.parametrize("bad_logits, complaint", [
+    (lambda logits: logits[:-1], r"logits must be \[bs\*n, V\].*\[3, 4\] candidates \(12 rows\)"),
+    (lambda logits: logits.t().contiguous().t(), "logits must have unit stride along the vocabulary"),
+])
+def test_fused_greedy_refuses_logits_it_cannot_index(bad_logits, complaint):
+    candidates, ri, nt, ns, gen = built_tree(11, 3, 2, 2, 4, vocab=12)
+    logits = torch.randn(12, VOCAB, generator=gen)
+    out = poisoned_outputs(3, 4, 2)
+    with pytest.raises(ValueError, match=complaint):
+        verify_greedy.verify_tree_greedy_from_logits(*out, candidates, ri, nt, ns, bad_logits(logits))
+    assert_same(out, poisoned_outputs(3, 4, 2))  # refused before any launch
 
 
 def test_sglang_golden_vector():

@@ -16,6 +16,7 @@ from sglang_eagle_ext.kernels.sampling.plan import (
     plan_launches,
 )
 from sglang_eagle_ext.kernels.sampling.row_pass import launch_row_pass
+from sglang_eagle_ext.kernels.tree_walk import check_verify_logits
 
 
 def tree_sampling_from_logits(predicts: torch.Tensor, accept_index: torch.Tensor,
@@ -100,8 +101,8 @@ def tree_sampling_from_logits(predicts: torch.Tensor, accept_index: torch.Tensor
         The outputs are written in place.
     """
     bs, n = candidates.shape
+    check_verify_logits("tree_sampling_from_logits", logits, bs, n)
     rows, vocab = logits.shape
-    assert rows == bs * n and logits.stride(1) == 1
     plan = plan_launches(rows, vocab, block_v, scratch_slots, tile, CHUNK_PASS_WARPS, HOT_SEGMENTS, GATHER_SEGMENTS,
                          strict_acceptance)
     # No reshape of the per-request vectors: the kernels index them as flat memory, and every

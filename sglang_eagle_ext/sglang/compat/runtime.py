@@ -91,7 +91,7 @@ def server_option_names() -> frozenset[str]:
 
 def decode_graph_options(batch_sizes) -> dict:
     """Options for decode CUDA graphs of exactly ``batch_sizes`` and no prefill graphs (0.5.11:
-    piecewise; 0.5.16+: the prefill phase), which add ~20 s to every start; the names moved
+    piecewise; 0.5.16+: the prefill phase), whose capture lengthens every start; the names moved
     between releases."""
     names = server_option_names()
     options = {}

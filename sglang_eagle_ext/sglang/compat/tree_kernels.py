@@ -6,10 +6,10 @@ One switch, the environment variable ``SGLANG_EAGLE_EXT_TREE_KERNELS``:
 * ``triton``: bind our kernels.
 
 Opt-in because, as bound here, they are drop-ins under SGLang's own Python (its argmax, softmax
-and renorm passes stay): the microbenchmarks show build 2.1-3.2x and greedy faster but the drop-in
-sampling op only 1.01-1.66x (``benchmarks/results/tree_kernels.md``), and end to end on 0.5.16
-ours with them measured 0.80-1.04 of stock within the run's noise (``benchmarks/results/sglang_e2e.md``).
-Installing the plugin for a drafter should not change a server's verify path unasked.
+and renorm passes stay): faster than SGLang's ops in the microbenchmarks, the drop-in sampling op
+least (``benchmarks/results/tree_kernels.md``), they do not make a server measurably faster end to
+end (``benchmarks/results/sglang_e2e.md``). Installing the plugin for a drafter should not change a
+server's verify path unasked.
 
 Binding points (SGLang looks every one of them up at call time), by feature detection: a point is
 bound when its module imports and has the attribute, whatever the release. Each is a
@@ -32,10 +32,12 @@ bound when its module imports and has the attribute, whatever the release. Each 
   ``eagle_sample``, 0.5.21 - 0.5.22) and ``eagle_utils`` (module level, 0.5.23). The drop-in
   applies the installed release's acceptance test (:data:`STRICT_ACCEPTANCE_SINCE`).
 
-Only the op-level drop-ins are bound: SGLang still computes the argmax and the renormalised
-probabilities itself. The fused paths (:func:`~sglang_eagle_ext.kernels.verify_greedy.
-verify_tree_greedy_from_logits`, :func:`~sglang_eagle_ext.kernels.sampling.
-tree_sampling_from_logits`) need SGLang's verify code changed to call them.
+Only the op-level drop-ins are bound here: SGLang still computes the argmax and the renormalised
+probabilities itself. The fused sampler (:func:`~sglang_eagle_ext.kernels.sampling.
+tree_sampling_from_logits`) serves sampled verify through :mod:`.fused_verify`, which wraps SGLang's
+verify function rather than a kernel call site and has its own switch; the fused greedy op
+(:func:`~sglang_eagle_ext.kernels.verify_greedy.verify_tree_greedy_from_logits`) is not wired into
+SGLang.
 """
 
 from __future__ import annotations

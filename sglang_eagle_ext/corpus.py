@@ -2,6 +2,10 @@
 
 The tiny target is random, so the text only has to give the tokenizer realistic merges and the
 prompts realistic token statistics; a seeded generator keeps everything reproducible offline.
+
+Used by the demo's tiny models (:mod:`sglang_eagle_ext.demo`) and by ``sglang-eagle eval``'s
+default prompts; it lives at the package's top so that the command line never imports the demo
+(imports go one way: ``demo`` may use ``cli``, not the reverse).
 """
 
 from __future__ import annotations
