@@ -31,6 +31,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+# the tables render this checkout's package (its release table, its layouts), not an installed copy
+sys.path.insert(0, str(ROOT))
 README = ROOT / "README.md"
 RESULTS = ROOT / "benchmarks" / "results"
 CPU_TEST_RUNS = RESULTS / "cpu" / "test_runs.json"

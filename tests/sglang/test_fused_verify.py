@@ -133,17 +133,21 @@ def test_rejection_sampling_and_watermark_hand_back():
 
 
 def test_switch_default_and_log_phrase(monkeypatch):
-    verified, other = Version("0.5.23"), Version("0.5.21")
+    verified, held_back, unrun = Version("0.5.16"), Version("0.5.23"), Version("0.5.19")
     sites = ["eagle_sample"]
     monkeypatch.delenv(fused_verify.ENV_SWITCH, raising=False)
-    # unset: on where the wiring has run in a server on a GPU, opt-in elsewhere; the line says which and why
-    assert fused_verify.selected(verified) is True and fused_verify.selected(other) is False
+    # unset: on where the wiring has run end to end on a GPU with stock's outputs and speed, opt-in
+    # elsewhere; the line says which and why
+    assert fused_verify.selected(verified) is True
+    assert not any(fused_verify.selected(release) for release in (held_back, unrun))
     assert fused_verify.describe(verified, sites) == (
-        "fused sampler for sampled verify (default on SGLang 0.5.23 at TP size 1, where it ran end to end on a GPU "
-        "at stock's speed or better; SGLANG_EAGLE_EXT_FUSED_VERIFY=0 turns it off; eagle_sample)")
-    assert fused_verify.selected(Version("0.5.16")) is True
-    assert fused_verify.selected(Version("0.5.23rc1")) is False and fused_verify.selected(Version("0.5.23.post1")) is False
-    assert "opt-in on SGLang 0.5.21" in fused_verify.describe(other, [])
+        "fused sampler for sampled verify (default on SGLang 0.5.16 at TP size 1, where it ran end to end on a GPU "
+        "at stock's speed or better with stock's outputs; SGLANG_EAGLE_EXT_FUSED_VERIFY=0 turns it off; "
+        "eagle_sample)")
+    assert fused_verify.selected(Version("0.5.16rc1")) is False and fused_verify.selected(Version("0.5.16.post1")) is False
+    assert "opt-in on SGLang 0.5.23, " + fused_verify.HELD_BACK[held_back] in fused_verify.describe(held_back, [])
+    assert "opt-in on SGLang 0.5.19, not yet validated end to end on a GPU" in fused_verify.describe(unrun, [])
+    other = held_back
     assert "SGLANG_EAGLE_EXT_FUSED_VERIFY=1 turns it on" in fused_verify.describe(other, [])
     monkeypatch.setenv(fused_verify.ENV_SWITCH, "1")
     assert fused_verify.selected(other) is True
