@@ -60,6 +60,85 @@ def check_many(drafters: list[tuple[str, TargetInfo | None]], time_limit_s: floa
     return json.loads(lines[-1])
 
 
+def same_as_plugin(report: dict[str, Any], our_indices: list[int] | None) -> bool | None:
+    """Whether stock serves the drafter as this plugin does: it loads every parameter and drops
+    no tensor, its forward equals the reference, and its target captures the same hidden states
+    (as a set: engines capture in layer order, so the order ids are written in never matters).
+    None when that was not (fully) checked."""
+    if not report.get("checked"):
+        return None
+    if report.get("loads") is False or report.get("built_with") or report.get("never_loaded") or report.get("dropped"):
+        return False
+    captures = report.get("target_captures")
+    if captures is not None and our_indices is not None and sorted(captures) != sorted(our_indices):
+        return False
+    forward = report.get("forward", {})
+    if forward.get("compared"):
+        return bool(forward.get("equal"))
+    return None
+
+
+def _listed(names: list[str], limit: int = 6) -> str:
+    shown = ", ".join(names[:limit])
+    return shown + (f", ... ({len(names) - limit} more)" if len(names) > limit else "")
+
+
+def describe(report: dict[str, Any], our_indices: list[int] | None, our_depth: int | None) -> list[str]:
+    """The report as text lines (``sglang-eagle inspect``)."""
+    if not report.get("checked"):
+        return [f"stock SGLang: not checked ({report.get('reason')})"]
+    lines = [f"stock SGLang {report['sglang']} without this plugin (its own loader run on this drafter):"]
+    if report.get("resolves_to") and report.get("built_with"):
+        lines.append(f"  architectures {report['architectures']} resolve to {report['resolves_to']}; "
+                     f"below: its EAGLE-3 class as built with {report['built_with']}")
+    if report.get("loads") is False and "refusal" in report:
+        lines.append(f"  refuses it: {report['refusal']}")
+        return lines + ["  verdict: stock cannot serve it; this plugin can" if our_depth is not None
+                        else "  verdict: refused by stock and by this plugin"]
+    depth = report.get("depth")
+    lines.append(f"  builds {report.get('built_class')} with {depth} layer{'' if depth == 1 else 's'}"
+                 + ("" if our_depth is None or depth == our_depth else f" (the drafter has {our_depth})"))
+    for error in report.get("load_errors", []):
+        lines.append(f"  load_weights fails on {error}")
+    if report.get("never_loaded"):
+        lines.append(f"  never loads {len(report['never_loaded'])} parameters: {_listed(report['never_loaded'])}")
+    if report.get("dropped"):
+        lines.append(f"  drops {len(report['dropped'])} checkpoint tensors: {_listed(report['dropped'])}")
+    if "weights" in report:
+        lines.append(f"  weights: {report['weights']}")
+    if "target_captures" in report:
+        captures = report["target_captures"]
+        agrees = our_indices is None or sorted(captures) == sorted(our_indices)
+        lines.append(f"  the target captures hidden states {captures} (from eagle_config ids "
+                     f"{report['eagle_config_ids']}): " + ("the same layers as this plugin" if agrees
+                                                           else f"NOT the drafter's {our_indices}"))
+    forward = report.get("forward", {})
+    if forward.get("compared"):
+        if "error" in forward:
+            lines.append(f"  forward fails: {forward['error']}")
+        elif forward["equal"]:
+            lines.append("  prefill + one decode step: equal to the reference drafter")
+        else:
+            diff = forward["max_abs_diff"]
+            lines.append(f"  prefill + one decode step: DIFFERS from the reference drafter (logits up to "
+                         f"{max_of(diff['prefill_logits'], diff['decode_logits'])}, carried state up to "
+                         f"{max_of(diff['prefill_carried'], diff['decode_carried'])}; decode argmax "
+                         f"{'equal' if forward['decode_argmax_equal'] else 'differs'}"
+                         f"{'' if forward['vocab_map_equal'] else '; draft-to-target map differs'})")
+    elif forward:
+        lines.append(f"  {forward['reason']}")
+    same = same_as_plugin(report, our_indices)
+    lines.append("  verdict: " + {True: "same as this plugin", False: "stock serves it WRONGLY; this plugin "
+                                  "serves it as the reference" if our_depth is not None else "stock serves it "
+                                  "differently", None: "not fully checked"}[same])
+    return lines
+
+
+def max_of(a: float | str, b: float | str) -> float | str:
+    """The larger of two reported differences, "NaN" when either is."""
+    return "NaN" if "NaN" in (a, b) else max(a, b)
+
+
 # --- the child process ------------------------------------------------------------------------
 
 def _installed_sglang() -> str | None:
@@ -299,6 +378,7 @@ def stock_report(directory: str, target: dict | None) -> dict[str, Any]:
     except Exception as exc:
         return {**report, "loads": False, "refusal": _quote(exc)}
     report.setdefault("resolves_to", model_class.__name__)
+    report["built_class"] = f"{model_class.__module__}.{model_class.__name__}"
     report.update(_captured_layers(hf_config, target))
     _init_distributed()
     with torch.device("meta"):

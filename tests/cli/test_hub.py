@@ -39,7 +39,7 @@ def test_inspect_and_serve_a_hub_drafter_offline(tmp_path):
     target.mkdir()
     (target / "config.json").write_text(json.dumps(fixtures.target_config()))
 
-    inspected = cli(cache, "inspect", "org/tiny-eagle3", "--target", str(target), "--json")
+    inspected = cli(cache, "inspect", "--no-stock-check", "org/tiny-eagle3", "--target", str(target), "--json")
     assert inspected.returncode == 0, inspected.stderr
     report = json.loads(inspected.stdout)
     assert report["status"] == "ok" and report["description"]["num_aux_hidden_states"] == 4
@@ -58,7 +58,7 @@ def test_a_hub_drafter_is_checked_like_a_local_one(tmp_path):
     config["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = [1, 5, 5]
     json.dump(config, open(os.path.join(source, "config.json"), "w"))
     hub_cache(cache, "org/broken-eagle3", source)
-    result = cli(cache, "inspect", "org/broken-eagle3")
+    result = cli(cache, "inspect", "--no-stock-check", "org/broken-eagle3")
     assert result.returncode == 1 and "duplicate aux layer ids" in result.stdout
 
 
@@ -120,7 +120,7 @@ def test_inspect_checks_a_hub_drafter_from_headers_without_downloading_its_weigh
     assert "training_args.bin" not in sent and "optimizer.pt" not in sent  # the reader never opens them
     assert not os.path.exists(os.path.join(tmp_path, "cache", "models--org--tiny-eagle3", "snapshots", COMMIT,
                                            "model.safetensors"))
-    offline = cli(tmp_path / "cache", "inspect", "org/tiny-eagle3")  # the cache now has the config only
+    offline = cli(tmp_path / "cache", "inspect", "--no-stock-check", "org/tiny-eagle3")  # the cache now has the config only
     assert offline.returncode == 1 and "Traceback" not in offline.stderr
     assert "its config is in the local Hugging Face cache but its weights are not and HF_HUB_OFFLINE is set" \
         in offline.stdout
