@@ -90,6 +90,7 @@ def measure(layouts=LAYOUTS) -> list[dict]:
     """One row per layout: what stock and this plugin do with it."""
     import os
 
+    import torch
     from sglang.test.layer_ut_utils import init_single_process_dist
 
     from sglang_eagle_ext.sglang import stock_check
@@ -98,7 +99,8 @@ def measure(layouts=LAYOUTS) -> list[dict]:
     with tempfile.TemporaryDirectory() as scratch:
         built = [build(builder, name, os.path.join(scratch, name)) for _, builder, name in layouts]
         stock = stock_check.check_many(built)
-        init_single_process_dist(master_port=29000 + os.getpid() % 1000)
+        if not torch.distributed.is_initialized():  # a test session may have done it already
+            init_single_process_dist(master_port=29000 + os.getpid() % 1000)
         for (label, builder, name), (directory, target), report in zip(layouts, built, stock):
             rows.append({"label": label, "layout": f"{builder}:{name}", "stock": scrubbed(report, directory),
                          "ours": ours_matches_reference(directory, target)})

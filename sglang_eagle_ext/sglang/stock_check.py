@@ -35,6 +35,7 @@ FORWARD_PARAMETER_LIMIT = 20_000_000
 # largest magnitude; the differences stock's misreadings cause are thousands of times larger
 EQUAL_TOLERANCE = 1e-4
 SEED = 0
+_RENDEZVOUS = ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK")
 BUILTIN_DRAFT = "LlamaForCausalLMEagle3"  # SGLang's own EAGLE-3 draft class
 
 
@@ -47,7 +48,9 @@ def check(directory: str, target: TargetInfo | None, time_limit_s: float = TIME_
 def check_many(drafters: list[tuple[str, TargetInfo | None]], time_limit_s: float = TIME_LIMIT_S) -> list[dict]:
     """:func:`check` for several drafters in one child process (SGLang is imported once)."""
     request = [{"directory": d, "target": None if t is None else vars(t)} for d, t in drafters]
-    env = {**os.environ, "SGLANG_EAGLE_EXT": "0", "TRITON_INTERPRET": "1"}
+    # the caller's own torch.distributed rendezvous (a test session's, say) must not be reused
+    env = {key: value for key, value in os.environ.items() if key not in _RENDEZVOUS}
+    env.update(SGLANG_EAGLE_EXT="0", TRITON_INTERPRET="1")
     try:
         done = subprocess.run([sys.executable, "-m", __name__], input=json.dumps(request), capture_output=True,
                               text=True, timeout=time_limit_s, env=env)
