@@ -55,12 +55,16 @@ def check_many(drafters: list[tuple[str, TargetInfo | None]], time_limit_s: floa
         done = subprocess.run([sys.executable, "-m", __name__], input=json.dumps(request), capture_output=True,
                               text=True, timeout=time_limit_s, env=env)
     except subprocess.TimeoutExpired:
-        return [{"checked": False, "reason": f"stock SGLang's check took longer than {time_limit_s:.0f} s"}] * len(drafters)
+        return [{"checked": False, "reason": f"stock SGLang's check took longer than {time_limit_s:g} s"}] * len(drafters)
     lines = done.stdout.strip().splitlines()
-    if done.returncode != 0 or not lines:
+    try:
+        reports = json.loads(lines[-1]) if done.returncode == 0 and lines else None
+    except ValueError:
+        reports = None
+    if not isinstance(reports, list) or len(reports) != len(drafters):
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
         return [{"checked": False, "reason": f"the check's process failed: {last}"}] * len(drafters)
-    return json.loads(lines[-1])
+    return reports
 
 
 def same_as_plugin(report: dict[str, Any], our_indices: list[int] | None) -> bool | None:
@@ -354,7 +358,10 @@ def stock_report(directory: str, target: dict | None) -> dict[str, Any]:
     release = _installed_sglang()
     if release is None:
         return {"checked": False, "reason": "SGLang is not installed"}
-    from sglang_eagle_ext.sglang.compat import cpu
+    from sglang_eagle_ext.sglang.compat import SUPPORTED, cpu
+
+    if release not in SUPPORTED:  # other releases keep the loader's modules elsewhere, or differently
+        return {"checked": False, "reason": f"SGLang {release} is outside the releases this check runs on ({SUPPORTED})"}
 
     cpu.install()
     import torch
