@@ -15,16 +15,17 @@ from typing import Any
 
 from sglang_eagle_ext.drafter.reader import read_drafter
 from sglang_eagle_ext.errors import DrafterError, Problem
-from sglang_eagle_ext.drafter.locate import locate_drafter
+from sglang_eagle_ext.drafter.locate import locate_drafter, read_named_target
 from sglang_eagle_ext.drafter.spec import DrafterSpec
-from sglang_eagle_ext.drafter.target import TargetInfo, check_against_target, read_target
+from sglang_eagle_ext.drafter.target import TargetInfo, check_against_target
 from sglang_eagle_ext.sglang import stock_check
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("path", help="drafter: model directory, a trainer's checkpoint folder, or a hub id")
-    parser.add_argument("--target", help="target model directory or its config.json: adds the "
-                        "checks that need the target and resolves the captured layers")
+    parser.add_argument("--target", help="target model: a directory, its config.json or a hub id (read from "
+                        "the hub or its local cache): adds the checks that need the target and resolves the "
+                        "captured layers")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--no-stock-check", action="store_true", help="skip running stock SGLang's own "
                         "loader on the drafter (it takes a child process and about 15 s)")
@@ -104,7 +105,10 @@ def _print_text(spec: DrafterSpec | None, problems: list[Problem], plan: dict | 
 def run(args: argparse.Namespace) -> int:
     spec, plan, target, problems, remote, located, stock = None, None, None, [], {}, None, None
     try:
-        target = None if args.target is None else read_target(args.target)
+        target = None if args.target is None else read_named_target(args.target)
+        if args.target is not None and target is None:
+            print(f"target {args.target}: config.json not fetched (offline and not cached, gated, or not "
+                  "there); the checks that need the target are skipped", file=sys.stderr)
         located = locate_drafter(args.path, weights=False)  # checks only: hub weights stay on the hub
         remote = located.remote
         if located.how != "model directory":
