@@ -109,6 +109,9 @@ def describe(report: dict[str, Any], our_indices: list[int] | None, our_depth: i
         lines.append(f"  load_weights fails on {error}")
     if report.get("never_loaded"):
         lines.append(f"  never loads {len(report['never_loaded'])} parameters: {_listed(report['never_loaded'])}")
+    if report.get("uninitialised"):
+        lines.append(f"  {len(report['uninitialised'])} of them hold uninitialised memory on a server "
+                     "(NaN in this check's forward)")
     if report.get("dropped"):
         lines.append(f"  drops {len(report['dropped'])} checkpoint tensors: {_listed(report['dropped'])}")
     if "weights" in report:
@@ -245,6 +248,21 @@ def _load_and_trace(model, directory: str, on_meta: bool) -> tuple[list[str], li
     never = [name for name, shards in expected_shards.items()
              if not shards <= reached.get(name, set())]
     return never, dropped, errors
+
+
+def _poison_uninitialised(model, never_loaded: list[str]) -> list[str]:
+    """Fill the never-loaded parameters that SGLang allocates uninitialised with NaN, and return
+    their names. SGLang's RMSNorm starts its weight at ones, every other layer's parameters hold
+    whatever memory they were given (``torch.empty``): on a server, and in this check unless
+    poisoned, their values (zeros, garbage) would make the forward's outcome a matter of luck."""
+    from sglang.srt.layers.layernorm import RMSNorm
+
+    initialised = {f"{name}.weight" for name, module in model.named_modules() if isinstance(module, RMSNorm)}
+    params = dict(model.named_parameters())
+    poisoned = [name for name in never_loaded if name not in initialised]
+    for name in poisoned:
+        params[name].data.fill_(float("nan"))
+    return poisoned
 
 
 def _share_target_embedding(model, target: dict | None, on_meta: bool) -> list[str]:
@@ -411,7 +429,10 @@ def stock_report(directory: str, target: dict | None) -> dict[str, Any]:
         report.update(loads=not errors, load_errors=errors, redundant_dropped=redundant,
                       dropped=[name for name in dropped if name not in redundant])
         shared = _share_target_embedding(model, target, on_meta=not small)
-        report.update(never_loaded=[name for name in never if name not in shared], shared_from_target=shared)
+        never = [name for name in never if name not in shared]
+        report.update(never_loaded=never, shared_from_target=shared)
+        if small:
+            report["uninitialised"] = _poison_uninitialised(model, never)
         if not small:
             report["forward"] = {"compared": False, "reason": f"forward not compared: {parameters} parameters "
                                  f"(this check runs forwards up to {FORWARD_PARAMETER_LIMIT})"}
