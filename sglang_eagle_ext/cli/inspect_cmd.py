@@ -1,7 +1,9 @@
 """Describe a drafter checkpoint: what it is, what fits the target, what SGLang will capture.
 
-Prints the canonical description, the files read and every problem found; exits with status 1
-when the drafter must not be served (status 0 otherwise).
+Prints the canonical description, the files read, every problem found and what the installed
+stock SGLang does with the drafter without this plugin (:mod:`sglang_eagle_ext.sglang.stock_check`,
+stock's own code run in a child process); exits with status 1 when the drafter must not be served
+(status 0 otherwise).
 """
 
 from __future__ import annotations
@@ -13,20 +15,24 @@ from typing import Any
 
 from sglang_eagle_ext.drafter.reader import read_drafter
 from sglang_eagle_ext.errors import DrafterError, Problem
-from sglang_eagle_ext.drafter.locate import locate_drafter
-from sglang_eagle_ext.drafter.spec import DrafterSpec, IdConvention, default_aux_indices
-from sglang_eagle_ext.drafter.target import TargetInfo, check_against_target, read_target
+from sglang_eagle_ext.drafter.locate import locate_drafter, read_named_target
+from sglang_eagle_ext.drafter.spec import DrafterSpec
+from sglang_eagle_ext.drafter.target import TargetInfo, check_against_target
+from sglang_eagle_ext.sglang import stock_check
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("path", help="drafter: model directory, a trainer's checkpoint folder, or a hub id")
-    parser.add_argument("--target", help="target model directory or its config.json: adds the "
-                        "checks that need the target and resolves the captured layers")
+    parser.add_argument("--target", help="target model: a directory, its config.json or a hub id (read from "
+                        "the hub or its local cache): adds the checks that need the target and resolves the "
+                        "captured layers")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--no-stock-check", action="store_true", help="skip running stock SGLang's own "
+                        "loader on the drafter (it takes a child process and about 15 s)")
 
 
 def capture_plan(spec: DrafterSpec, target: TargetInfo | None) -> dict[str, Any]:
-    """Which target hidden states feed the drafter, with this plugin and with stock SGLang."""
+    """Which target hidden states feed the drafter with this plugin."""
     if not spec.use_aux_hidden_state:
         return {"uses_aux_hidden_states": False}
     n = None if target is None else target.num_layers
@@ -40,11 +46,6 @@ def capture_plan(spec: DrafterSpec, target: TargetInfo | None) -> dict[str, Any]
         "sglang_eagle_config_ids": _listed(aux.sglang_layer_ids(n)),
     }
     if n is not None:
-        # Stock SGLang's Llama/Qwen targets read only eagle_config ids (plus one), else default.
-        stock = (tuple(j + 1 for j in aux.declared) if aux.convention is IdConvention.LAYER_OUTPUT
-                 and aux.declared is not None else default_aux_indices(n))
-        plan["stock_sglang_would_capture"] = list(stock)
-        plan["stock_sglang_agrees"] = stock == aux.hidden_state_indices(n)
         plan["last_layer_output_needed"] = n in aux.hidden_state_indices(n)
     return plan
 
@@ -54,7 +55,7 @@ def _listed(values):
 
 
 def _print_text(spec: DrafterSpec | None, problems: list[Problem], plan: dict | None,
-                target: TargetInfo | None, path: str, remote) -> None:
+                target: TargetInfo | None, path: str, remote, stock: dict | None) -> None:
     if spec is None:
         print(f"drafter: {path}")
     else:
@@ -88,10 +89,10 @@ def _print_text(spec: DrafterSpec | None, problems: list[Problem], plan: dict | 
             print(f"  hidden-state indices (input of target layer k): {plan['hidden_state_indices']}"
                   + ("" if target else "  [pass --target to resolve defaults]"))
             print(f"  written for SGLang as eagle_config ids: {plan['sglang_eagle_config_ids']}")
-            if "stock_sglang_would_capture" in plan:
-                verdict = ("agrees" if plan["stock_sglang_agrees"]
-                           else "DISAGREES: acceptance would collapse without this plugin")
-                print(f"  stock SGLang would capture {plan['stock_sglang_would_capture']}: {verdict}")
+    if stock is not None:
+        indices = None if plan is None else plan.get("hidden_state_indices")
+        for line in stock_check.describe(stock, indices, None if spec is None or problems else spec.num_layers):
+            print(line)
     if problems:
         print(f"problems ({len(problems)}):")
         for problem in problems:
@@ -102,9 +103,12 @@ def _print_text(spec: DrafterSpec | None, problems: list[Problem], plan: dict | 
 
 
 def run(args: argparse.Namespace) -> int:
-    spec, plan, target, problems, remote = None, None, None, [], {}
+    spec, plan, target, problems, remote, located, stock = None, None, None, [], {}, None, None
     try:
-        target = None if args.target is None else read_target(args.target)
+        target = None if args.target is None else read_named_target(args.target)
+        if args.target is not None and target is None:
+            print(f"target {args.target}: config.json not fetched (offline and not cached, gated, or not "
+                  "there); the checks that need the target are skipped", file=sys.stderr)
         located = locate_drafter(args.path, weights=False)  # checks only: hub weights stay on the hub
         remote = located.remote
         if located.how != "model directory":
@@ -115,6 +119,9 @@ def run(args: argparse.Namespace) -> int:
         plan = capture_plan(spec, target)
     except DrafterError as exc:
         problems = exc.problems
+    if located is not None and not args.no_stock_check:
+        stock = (stock_check.check(located.directory, target) if not remote else
+                 {"checked": False, "reason": "the drafter's weights are on the hub (only headers were read)"})
     if args.json:
         print(json.dumps({
             "status": "rejected" if problems else "ok",
@@ -122,8 +129,9 @@ def run(args: argparse.Namespace) -> int:
             "read_by_range": sorted(remote),
             "target": None if target is None else vars(target),
             "capture": plan,
+            "stock_sglang": stock,
             "problems": [vars(p) for p in problems],
         }, indent=2))
     else:
-        _print_text(spec, problems, plan, target, args.path, remote)
+        _print_text(spec, problems, plan, target, args.path, remote, stock)
     return 1 if problems else 0

@@ -21,9 +21,8 @@ import subprocess
 import sys
 
 from sglang_eagle_ext.cli.options import SERVING_DEVICES, device_problem, positive_int, serving_device
-from sglang_eagle_ext.drafter.locate import Located, is_hub_id, locate_drafter
-from sglang_eagle_ext.drafter.target import TargetInfo, read_target
-from sglang_eagle_ext.errors import DrafterError, Problem
+from sglang_eagle_ext.drafter.locate import Located, locate_drafter, read_named_target
+from sglang_eagle_ext.errors import DrafterError
 from sglang_eagle_ext.sglang.compat import SUPPORTED, cpu
 
 INSTALL_HINT = ("SGLang is not installed in this Python environment. With a GPU:\n"
@@ -66,22 +65,6 @@ def export_directory(located: Located, export_dir: str | None) -> str:
                         f"{os.path.basename(located.directory.rstrip(os.sep))}-{digest}")
 
 
-def target_info(target: str) -> TargetInfo | None:
-    """The target's facts: a local directory must exist; a hub id's config comes through
-    ``huggingface_hub`` (None when it cannot be fetched: the checks that need it are skipped)."""
-    if is_hub_id(target):
-        from huggingface_hub import hf_hub_download
-
-        try:
-            return read_target(hf_hub_download(target, "config.json"))
-        except Exception:  # offline, gated, or not there: SGLang will say so itself
-            return None
-    if not os.path.exists(target):
-        raise DrafterError([Problem(os.path.abspath(target), "--target", "does not exist",
-                                    "pass the target model's directory or its hub id (org/name)")])
-    return read_target(target)
-
-
 def build_command(args, model_dir: str, device: str) -> list[str]:
     draft_tokens = args.num_draft_tokens or (
         args.num_steps + 1 if args.topk == 1 else args.topk * args.num_steps + 1)
@@ -111,7 +94,7 @@ def run(args) -> int:
         return 2
     try:
         located = locate_drafter(args.draft)
-        target = target_info(args.target)
+        target = read_named_target(args.target)
         spec = read_drafter(located.directory, target=target).spec
         ids = capture_layer_ids(spec, target)
     except DrafterError as exc:

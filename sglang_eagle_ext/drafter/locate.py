@@ -8,6 +8,7 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from sglang_eagle_ext.drafter.target import TargetInfo, read_target
 from sglang_eagle_ext.errors import DrafterError, Problem
 
 if TYPE_CHECKING:
@@ -71,3 +72,20 @@ def locate_drafter(given: str, weights: bool = True) -> Located:
     raise DrafterError([Problem(os.path.join(path, "config.json"), "config.json", "missing",
                                 "point at the drafter's model directory (a trainer's epoch_*_step_*/ folder "
                                 "keeps it in model/ or model/consolidated/)")])
+
+
+def read_named_target(target: str) -> TargetInfo | None:
+    """The facts of the target a user names (``serve``, ``inspect``): a local directory or
+    config file must exist; a hub id's config comes through
+    ``huggingface_hub`` (None when it cannot be fetched: the checks that need it are skipped)."""
+    if is_hub_id(target):
+        from huggingface_hub import hf_hub_download
+
+        try:
+            return read_target(hf_hub_download(target, "config.json"))
+        except Exception:  # offline, gated, or not there: SGLang will say so itself
+            return None
+    if not os.path.exists(target):
+        raise DrafterError([Problem(os.path.abspath(target), "--target", "does not exist",
+                                    "pass the target model's directory or its hub id (org/name)")])
+    return read_target(target)

@@ -39,7 +39,7 @@ def test_inspect_and_serve_a_hub_drafter_offline(tmp_path):
     target.mkdir()
     (target / "config.json").write_text(json.dumps(fixtures.target_config()))
 
-    inspected = cli(cache, "inspect", "org/tiny-eagle3", "--target", str(target), "--json")
+    inspected = cli(cache, "inspect", "--no-stock-check", "org/tiny-eagle3", "--target", str(target), "--json")
     assert inspected.returncode == 0, inspected.stderr
     report = json.loads(inspected.stdout)
     assert report["status"] == "ok" and report["description"]["num_aux_hidden_states"] == 4
@@ -51,6 +51,26 @@ def test_inspect_and_serve_a_hub_drafter_offline(tmp_path):
     assert "target capture: [1, 4, 8, 10]" in served.stdout
 
 
+def test_inspect_takes_the_target_as_a_hub_id(tmp_path):
+    """``inspect --target org/name`` reads the target's config from the hub cache, as serve does."""
+    cache = tmp_path / "hub"
+    drafter = fixtures.build("F1-specforge", str(tmp_path / "d"), seed=2)  # no ids: the default taps
+    target = tmp_path / "target"
+    target.mkdir()
+    (target / "config.json").write_text(json.dumps(fixtures.target_config(layers=16)))
+    hub_cache(cache, "org/tiny-target", str(target))
+
+    inspected = cli(cache, "inspect", "--no-stock-check", drafter, "--target", "org/tiny-target", "--json")
+    assert inspected.returncode == 0, inspected.stderr
+    report = json.loads(inspected.stdout)
+    assert report["target"]["num_layers"] == 16 and report["target"]["source"].startswith(str(cache))
+    assert report["capture"]["hidden_state_indices"] == [2, 8, 13]  # [2, N//2, N-3] of a 16-layer target
+
+    missing = cli(cache, "inspect", "--no-stock-check", drafter, "--target", "org/not-cached")
+    assert missing.returncode == 0 and "Traceback" not in missing.stderr
+    assert "target org/not-cached: config.json not fetched" in missing.stderr
+
+
 def test_a_hub_drafter_is_checked_like_a_local_one(tmp_path):
     cache = tmp_path / "hub"
     source = fixtures.build("F3-modelopt", str(tmp_path / "d"))
@@ -58,7 +78,7 @@ def test_a_hub_drafter_is_checked_like_a_local_one(tmp_path):
     config["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = [1, 5, 5]
     json.dump(config, open(os.path.join(source, "config.json"), "w"))
     hub_cache(cache, "org/broken-eagle3", source)
-    result = cli(cache, "inspect", "org/broken-eagle3")
+    result = cli(cache, "inspect", "--no-stock-check", "org/broken-eagle3")
     assert result.returncode == 1 and "duplicate aux layer ids" in result.stdout
 
 
@@ -120,7 +140,7 @@ def test_inspect_checks_a_hub_drafter_from_headers_without_downloading_its_weigh
     assert "training_args.bin" not in sent and "optimizer.pt" not in sent  # the reader never opens them
     assert not os.path.exists(os.path.join(tmp_path, "cache", "models--org--tiny-eagle3", "snapshots", COMMIT,
                                            "model.safetensors"))
-    offline = cli(tmp_path / "cache", "inspect", "org/tiny-eagle3")  # the cache now has the config only
+    offline = cli(tmp_path / "cache", "inspect", "--no-stock-check", "org/tiny-eagle3")  # the cache now has the config only
     assert offline.returncode == 1 and "Traceback" not in offline.stderr
     assert "its config is in the local Hugging Face cache but its weights are not and HF_HUB_OFFLINE is set" \
         in offline.stdout

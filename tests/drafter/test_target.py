@@ -93,7 +93,7 @@ def test_default_taps_come_from_the_longcat_depth(tmp_path):
 def test_inspect_resolves_taps_against_a_longcat_target(tmp_path, capsys):
     _, target = _longcat(tmp_path)
     drafter = fixtures.build("F1-specforge", str(tmp_path / "drafter"), seed=2)
-    assert main(["inspect", drafter, "--target", target]) == 0
+    assert main(["inspect", "--no-stock-check", drafter, "--target", target]) == 0
     out = capsys.readouterr().out
     assert f"(longcat_flash, {LONGCAT_LAYERS} layers" in out
     assert "hidden-state indices (input of target layer k): [2, 10, 17]" in out

@@ -1,0 +1,34 @@
+"""stock_check says "not checked" (never a traceback, never a guess) when stock's code cannot run.
+
+What it finds when it can run is checked against the reference drafter in
+tests/test_stock_vs_plugin.py and tests/cli/test_inspect.py."""
+
+from sglang_eagle_ext.sglang import stock_check
+from sglang_eagle_ext.testing import fixtures
+
+
+def test_no_sglang_installed_is_not_checked(monkeypatch, tmp_path):
+    monkeypatch.setattr(stock_check, "_installed_sglang", lambda: None)
+    report = stock_check.stock_report(str(tmp_path), None)
+    assert report == {"checked": False, "reason": "SGLang is not installed"}
+    assert stock_check.describe(report, [2, 6, 9], 1) == ["stock SGLang: not checked (SGLang is not installed)"]
+    assert stock_check.same_as_plugin(report, [2, 6, 9]) is None
+
+
+def test_release_outside_the_supported_range_is_not_checked(monkeypatch, tmp_path):
+    monkeypatch.setattr(stock_check, "_installed_sglang", lambda: "0.5.24")
+    report = stock_check.stock_report(str(tmp_path), None)
+    assert not report["checked"] and "SGLang 0.5.24 is outside" in report["reason"]
+
+
+def test_time_bound_is_not_checked(tmp_path):
+    directory = fixtures.build("F1-specforge", str(tmp_path / "d"), seed=3)
+    report, = stock_check.check_many([(directory, None)], time_limit_s=0.5)
+    assert report == {"checked": False, "reason": "stock SGLang's check took longer than 0.5 s"}
+
+
+def test_order_of_captured_layers_never_makes_stock_disagree():
+    report = {"checked": True, "loads": True, "never_loaded": [], "dropped": [], "target_captures": [2, 29, 16],
+              "eagle_config_ids": [1, 28, 15], "forward": {"compared": True, "equal": True}}
+    assert stock_check.same_as_plugin(report, [2, 16, 29]) is True
+    assert stock_check.same_as_plugin({**report, "target_captures": [2, 29, 15]}, [2, 16, 29]) is False
