@@ -322,26 +322,15 @@ def _compare_forward(model, directory: str, target: dict) -> dict[str, Any]:
 
     from sglang_eagle_ext.drafter.reader import read_drafter
     from sglang_eagle_ext.errors import DrafterError
-    from sglang_eagle_ext.reference.drafter import DraftCache, ReferenceDrafter
-    from sglang_eagle_ext.testing.sglang_forward import TOKENS, DraftRunner
+    from sglang_eagle_ext.reference.drafter import DraftCache
+    from sglang_eagle_ext.testing.sglang_forward import TOKENS, DraftRunner, worker_inputs
 
     try:
         checkpoint = read_drafter(directory, target=TargetInfo(**target))
     except DrafterError as exc:
         return {"compared": False, "reason": f"this package refuses the drafter: {exc.problems[0]}"}
     spec = checkpoint.spec
-    gen = torch.Generator().manual_seed(SEED)
-    target_embed = torch.randn(spec.vocab_size, spec.hidden_size, generator=gen) * 0.5
-    target_head = torch.randn(spec.vocab_size, spec.hidden_size, generator=gen) * 0.3
-    if getattr(model, "load_lm_head_from_target", False):  # SGLang's EAGLE worker, after loading
-        model.set_embed_and_head(target_embed, target_head)
-    else:
-        model.set_embed(target_embed)
-    reference = ReferenceDrafter.from_tensors(spec, checkpoint.load_tensors(),
-                                              target_embed=target_embed, target_lm_head=target_head)
-    width = spec.fc_in_features if spec.use_aux_hidden_state else spec.hidden_size
-    ids = torch.randint(0, spec.vocab_size, (TOKENS + 1,), generator=gen)
-    aux = torch.randn(TOKENS, width, generator=gen)
+    reference, ids, aux = worker_inputs(model, checkpoint, torch.Generator().manual_seed(SEED))
 
     attn = model.model.layers[0].self_attn
     geometry = SimpleNamespace(num_attention_heads=attn.attn.tp_q_head_num,

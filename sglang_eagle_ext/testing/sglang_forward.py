@@ -82,31 +82,41 @@ def build_draft(directory: str, target: TargetInfo):
     return model
 
 
+def worker_inputs(model, checkpoint, gen):
+    """What SGLang's EAGLE worker gives a loaded draft (the target's embedding, and its lm_head where
+    the draft asks for it: seeded stand-ins here), the reference drafter on the same tensors, and
+    seeded prompt ids (``TOKENS + 1``) and aux states (``TOKENS``) for a prefill and one decode step."""
+    import torch
+
+    from sglang_eagle_ext.reference.drafter import ReferenceDrafter
+
+    spec = checkpoint.spec
+    target_embed = torch.randn(spec.vocab_size, spec.hidden_size, generator=gen) * 0.5
+    target_head = torch.randn(spec.vocab_size, spec.hidden_size, generator=gen) * 0.3
+    if getattr(model, "load_lm_head_from_target", False):
+        model.set_embed_and_head(target_embed, target_head)
+    else:
+        model.set_embed(target_embed)
+    reference = ReferenceDrafter.from_tensors(spec, checkpoint.load_tensors(),
+                                              target_embed=target_embed, target_lm_head=target_head)
+    width = spec.fc_in_features if spec.use_aux_hidden_state else spec.hidden_size
+    ids = torch.randint(0, spec.vocab_size, (TOKENS + 1,), generator=gen)
+    aux = torch.randn(TOKENS, width, generator=gen)
+    return reference, ids, aux
+
+
 def assert_forward_matches_reference(directory: str, target: TargetInfo, seed: int) -> None:
     """Prefill and one decode step of the SGLang-loaded drafter at ``directory`` equal the
     reference drafter's (fp32 rounding), and so do their draft-to-target token maps; every
     random input comes from ``seed``."""
     from sglang.srt.model_executor.forward_batch_info import ForwardMode
 
-    from sglang_eagle_ext.reference.drafter import DraftCache, ReferenceDrafter
+    from sglang_eagle_ext.reference.drafter import DraftCache
 
     checkpoint = read_drafter(directory, target=target)
     spec = checkpoint.spec
     model = build_draft(directory, target)
-    gen = torch.Generator().manual_seed(seed)
-    target_embed = torch.randn(spec.vocab_size, spec.hidden_size, generator=gen) * 0.5
-    target_head = torch.randn(spec.vocab_size, spec.hidden_size, generator=gen) * 0.3
-    # what SGLang's EAGLE worker does after loading the draft
-    if model.load_lm_head_from_target:
-        model.set_embed_and_head(target_embed, target_head)
-    else:
-        model.set_embed(target_embed)
-    reference = ReferenceDrafter.from_tensors(spec, checkpoint.load_tensors(),
-                                              target_embed=target_embed, target_lm_head=target_head)
-
-    width = spec.fc_in_features if spec.use_aux_hidden_state else spec.hidden_size
-    ids = torch.randint(0, spec.vocab_size, (TOKENS + 1,), generator=gen)
-    aux = torch.randn(TOKENS, width, generator=gen)
+    reference, ids, aux = worker_inputs(model, checkpoint, torch.Generator().manual_seed(seed))
     runner = DraftRunner(spec)
     prefill = runner.forward(model, ForwardMode.EXTEND, ids[:TOKENS], aux, prefix=0)
     cache = DraftCache()
