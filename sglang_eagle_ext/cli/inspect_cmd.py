@@ -120,8 +120,13 @@ def run(args: argparse.Namespace) -> int:
     except DrafterError as exc:
         problems = exc.problems
     if located is not None and not args.no_stock_check:
-        stock = (stock_check.check(located.directory, target) if not remote else
-                 {"checked": False, "reason": "the drafter's weights are on the hub (only headers were read)"})
+        if spec is None:  # stock's loader reads files unbounded: never hand it ones that failed validation
+            stock = {"checked": False, "reason": "its files failed this package's validation (above), so stock's "
+                                                 "loader was not run on them"}
+        elif remote:
+            stock = {"checked": False, "reason": "the drafter's weights are on the hub (only headers were read)"}
+        else:
+            stock = stock_check.check(located.directory, target)
     if args.json:
         print(json.dumps({
             "status": "rejected" if problems else "ok",
