@@ -115,8 +115,8 @@ class Recorder:
     def timed(self, phase: str, function: Callable) -> Callable:
         def wrapper(*args, **kwargs):
             step = self.step
-            capturing = torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
-            if step is None or capturing or (phase == "target_forward" and not kwargs.get("is_verify")):
+            if step is None or (phase == "target_forward" and not kwargs.get("is_verify")) or (
+                    torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()):
                 return function(*args, **kwargs)
             start, end = new_event(), new_event()
             host = time.perf_counter()
@@ -130,6 +130,8 @@ class Recorder:
         return wrapper
 
     def timed_step(self, function: Callable) -> Callable:
+        whole_step = self.timed("step", function)
+
         def step(worker, batch, *args, **kwargs):
             self.poll_label()
             self.harvest()
@@ -140,7 +142,7 @@ class Recorder:
             self.step = {"batch": int(batch.seq_lens.shape[0]), "greedy": bool(batch.sampling_info.is_all_greedy),
                          "spans": {}, "first": first, "last": first}
             try:
-                return self.timed("step", function)(worker, batch, *args, **kwargs)
+                return whole_step(worker, batch, *args, **kwargs)
             finally:
                 self.pending.append(self.step)
                 self.step = None
