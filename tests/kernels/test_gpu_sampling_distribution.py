@@ -9,7 +9,7 @@ elsewhere. ``-s`` prints the statistics and counts. Seeds are fixed, so p-values
 import pytest
 import torch
 
-from tests.kernels.gpu_marks import CUDA, needs_cuda, needs_sgl, sgl_kernel
+from tests.kernels.gpu_marks import CUDA, SAMPLING_OP, SOURCE, STRICT_ACCEPTANCE, needs_cuda, needs_sgl
 
 if CUDA:
     from sglang_eagle_ext.kernels import sampling, tree_build
@@ -198,15 +198,15 @@ def test_fused_sampler_makes_sglang_draws_with_identical_coins():
                        torch.full((bs,), -3, dtype=torch.int32, device="cuda"))
                 if fused:
                     sampling.tree_sampling_from_logits(*out, candidates, ri, nt, ns, coins, final_coins, logits,
-                                                       temperatures, top_ks, top_ps)
+                                                       temperatures, top_ks, top_ps,
+                                                       strict_acceptance=STRICT_ACCEPTANCE)
                 else:
-                    sgl_kernel.tree_speculative_sampling_target_only(*out, candidates, ri, nt, ns, coins, final_coins,
-                                                                     probs, torch.zeros_like(probs))
+                    SAMPLING_OP(*out, candidates, ri, nt, ns, coins, final_coins, probs, torch.zeros_like(probs))
                 outputs.append(out)
             (p0, a0, c0), (p1, a1, c1) = outputs
             same = (c0 == c1) & (a0 == a1).all(1) & (p0 == p1).reshape(bs, n).all(1)
             requests += bs
             differ += int((~same).sum())
-    print(f"fused sampler vs sgl_kernel op on the same distribution: {requests - differ}/{requests} requests identical")
+    print(f"fused sampler vs {SOURCE} sampling op on the same distribution: {requests - differ}/{requests} requests identical")
     # Only the float order of sums differs: a coin within rounding of a CDF step.
     assert requests >= 80 and differ <= max(1, requests // 500)

@@ -1,16 +1,18 @@
-"""GPU checks of the tree kernels against SGLang's own CUDA ops (``sgl_kernel``): build, greedy
+"""GPU checks of the tree kernels against the installed SGLang's own CUDA ops (``gpu_marks``): build, greedy
 (drop-in and every fused plan), the drop-in sampling op with identical coins, the fused sampler
 against the torch reference, and CUDA-graph replays of every op. The fused sampler's distribution
 and SGLang-equality tests live in ``test_gpu_sampling_distribution.py``.
 
-Run on a CUDA machine with ``sglang-kernel`` importable (op-level comparisons need nothing else);
+Run on a CUDA machine with SGLang installed (or ``sgl_kernel`` alone, whose ops are then compared);
 skipped elsewhere. Each test prints its counts (``-s`` shows them).
 """
+
+import functools
 
 import pytest
 import torch
 
-from tests.kernels.gpu_marks import CUDA, needs_cuda, needs_sgl, sgl_kernel
+from tests.kernels.gpu_marks import BUILD_OP, CUDA, GREEDY_OP, SAMPLING_OP, SOURCE, STRICT_ACCEPTANCE, needs_cuda, needs_sgl
 
 if CUDA:
     from sglang_eagle_ext.kernels import sampling, tree_build, verify_greedy
@@ -90,7 +92,7 @@ def test_build_tree_equals_sglang_on_random_trees():
             for mode in modes:
                 ours = _request_views(*_build(tree_build.build_tree_kernel_efficient, tree, mode), mode,
                                       tree.seq_lens, n)
-                theirs = _request_views(*_build(sgl_kernel.build_tree_kernel_efficient, tree, mode), mode,
+                theirs = _request_views(*_build(BUILD_OP, tree, mode), mode,
                                         tree.seq_lens, n)
                 for b, (o, t) in enumerate(zip(ours, theirs)):
                     if not defined[b]:
@@ -100,7 +102,7 @@ def test_build_tree_equals_sglang_on_random_trees():
                     for x, y in zip(o, t):
                         assert torch.equal(x, y), (k, steps, n, mode, b)
                     compared += 1
-    print(f"build_tree: {compared} request trees equal to sgl_kernel (all outputs); "
+    print(f"build_tree: {compared} request trees equal to {SOURCE} (all outputs); "
           f"{skipped} invalid trees (or next to one) compared on links only")
     assert compared >= 2000
 
@@ -151,7 +153,7 @@ def test_verify_greedy_equals_sglang_on_random_trees():
                 logits = logits.bfloat16()
             target = logits.argmax(-1).reshape(bs, n)
             theirs = _greedy_outputs(bs, n, steps)
-            sgl_kernel.verify_tree_greedy(*theirs, candidates, ri, nt, ns, target)
+            GREEDY_OP(*theirs, candidates, ri, nt, ns, target)
             ours = _greedy_outputs(bs, n, steps)
             verify_greedy.verify_tree_greedy(*ours, candidates, ri, nt, ns, target)
             for x, y in zip(theirs, ours):
@@ -163,7 +165,7 @@ def test_verify_greedy_equals_sglang_on_random_trees():
                     assert torch.equal(x, y), plan
             requests += bs
             accepted += int(theirs[2].sum())
-    print(f"verify_greedy: {requests} requests equal to argmax + sgl_kernel.verify_tree_greedy (drop-in and "
+    print(f"verify_greedy: {requests} requests equal to argmax + {SOURCE} greedy (drop-in and "
           f"{len(GREEDY_PLANS)} fused plans each: {', '.join(GREEDY_PLANS)}), {accepted} draft tokens accepted")
     assert requests >= 2000
 
@@ -186,8 +188,8 @@ def test_sampling_op_equals_sglang_with_identical_coins(thresholds):
             candidates, ri, nt, ns, logits, coins, final_coins = _sampling_case(gen, k, steps, n, bs, 1000)
             probs = torch.softmax(logits / 0.7, -1).reshape(bs, n, -1)
             results = []
-            for op in (sgl_kernel.tree_speculative_sampling_target_only,
-                       sampling.tree_speculative_sampling_target_only):
+            for op in (SAMPLING_OP, functools.partial(sampling.tree_speculative_sampling_target_only,
+                                                   strict_acceptance=STRICT_ACCEPTANCE)):
                 out = _greedy_outputs(bs, n, steps)
                 draft = torch.zeros_like(probs)
                 op(*out, candidates, ri, nt, ns, coins, final_coins, probs, draft, *thresholds)
@@ -199,7 +201,7 @@ def test_sampling_op_equals_sglang_with_identical_coins(thresholds):
             same &= (results[0][3] == results[1][3]).reshape(bs, -1).all(1)
             requests += bs
             differ += int((~same).sum())
-    print(f"sampling op {thresholds}: {requests - differ}/{requests} requests identical to sgl_kernel")
+    print(f"sampling op {thresholds}: {requests - differ}/{requests} requests identical to {SOURCE}")
     # Only the float order of the residual sums differs: a coin within rounding of a CDF step.
     assert differ <= max(1, requests // 1000)
 
