@@ -28,8 +28,8 @@ RUNS = {  # file -> (commit, command); the commit is the checkout the device ran
                                     "--trees 2,1 --control --rounds 6, then --trees 0 --control --rounds 6 (one "
                                     "machine, one results.json)"),
     "e2e_h200_sglang-0.5.21_control.json": ("5f28eb9", "the same runs (--control)"),
-    "step_h200_sglang-0.5.21.json": ("5f28eb9", STAGE + "SGL_KERNEL_USE_FLASHINFER=1 SGLANG_KERNEL_USE_FLASHINFER=1 "
-                                     "timeout 200 python3 benchmarks/gpu/fused_verify_step.py OUT.json"),
+    "step_h200_sglang-0.5.21.json": ("e0f3f31", STAGE + "SGL_KERNEL_USE_FLASHINFER=1 SGLANG_KERNEL_USE_FLASHINFER=1 "
+                                     "timeout 380 python3 benchmarks/gpu/fused_verify_step.py OUT.json"),
     "server_h200_sglang-0.5.21.json": ("5f28eb9", STAGE + "SGL_KERNEL_USE_FLASHINFER=1 SGLANG_KERNEL_USE_FLASHINFER=1 "
                                        "timeout 200 python3 benchmarks/gpu/fused_verify_server.py OUTDIR"),
     "e2e_h100_sglang-0.5.16.json": ("27b8b22", "E2E_COMMIT=27b8b22 bash benchmarks/gpu/run_fused_verify_e2e.sh "
@@ -52,9 +52,6 @@ RUNS = {  # file -> (commit, command); the commit is the checkout the device ran
                                        "cold machine compiled; E2E_COMMIT unset, so the record says 'unknown')"),
 }
 NOTES = {  # what a run's own record does not show
-    "step_h200_sglang-0.5.21.json": "The run stopped at its 200 s limit after the identity check (the first GPU "
-                                    "run of this release compiled its kernels in that time): no distribution or "
-                                    "timing here.",
     "e2e_h200_sglang-0.5.21.json":
         "Tree 1/3/4 at batch 1 and 16: the fused engine ran 0.77-0.86x in the greedy cells too, where both arms run "
         "the same code (an all-greedy batch is handed back to stock), while its A/A cells stayed at 0.98-0.99x: "
