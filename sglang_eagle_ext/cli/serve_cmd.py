@@ -47,6 +47,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              "interpreter, SGLang's CPU flags added unless given after --)")
     parser.add_argument("--export-dir", default=None,
                         help="where legacy checkpoints are exported (default: <user cache>/exports)")
+    parser.add_argument("--stock-check", action="store_true",
+                        help="before launching, also run stock SGLang's own loader on the drafter with this plugin "
+                             "off (as `inspect` does; a child process, bounded in time) and say what stock would "
+                             "serve")
     parser.add_argument("--print-only", action="store_true",
                         help="write nothing; print the command and the paths a launch would use")
     parser.add_argument("extra", nargs=argparse.REMAINDER,
@@ -114,9 +118,11 @@ def run(args) -> int:
                                                   "the target were skipped)"),
              f"target capture: {capture}"]
     lines += [f"note:           {note}" for note in spec.notes] + [f"device:         {device}"]
-    lines += ["command:        " + shlex.join(command)]
+    command_line = "command:        " + shlex.join(command)
+    hidden_state_indices = None if ids is None else [i + 1 for i in ids]
     if args.print_only:
-        print("\n".join(lines))
+        stock = _stock_lines(args, served_from, target, spec, hidden_state_indices, exported=not needs_export)
+        print("\n".join(lines + stock + [command_line]))
         return 0
     if importlib.util.find_spec("sglang") is None:
         print(INSTALL_HINT, file=sys.stderr)
@@ -127,10 +133,25 @@ def run(args) -> int:
         except DrafterError as exc:
             print(exc, file=sys.stderr)
             return 1
+    lines += _stock_lines(args, served_from, target, spec, hidden_state_indices, exported=True) + [command_line]
     print("\n".join(lines), file=sys.stderr, flush=True)
     if device == "cpu":
         return launch(command, cpu.process_environment(dict(os.environ)))
     return launch(command)
+
+
+def _stock_lines(args, served_from: str, target, spec, hidden_state_indices, exported: bool) -> list[str]:
+    """What stock SGLang would do with the drafter (``--stock-check``), else why that was not checked."""
+    from sglang_eagle_ext.sglang import stock_check
+
+    if not args.stock_check:
+        report = {"checked": False, "reason": "--stock-check runs stock SGLang's own loader on it"}
+    elif not exported:
+        report = {"checked": False, "reason": "the legacy checkpoint is exported only at launch; run without "
+                                              "--print-only"}
+    else:
+        report = stock_check.check(served_from, target)
+    return stock_check.describe(report, hidden_state_indices, spec.num_layers)
 
 
 def launch(command: list[str], env: dict | None = None) -> int:

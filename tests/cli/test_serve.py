@@ -184,3 +184,14 @@ def test_launch_forwards_signals(tmp_path):
 
     threading.Thread(target=send_when_ready, daemon=True).start()
     assert serve_cmd.launch([sys.executable, "-c", child]) == 5
+
+
+def test_print_only_says_what_stock_does_only_when_asked(tmp_path, target, capsys):
+    """Without --stock-check the pre-flight says stock was not checked (never a guess); with it, stock's own
+    loader runs on the drafter and its refusal of a speculators config is quoted."""
+    draft = fixtures.build("F8-speculators-4-aux", str(tmp_path / "d"), seed=4)
+    assert main(["serve", "--target", target, "--draft", draft, "--print-only"]) == 0
+    assert "stock SGLang: not checked (--stock-check runs stock SGLang's own loader on it)" in capsys.readouterr().out
+    assert main(["serve", "--target", target, "--draft", draft, "--print-only", "--stock-check"]) == 0
+    out = capsys.readouterr().out
+    assert "refuses it: ValueError: Unrecognized model in" in out and "this plugin can" in out
