@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-OLDEST = Version("0.5.11")
-SUPPORTED = SpecifierSet(f">={OLDEST},<0.5.24")
+SUPPORTED = SpecifierSet(">=0.5.11,<0.5.24")
+OLDEST = Version(next(spec.version for spec in SUPPORTED if spec.operator == ">="))
 
 
 @dataclass(frozen=True)
