@@ -195,7 +195,7 @@ def relative_cli(cli: Path) -> str:
 # Supported-versions table
 # ---------------------------------------------------------------------------------------------
 
-COMPAT = ROOT / "sglang_eagle_ext" / "sglang" / "compat" / "__init__.py"
+COMPAT = ROOT / "sglang_eagle_ext" / "sglang" / "compat" / "releases.py"
 NOT_RUN = RESULTS / "not_run.json"
 
 

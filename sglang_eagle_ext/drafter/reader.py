@@ -17,20 +17,16 @@ from typing import Any, Iterator, Mapping
 
 import torch
 
-from sglang_eagle_ext.drafter import weight_names
-from sglang_eagle_ext.drafter.dialects import PEAGLE_FIX, ConfigValues, read_config_values
-from sglang_eagle_ext.drafter.spec import GATED_ACTIVATIONS, Dialect, DrafterSpec, LaterLayerNorm
+from sglang_eagle_ext.drafter import tensor_facts, vocabulary, weight_names
+from sglang_eagle_ext.drafter.dialects import PEAGLE_FIX, read_config_values, weight_quirks
+from sglang_eagle_ext.drafter.spec import GATED_ACTIVATIONS, DrafterSpec
 from sglang_eagle_ext.drafter.target import TargetInfo, check_against_target, read_target
-from sglang_eagle_ext.drafter.tensors import JSON_FILE_LIMIT, FileBytes, TensorIndex, load_pickle
+from sglang_eagle_ext.drafter.tensors import JSON_FILE_LIMIT, FileBytes, TensorIndex
 from sglang_eagle_ext.errors import DrafterError, Problem
 
 # Weight files in the order they are looked for, relative to the checkpoint directory.
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
                 "pytorch_model.bin.index.json", "consolidated/model.safetensors", "draft_model.pt")
-# NeMo Automodel training state that carries the draft vocabulary, and the token map its SGLang
-# helper writes next to the weights (the selected target ids, SGLang's --speculative-token-map).
-META_FILES = ("eagle_meta.pt", "eagle3_meta.pt")
-TOKEN_MAP_FILE = "speculative_token_map.pt"
 
 
 @dataclass(frozen=True)
@@ -189,203 +185,6 @@ def _weight_files(directory: str, problems: list[Problem], remote: Mapping[str, 
     return []
 
 
-def _meta_vocab_map(directory: str, draft_vocab: int, problems: list[Problem]) -> tuple[str, torch.Tensor] | None:
-    """d2t from the draft vocabulary NeMo Automodel keeps beside the weights: ``eagle_meta.pt`` /
-    legacy ``eagle3_meta.pt`` (``selected_token_ids``) in a training step's folder, which holds
-    the weights in ``model/`` or ``model/consolidated/``, or the ``speculative_token_map.pt`` its
-    SGLang helper writes next to them."""
-    folders = [directory]
-    for _ in range(2):
-        folders.append(os.path.dirname(folders[-1]))
-    candidates = [os.path.join(directory, TOKEN_MAP_FILE)] + [os.path.join(f, name) for f in folders
-                                                               for name in META_FILES]
-    for path in candidates:
-        if not os.path.isfile(path):
-            continue
-        meta = load_pickle(path, problems)
-        ids = meta.get("selected_token_ids") if isinstance(meta, dict) else meta
-        if not isinstance(ids, torch.Tensor) or ids.dim() != 1 or ids.dtype.is_floating_point:
-            if meta is not None:
-                problems.append(Problem(path, "selected_token_ids", "missing or not a 1-D integer tensor",
-                                        "use the vocabulary file written with this checkpoint"))
-            return None
-        if ids.numel() != draft_vocab:
-            problems.append(Problem(path, "selected_token_ids", "vocab map length differs from the "
-                                    "draft vocabulary", "use the vocabulary file written with this checkpoint",
-                                    expected=str(draft_vocab), found=str(ids.numel())))
-            return None
-        return path, ids.long() - torch.arange(ids.numel())
-    return None
-
-
-def _split_fused(index: TensorIndex) -> dict[str, tuple[int, ...]]:
-    """Canonical name -> shape, with fused projections replaced by their parts' names.
-
-    The parts' first dimensions are unknown until the spec exists, so they carry the fused
-    shape with a leading ``-1``; :func:`_check_shapes` checks the sum instead.
-    """
-    shapes = {}
-    for name, entry in index.entries.items():
-        fused = weight_names.fused_parts(name)
-        for part in fused or ():
-            shapes[part] = (-1,) + entry.shape[1:]
-        if fused is None:
-            shapes[name] = entry.shape
-    return shapes
-
-
-def _count_layers(names, weights_file: str, values: ConfigValues, problems: list[Problem]) -> int:
-    layer_ids = sorted({i for i in map(weight_names.layer_index, names) if i is not None})
-    if not layer_ids:
-        problems.append(Problem(weights_file, "layers.*", "no decoder layer tensors",
-                                "check that the file is an EAGLE-3 drafter"))
-        return 0
-    if layer_ids != list(range(len(layer_ids))):
-        problems.append(Problem(weights_file, "layers.*", "draft layers are not numbered 0..L-1",
-                                "re-export the drafter", found=str(layer_ids)))
-    count = len(layer_ids)
-    claimed = values.values["num_layers"]
-    if claimed is not None and claimed != count:
-        problems.append(Problem(
-            values.file, values.stated["num_layers"], f"the config says {claimed} draft layer(s), the "
-            f"weights hold {count} ({weights_file})", "use the config written with these weights, or "
-            f"set {values.stated['num_layers']} to {count} if the weights are the ones you trained",
-            expected=f"{count} (layers in the weights)", found=str(claimed)))
-    return count
-
-
-def _later_layer_norm(names: set[str], num_layers: int, weights_file: str,
-                      problems: list[Problem]) -> LaterLayerNorm | None:
-    if num_layers < 2:
-        return None
-    styles = set()
-    for i in range(1, num_layers):
-        has_input = f"layers.{i}.input_layernorm.weight" in names
-        has_hidden = f"layers.{i}.hidden_norm.weight" in names
-        if has_input == has_hidden:
-            problems.append(Problem(
-                weights_file, f"layers.{i}.input_layernorm / layers.{i}.hidden_norm",
-                "cannot tell how this layer normalises its input (exactly one of the two "
-                "norms must exist for layers after the first)",
-                "vanilla decoder layers (speculators, vLLM, ModelOpt) keep input_layernorm; "
-                "SGLang-style layers keep hidden_norm; drop the unused one",
-                found="both" if has_input else "neither"))
-            continue
-        styles.add(LaterLayerNorm.INPUT_LAYERNORM if has_input else LaterLayerNorm.HIDDEN_NORM)
-    if len(styles) > 1:
-        problems.append(Problem(weights_file, "layers.*", "later layers mix norm conventions",
-                                "re-export the drafter"))
-    return styles.pop() if len(styles) == 1 else LaterLayerNorm.INPUT_LAYERNORM
-
-
-def _num_aux(values: ConfigValues, shapes: dict, weights_file: str, problems: list[Problem]) -> int:
-    """The aux count: every place that states it must agree with fc's width."""
-    fc = shapes.get("fc.weight")
-    t = values.values["target_hidden_size"]
-    declared, aux = values.values["num_aux_hidden_states"], values.values["aux_layers"]
-    claims: dict[str, int] = {}
-    if declared is not None:
-        claims[f"{values.file}: num_aux_hidden_states"] = declared
-    if aux.declared is not None:
-        claims[f"{values.file}: {aux.source}"] = len(aux.declared)
-    if fc is not None and len(fc) == 2 and t:
-        if fc[1] % t:
-            problems.append(Problem(
-                weights_file, "fc.weight", "fc input width is not a multiple of the target hidden "
-                "size", "set target_hidden_size to the width of one target hidden state",
-                expected=f"A * {t} columns", found=f"shape {list(fc)}"))
-            return declared or 3
-        claims[f"{weights_file}: fc.weight (width {fc[1]} / target_hidden_size {t})"] = fc[1] // t
-    counts = set(claims.values())
-    if len(counts) > 1:
-        problems.append(Problem(values.file, "num_aux_hidden_states / aux layer ids / fc.weight",
-                                "the number of aux hidden states is inconsistent",
-                                "make the ids, num_aux_hidden_states and fc agree (fc is what "
-                                "the drafter was trained with)",
-                                found="; ".join(f"{k} -> {v}" for k, v in claims.items())))
-    return counts.pop() if len(counts) == 1 else 3
-
-
-def _check_vocab_map(d2t: torch.Tensor, t2d: torch.Tensor | None, spec: DrafterSpec, file: str,
-                     problems: list[Problem]) -> None:
-    if d2t.dtype.is_floating_point or d2t.dim() != 1:
-        problems.append(Problem(file, "d2t", "must be a 1-D integer offset table",
-                                "re-export the vocab map", found=f"{d2t.dtype} {list(d2t.shape)}"))
-        return
-    target_ids = d2t.long() + torch.arange(d2t.numel())
-    outside = ((target_ids < 0) | (target_ids >= spec.vocab_size)).nonzero().flatten()
-    if outside.numel():
-        problems.append(Problem(
-            file, "d2t", f"{outside.numel()} draft tokens map outside the target vocabulary "
-            f"(first: draft {outside[0].item()} -> target {target_ids[outside[0]].item()})",
-            "d2t holds offsets: target_id = draft_id + d2t[draft_id]; re-export the map",
-            expected=f"target ids in [0, {spec.vocab_size})"))
-        return
-    if torch.unique(target_ids).numel() != target_ids.numel():
-        problems.append(Problem(file, "d2t", "several draft tokens map to the same target token",
-                                "re-export the vocab map"))
-    if t2d is not None and (t2d.numel() != spec.vocab_size or not bool(t2d.bool()[target_ids].all())
-                            or int(t2d.bool().sum()) != target_ids.numel()):
-        problems.append(Problem(file, "t2d", "disagrees with d2t",
-                                "re-export both maps from the same token selection"))
-
-
-def _shape_differs(found: tuple[int, ...], expected: tuple[int, ...]) -> bool:
-    """Shapes differ; a leading -1 (a part of a fused projection) matches any height."""
-    if len(found) != len(expected):
-        return True
-    return found[1:] != expected[1:] or found[0] not in (-1, expected[0])
-
-
-def _check_shapes(spec: DrafterSpec, shapes: dict[str, tuple[int, ...]], index: TensorIndex,
-                  weights_file: str, problems: list[Problem]) -> list[str]:
-    """Every expected tensor present with its shape and a usable dtype; anything else is an
-    error or a note."""
-    expected = weight_names.expected_shapes(spec)
-    notes = []
-    for name, entry in index.entries.items():
-        fused = weight_names.fused_parts(name)
-        if fused is not None:
-            total = sum(expected.get(p, (0,))[0] for p in fused)
-            if entry.shape[0] != total:
-                problems.append(Problem(entry.file, entry.raw_name, "fused projection has the "
-                                        "wrong height", "re-export the drafter",
-                                        expected=str(total), found=str(entry.shape[0])))
-        integral = name in ("d2t", "t2d")
-        if (name in expected or fused) and (entry.dtype is None or entry.dtype.is_floating_point == integral):
-            problems.append(Problem(entry.file, entry.raw_name, "unusable dtype",
-                                    "re-export the drafter in its training dtype",
-                                    expected="an integer table" if integral else "a floating-point weight",
-                                    found=str(entry.dtype).replace("torch.", "")))
-    for name, shape in expected.items():
-        if name not in shapes:
-            if name == "d2t":
-                continue  # reported by the vocab-map check, which knows about meta files
-            problems.append(Problem(weights_file, name, "tensor missing",
-                                    "use the complete checkpoint, or fix the config flag that "
-                                    "asks for this tensor", expected=str(list(shape))))
-        elif _shape_differs(shapes[name], shape):
-            entry = index.entries.get(name) or next(e for n, e in index.entries.items()
-                                                     if name in (weight_names.fused_parts(n) or ()))
-            problems.append(Problem(entry.file, entry.raw_name, "wrong shape",
-                                    "the config does not describe these weights; fix the config "
-                                    "or use the matching checkpoint",
-                                    expected=str(list(shape)), found=str(list(entry.shape))))
-    for name in shapes:
-        if name in expected:
-            continue
-        if name in weight_names.IGNORED_TENSORS:
-            notes.append(f"{name} ignored: {weight_names.IGNORED_TENSORS[name]}")
-            continue
-        entry = index.entries[name]
-        problems.append(Problem(entry.file, entry.raw_name, "unexpected tensor: no config flag "
-                                "asks for it, and dropping it silently would change the model",
-                                "set the config flag this tensor belongs to (bias, "
-                                "attention_bias, fc_norm, norm_before_fc...) or remove it",
-                                found=str(list(entry.shape))))
-    return notes
-
-
 def _read(directory: str, remote: Mapping[str, FileBytes] | None = None) -> DrafterCheckpoint:
     """Read and validate ``directory`` (config + weight headers + vocab map); files in ``remote``
     are read through it instead of from disk."""
@@ -407,7 +206,7 @@ def _read(directory: str, remote: Mapping[str, FileBytes] | None = None) -> Draf
             raise DrafterError([Problem(weights_file, name, "this is a P-EAGLE / parallel-drafting "
                                         "head (it has a mask_hidden tensor)", PEAGLE_FIX)])
 
-    shapes = _split_fused(index)
+    shapes = tensor_facts.split_fused(index)
     names = set(shapes)
     spec_values = dict(values.values)
     notes = list(values.notes)
@@ -415,84 +214,21 @@ def _read(directory: str, remote: Mapping[str, FileBytes] | None = None) -> Draf
         problems.append(Problem(config_file, values.stated.get("hidden_act", "hidden_act"), "an MLP activation "
                                 "no engine serves in an EAGLE-3 drafter", "use a drafter trained with one of "
                                 + ", ".join(GATED_ACTIVATIONS), found=repr(spec_values["hidden_act"])))
-    spec_values["num_layers"] = num_layers = _count_layers(names, weights_file, values, problems)
-    if "layers.0.self_attn.q_norm.weight" in names and spec_values["layer_kind"] != "qwen3":
-        spec_values["layer_kind"] = "qwen3"
-        notes.append("q_norm/k_norm tensors present: Qwen3-style draft layers")
-    spec_values["o_proj_bias"] = "layers.0.self_attn.o_proj.bias" in names
-    for flag, tensor in (("attention_bias", "layers.0.self_attn.q_proj.bias"),
-                         ("mlp_bias", "layers.0.mlp.gate_proj.bias")):
-        if flag not in values.stated and tensor in names:
-            # a config serialised as a diff against its class's defaults (gpt-oss: attention_bias
-            # true) leaves the flag out; the biases in the weights state it
-            spec_values[flag] = True
-            notes.append(f"{flag} not in the config: true, as the weights hold {tensor}")
-    spec_values["later_layer_norm"] = _later_layer_norm(names, num_layers, weights_file, problems)
-    layer_types = spec_values.pop("layer_types")
-    if layer_types is not None and len(layer_types) == num_layers:
-        spec_values["layer_types"] = layer_types
-    elif layer_types is not None:  # a wrong length is the layer count's problem, reported there
-        notes.append(f"layer_types lists {len(layer_types)} layers; the tensors hold {num_layers}")
-    use_aux = spec_values["use_aux_hidden_state"]
-    first_q = shapes.get("layers.0.self_attn.q_proj.weight")
-    if not use_aux and "layers.0.hidden_norm.weight" not in names and first_q and first_q[-1] == spec_values["hidden_size"]:
-        raise DrafterError([Problem(
-            config_file, values.stated.get("use_aux_hidden_state", "eagle_config.use_aux_hidden_state"),
-            "an EAGLE head without aux hidden states whose first layer reads only the target's last hidden "
-            "state (q/k/v of width H, no fc, no hidden_norm) and never the token embedding, which SGLang's "
-            "EAGLE3 worker always feeds it (layer 0 of an EAGLE-3 drafter is 2H wide)",
-            "serve it with the runtime it was exported for (ModelOpt / TensorRT-LLM), or re-train it as an "
-            "EAGLE-3 drafter (use_aux_hidden_state: true)", expected=f"layers.0 q_proj input width "
-            f"{2 * spec_values['hidden_size']}", found=f"{first_q[-1]} ({weights_file})")])
-    if not use_aux and "fc.weight" in names:
-        problems.append(Problem(config_file, "eagle_config.use_aux_hidden_state",
-                                "false, but the weights contain fc.weight",
-                                "set use_aux_hidden_state to true"))
-    spec_values["num_aux_hidden_states"] = _num_aux(values, shapes, weights_file, problems) if use_aux else 1
-
-    lm_head = shapes.get("lm_head.weight")
-    draft_vocab = spec_values["draft_vocab_size"]
-    if draft_vocab is None:
-        draft_vocab = lm_head[0] if lm_head else spec_values["vocab_size"]
-        notes.append(f"draft_vocab_size not set: {draft_vocab} (from "
-                     f"{'lm_head.weight' if lm_head else 'the target vocabulary'})")
-    spec_values["draft_vocab_size"] = draft_vocab
-    meta = (_meta_vocab_map(directory, draft_vocab, problems)
-            if "d2t" not in names and draft_vocab < spec_values["vocab_size"] else None)
-    has_map = spec_values["has_vocab_map"] = "d2t" in names or meta is not None
-    if draft_vocab > spec_values["vocab_size"]:
-        problems.append(Problem(config_file, "draft_vocab_size", "larger than the vocabulary",
-                                "set draft_vocab_size to the drafter's lm_head rows",
-                                expected=f"<= {spec_values['vocab_size']}", found=str(draft_vocab)))
-    elif draft_vocab < spec_values["vocab_size"] and not has_map:
-        problems.append(Problem(
-            weights_file, "d2t", f"reduced draft vocabulary ({draft_vocab} of {spec_values['vocab_size']}) "
-            "without a draft-to-target map", "add the d2t tensor from training (or eagle_meta.pt "
-            "next to the weights); without it every drafted token id is wrong"))
-    if spec_values["tie_word_embeddings"] and lm_head is not None and values.dialect is Dialect.ANGELSLIM:
-        # AngelSlim's draft model always builds its own lm_head; its configs copy the target's flag.
-        spec_values["tie_word_embeddings"] = False
-        notes.append("tie_word_embeddings = true ignored: AngelSlim drafters keep their own lm_head "
-                     "(which this checkpoint has)")
+    tensor_facts.read_tensor_facts(values, spec_values, shapes, weights_file, config_file, problems, notes)
+    meta = vocabulary.read_vocabulary_facts(directory, spec_values, shapes, weights_file, config_file, problems,
+                                            notes)
+    spec_values.update(weight_quirks(values.dialect, spec_values, names, notes))
     spec_values["embed_tokens_from_target"] = "embed_tokens.weight" not in names
-    spec_values["lm_head_from_target"] = lm_head is None and not spec_values["tie_word_embeddings"]
+    spec_values["lm_head_from_target"] = "lm_head.weight" not in names and not spec_values["tie_word_embeddings"]
     spec_values.update(path=directory, dialect=values.dialect,
                        files=tuple([config_file] + files + ([meta[0]] if meta else [])))
     if problems:
         raise DrafterError(problems)
     spec = DrafterSpec.from_values(**spec_values)
-    aux = spec.aux_layers
-    if spec.num_aux_hidden_states != 3 and aux.declared is None and use_aux:
-        problems.append(Problem(
-            config_file, "eagle_aux_hidden_state_layer_ids",
-            f"fc takes {spec.num_aux_hidden_states} aux hidden states but the config names no "
-            "layers, and the default taps are three", "write the trained layer ids into the config"))
-    notes += _check_shapes(spec, shapes, index, weights_file, problems)
-    if has_map and not problems:
-        d2t, d2t_file = (index.read("d2t"), weights_file) if "d2t" in names else (meta[1], meta[0])
-        t2d = (index.read("t2d") if "t2d" in names and shapes["t2d"] == (spec.vocab_size,)
-               and index.entries["t2d"].dtype is not None else None)
-        _check_vocab_map(d2t, t2d, spec, d2t_file, problems)
+    tensor_facts.check_aux_layers_named(spec, values, config_file, problems)
+    notes += tensor_facts.check_shapes(spec, shapes, index, weights_file, problems)
+    if spec.has_vocab_map and not problems:
+        vocabulary.check_vocab_map(spec, index, shapes, meta, weights_file, problems)
     if problems:
         raise DrafterError(problems)
     return DrafterCheckpoint(replace(spec, notes=tuple(notes)), index,

@@ -8,7 +8,9 @@ Modules, one job each:
   temperature / top-k / top-p straight from the logits (:mod:`.sampling.from_logits`, three
   launches); its package docstring lists its modules;
 * :mod:`.launch`: low-overhead launches of compiled kernels (host time dominates small calls);
-* :mod:`.tree_mask_modes`, :mod:`.tree_walk`, :mod:`.workspace`: shared constants and helpers.
+* :mod:`.device`: the device functions (``@triton.jit``) the kernels share;
+* :mod:`.verify_shapes`: the entry points' check of the logits they take, a tree's register width;
+* :mod:`.tree_mask_modes`, :mod:`.workspace`: shared constants and scratch.
 
 Not here: SGLang's call sites are routed to these kernels by
 :mod:`sglang_eagle_ext.sglang.compat.tree_kernels` (switch ``SGLANG_EAGLE_EXT_TREE_KERNELS``); the

@@ -18,8 +18,8 @@ import triton.language as tl
 
 from sglang_eagle_ext.kernels import workspace
 from sglang_eagle_ext.kernels.launch import Launcher
-from sglang_eagle_ext.kernels.sampling.jit_helpers import order_key32
-from sglang_eagle_ext.kernels.tree_walk import block_n, check_verify_logits, pick, tree_entry, write_accept_slot
+from sglang_eagle_ext.kernels.device import order_key32, pick, tree_entry, write_accept_slot
+from sglang_eagle_ext.kernels.verify_shapes import block_n, check_verify_logits
 
 
 @triton.jit

@@ -34,43 +34,10 @@ def enabled() -> bool:
     return env.flag(SWITCH, True)
 
 
-def _describe_bound(points: list[str]) -> str:
-    """``module.attr -> ...`` entries of the binding module, as one short phrase."""
-    if not points:
-        return "SGLang's (SGLANG_EAGLE_EXT_TREE_KERNELS=sglang)"
-    sites = [p.split(" -> ")[0].replace("sglang.srt.speculative.", "") for p in points]
-    return f"Triton, bound at {len(sites)} call sites ({', '.join(sites)})"
-
-
-def _bind_verify_kernels(release) -> str:
-    """Our Triton tree kernels (``SGLANG_EAGLE_EXT_TREE_KERNELS`` selects them) and the fused
-    verify sampler (``SGLANG_EAGLE_EXT_FUSED_VERIFY``), bound once SGLang's scheduler module is
-    loaded: the binding imports SGLang's speculative modules, which is only safe after SGLang has
-    imported them in its own order. Plugins are loaded from the engine and scheduler modules, so
-    this normally happens at once; a binding made later logs its own line."""
-    from sglang_eagle_ext.sglang.compat import after_import, fused_verify, tree_kernels
-
-    # read now rather than in the binding, which may run inside SGLang's import of its scheduler:
-    # a bad value then stops start-up with its own message (activate)
-    backend = tree_kernels.selected_backend()
-    fused = fused_verify.selected(release)
-    bound: list[str] = []
-    deferred = False
-
-    def bind(_scheduler_module) -> None:
-        kernels = _describe_bound(tree_kernels.apply(backend))  # first: the dispatcher wraps what is bound
-        sites = fused_verify.apply(release) if fused else []
-        bound.append(f"tree kernels: {kernels}; verify: {fused_verify.describe(release, sites)}")
-        if deferred:
-            _log(f"sglang-eagle-ext: (pid {os.getpid()}) {bound[0]}")
-
-    after_import("sglang.srt.managers.scheduler", bind)
-    if bound:
-        return bound[0]
-    deferred = True
-    return "tree kernels and verify bound when SGLang's scheduler loads (logged then)"
-
-
+# The bindings wait for SGLang's scheduler module (:data:`~.compat.patch.SCHEDULER_MODULE`). Plugins
+# are loaded from the engine and scheduler modules, so they are normally bound during activation;
+# bound later, they log their own line.
+_BOUND_LATER = "tree kernels and verify bound when SGLang's scheduler loads (logged then)"
 MODEL_MODULE = "sglang_eagle_ext.sglang.model"
 MODEL_CLASS = "LlamaForCausalLMEagle3"
 
@@ -110,9 +77,10 @@ def activate() -> str:
         from sglang_eagle_ext.sglang import compat
 
         release = compat.installed_release()
-        patches = compat.arm(release)
+        bound: list[str] = []
+        patches = compat.arm(release, lambda phrase: _on_bound(bound, phrase))
         compat.after_import("sglang.srt.models.registry", _register)
-        kernels = _bind_verify_kernels(release)
+        bindings = "; ".join(bound) if len(bound) == len(compat.BINDINGS) else _BOUND_LATER
     except env.SwitchError as exc:
         raise PluginActivationError(_bad_switch(exc)) from exc
     except BaseException as exc:  # noqa: BLE001 - re-raised as a process-stopping error
@@ -122,9 +90,19 @@ def activate() -> str:
             f"{SWITCH}=0 to serve with stock SGLang.") from exc
     untested = "" if release in compat.SUPPORTED else f" (untested: supported {compat.SUPPORTED})"
     _activation = (f"sglang-eagle-ext: EAGLE3 drafts served by {MODEL_MODULE}.{MODEL_CLASS} on SGLang "
-                   f"{release}{untested} (pid {os.getpid()}); patches: {', '.join(patches)}; {kernels}")
+                   f"{release}{untested} (pid {os.getpid()}); patches: {', '.join(patches)}; {bindings}")
     _log(_activation)
     return _activation
+
+
+def _on_bound(bound: list[str], phrase: str) -> None:
+    """Collects the bindings' phrases (:data:`compat.BINDINGS`, in table order); when they were
+    bound after activation, logs them once the last is."""
+    from sglang_eagle_ext.sglang import compat
+
+    bound.append(phrase)
+    if _activation is not None and len(bound) == len(compat.BINDINGS):
+        _log(f"sglang-eagle-ext: (pid {os.getpid()}) {'; '.join(bound)}")
 
 
 def _bad_switch(exc: env.SwitchError) -> str:

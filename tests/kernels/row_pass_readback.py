@@ -7,7 +7,6 @@ import torch
 
 from sglang_eagle_ext.kernels.sampling import plan as sampling_plan
 from sglang_eagle_ext.kernels.sampling import scratch
-from sglang_eagle_ext.kernels.sampling.row_pass import launch_row_pass
 
 
 def chunk_pass(logits: torch.Tensor, n: int, temperatures: torch.Tensor, top_ks: torch.Tensor,
@@ -25,7 +24,7 @@ def chunk_pass(logits: torch.Tensor, n: int, temperatures: torch.Tensor, top_ks:
     assert rows % n == 0 and logits.stride(1) == 1
     plan = sampling_plan.plan_launches(rows, vocab, block_v, scratch_slots, tile, num_warps, hot_segments,
                                        gather_segments, strict_acceptance=False)
-    buffer = launch_row_pass(logits, n, temperatures, top_ks, top_ps, plan)
+    buffer = plan.row_pass(logits, n, temperatures, top_ks, top_ps)
     chunks = plan.num_chunks
     stats_words = scratch.STATS_WORDS.value
     int32_part = buffer[scratch.int64_words(rows, chunks, scratch_slots):].view(torch.int32)

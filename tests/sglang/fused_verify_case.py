@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import torch
 
 from sglang_eagle_ext.sglang.compat import fused_verify, installed_release
-from sglang_eagle_ext.sglang.compat.tree_kernels import strict_acceptance
+from sglang_eagle_ext.sglang.compat.releases import STRICT_ACCEPTANCE
 from sglang_eagle_ext.testing import kernel_reference as reference
 from sglang_eagle_ext.testing import verify_batch
 from tests.kernels.tree_fixtures import built_tree, favour_children
@@ -74,7 +74,7 @@ def main(seed: int) -> None:
                 torch.empty(bs, dtype=torch.int32))
     reference.fused_tree_sampling_reference(*expected, candidates, retrive_index, next_token, next_sibling, coins,
                                             final_coins, adjusted, info.temperatures.reshape(-1), info.top_ks,
-                                            info.top_ps, 1.0, 1.0, strict_acceptance=strict_acceptance(release))
+                                            info.top_ps, 1.0, 1.0, strict_acceptance=STRICT_ACCEPTANCE.holds(release))
 
     logits_output = SimpleNamespace(next_token_logits=logits)
     torch.manual_seed(seed)

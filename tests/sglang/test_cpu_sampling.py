@@ -14,7 +14,7 @@ import torch
 from tests.kernels.tree_fixtures import assert_same, built_tree, favour_children, one_child_round, poisoned_outputs
 
 from sglang_eagle_ext.sglang.compat import cpu, cpu_sampling, installed_release
-from sglang_eagle_ext.sglang.compat.tree_kernels import strict_acceptance
+from sglang_eagle_ext.sglang.compat.releases import STRICT_ACCEPTANCE
 from sglang_eagle_ext.testing import kernel_reference as reference
 from sglang_eagle_ext.testing import verify_batch
 
@@ -148,7 +148,7 @@ def test_binding_fills_only_the_names_sglang_left_none(capsys):
     tree, probs, thresholds = one_child_round(0.5, 0.5, 1.0)
     out = poisoned_outputs(1, 2, 1)
     module.tree_speculative_sampling_target_only(*out, *tree, probs, torch.zeros_like(probs), *thresholds)
-    assert int(out[2][0]) == (0 if strict_acceptance(installed_release()) else 1)
+    assert int(out[2][0]) == (0 if STRICT_ACCEPTANCE.holds(installed_release()) else 1)
     # a release whose verify module lacks the names (0.5.22 and older) gets nothing
     older = SimpleNamespace()
     cpu._supply_verify_sampling(older)
@@ -165,7 +165,7 @@ def test_installed_sglang_verify_gets_the_ops_on_this_host():
     assert eagle_utils.top_p_renorm_prob is cpu_sampling.top_p_renorm_prob
     bound = eagle_utils.tree_speculative_sampling_target_only
     assert bound.func is cpu_sampling.tree_speculative_sampling_target_only
-    assert bound.keywords == {"strict_acceptance": strict_acceptance(installed_release())}
+    assert bound.keywords == {"strict_acceptance": STRICT_ACCEPTANCE.holds(installed_release())}
 
 
 @pytest.mark.parametrize("seed", [2, 5])
@@ -195,7 +195,7 @@ def test_sglang_eagle_sample_draws_as_the_float64_reference(seed, monkeypatch):
     expected = poisoned_outputs(bs, n, steps)
     reference.fused_tree_sampling_reference(*expected, candidates, retrive_index, next_token, next_sibling, coins,
                                             final_coins, logits, info.temperatures.reshape(-1), info.top_ks,
-                                            info.top_ps, strict_acceptance=strict_acceptance(installed_release()))
+                                            info.top_ps, strict_acceptance=STRICT_ACCEPTANCE.holds(installed_release()))
 
     verify_input = verify_batch.verify_input(candidates.reshape(-1), n, steps, topk, retrive_index, next_token,
                                              next_sibling)

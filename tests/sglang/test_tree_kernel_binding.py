@@ -5,6 +5,7 @@ import types
 
 import pytest
 import torch
+from packaging.version import Version
 
 from sglang_eagle_ext.kernels import sampling, verify_greedy
 from sglang_eagle_ext.sglang.compat import tree_kernels as sglang_binding
@@ -102,7 +103,7 @@ def test_jit_op_layout_and_each_release_acceptance_test(fake_sglang, monkeypatch
     # verify_tree_greedy_func from the JIT ops' modules; the bound sampling op must apply the
     # installed release's acceptance test (0.5.21: `coin <`, so a coin equal to the child's
     # probability rejects it)
-    from sglang_eagle_ext.sglang import compat
+    from sglang_eagle_ext.sglang.compat import releases
     from tests.kernels.tree_fixtures import one_child_round, poisoned_outputs
 
     for name, attr in (("sglang.kernels.ops.speculative.sampling", "tree_speculative_sampling_target_only"),
@@ -112,7 +113,7 @@ def test_jit_op_layout_and_each_release_acceptance_test(fake_sglang, monkeypatch
         monkeypatch.setitem(sys.modules, name, module)
     for parent in ("sglang.kernels", "sglang.kernels.ops", "sglang.kernels.ops.speculative"):
         monkeypatch.setitem(sys.modules, parent, types.ModuleType(parent))
-    monkeypatch.setattr(compat, "installed_release", lambda: sglang_binding.Version(release))
+    monkeypatch.setattr(releases, "installed_release", lambda: Version(release))
     monkeypatch.setenv(sglang_binding.ENV_SWITCH, "triton")
     patched = sglang_binding.apply()
     assert any(line.startswith("sglang.kernels.ops.speculative.tree.verify_tree_greedy") for line in patched)

@@ -13,9 +13,11 @@ Modules of the fused sampler, one job each:
 * :mod:`.row_filter`: launch 2, one program per row decides top-k / top-p from its shortlists;
 * :mod:`.walk`: launch 3, one program per request walks its tree and draws the bonus token;
 * :mod:`.exact_filter`: the walk's exact passes over rows the shortlists cannot decide;
-* :mod:`.plan`: tuning constants and the launches of one call shape;
+* :mod:`.plan`: tuning constants, the kernels of one call shape, and the three launches, made
+  there and nowhere else;
 * :mod:`.scratch`: the scratch the three launches share, its layout defined once;
-* :mod:`.jit_helpers`: device functions both ops use (order keys, filters, walk step, draws).
+* device functions both ops use (order keys, filters, walk step, draws) are in
+  :mod:`sglang_eagle_ext.kernels.device`, with those the greedy kernels share.
 """
 
 from sglang_eagle_ext.kernels.sampling.drop_in import tree_speculative_sampling_target_only

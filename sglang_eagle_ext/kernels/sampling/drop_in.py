@@ -11,8 +11,8 @@ import triton
 import triton.language as tl
 
 from sglang_eagle_ext.kernels.launch import Launcher
-from sglang_eagle_ext.kernels.sampling.jit_helpers import accept, draw_over_row, take_child
-from sglang_eagle_ext.kernels.tree_walk import block_n, tree_entry, write_accept_slot
+from sglang_eagle_ext.kernels.device import accept, draw_over_row, take_child, tree_entry, write_accept_slot
+from sglang_eagle_ext.kernels.verify_shapes import block_n
 
 
 @triton.jit

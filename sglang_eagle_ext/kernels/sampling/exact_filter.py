@@ -8,8 +8,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from sglang_eagle_ext.kernels.sampling.jit_helpers import load_logits, order_key
-from sglang_eagle_ext.kernels.tree_walk import pick
+from sglang_eagle_ext.kernels.device import load_logits, order_key, pick
 
 
 @triton.jit

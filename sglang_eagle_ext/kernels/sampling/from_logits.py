@@ -1,6 +1,6 @@
 """The fused sampler: temperature, top-k, top-p, the accept/reject walk and the residual draw
 straight from the logits, in three launches (:mod:`.row_pass`, :mod:`.row_filter`, :mod:`.walk`)
-planned by :mod:`.plan`, sharing one scratch allocation (:mod:`.scratch`)."""
+planned and made by :mod:`.plan`, sharing one scratch allocation (:mod:`.scratch`)."""
 
 from __future__ import annotations
 
@@ -15,8 +15,7 @@ from sglang_eagle_ext.kernels.sampling.plan import (
     TILE,
     plan_launches,
 )
-from sglang_eagle_ext.kernels.sampling.row_pass import launch_row_pass
-from sglang_eagle_ext.kernels.tree_walk import check_verify_logits
+from sglang_eagle_ext.kernels.verify_shapes import check_verify_logits
 
 
 def tree_sampling_from_logits(predicts: torch.Tensor, accept_index: torch.Tensor,
@@ -26,7 +25,8 @@ def tree_sampling_from_logits(predicts: torch.Tensor, accept_index: torch.Tensor
                               uniform_samples_for_final_sampling: torch.Tensor, logits: torch.Tensor,
                               temperatures: torch.Tensor, top_ks: torch.Tensor, top_ps: torch.Tensor,
                               threshold_single: float = 1.0, threshold_acc: float = 1.0, *,
-                              strict_acceptance: bool = False, block_v: int = CHUNK, scratch_slots: int = SHORTLIST_SLOTS, tile: int = TILE) -> None:
+                              strict_acceptance: bool = False, block_v: int = CHUNK, scratch_slots: int = SHORTLIST_SLOTS,
+                              tile: int = TILE) -> None:
     r"""SGLang's verify sampling (softmax with temperature, top-k renorm, top-p renorm,
     :func:`~sglang_eagle_ext.kernels.sampling.tree_speculative_sampling_target_only`) fused,
     straight from the logits, in place: no probability tensor and no ``(bs, n, V)`` scratch.
@@ -105,12 +105,6 @@ def tree_sampling_from_logits(predicts: torch.Tensor, accept_index: torch.Tensor
     rows, vocab = logits.shape
     plan = plan_launches(rows, vocab, block_v, scratch_slots, tile, CHUNK_PASS_WARPS, HOT_SEGMENTS, GATHER_SEGMENTS,
                          strict_acceptance)
-    # No reshape of the per-request vectors: the kernels index them as flat memory, and every
-    # view costs host time, which is what small batches are made of.
-    buffer = launch_row_pass(logits, n, temperatures, top_ks, top_ps, plan)
-    plan.row_filters.launch((rows,), buffer, temperatures, top_ks, top_ps, n, vocab, plan.num_chunks, plan.select_max)
-    plan.walk.launch(
-        (bs,), predicts, accept_index, accept_token_num, candidates, retrive_index, retrive_next_token,
-        retrive_next_sibling, uniform_samples, uniform_samples_for_final_sampling, logits, logits.stride(0),
-        temperatures, top_ks, top_ps, buffer, float(threshold_single), max(float(threshold_acc), 1e-9), n,
-        accept_index.shape[1] - 1, vocab, plan.num_chunks)
+    plan.sample(predicts, accept_index, accept_token_num, candidates, retrive_index, retrive_next_token,
+                retrive_next_sibling, uniform_samples, uniform_samples_for_final_sampling, logits, temperatures,
+                top_ks, top_ps, threshold_single, threshold_acc)

@@ -1,12 +1,13 @@
-"""Launch planning of the fused sampler: its tuning constants, and for one call shape the three
-specialised launches and the sizes they share (worked out once: host time counts at small
-batches)."""
+"""The launches of the fused sampler: its tuning constants, for one call shape the three
+specialised kernels and the sizes they share (worked out once: host time counts at small
+batches), and the three launches themselves (:meth:`Plan.sample`), all made here."""
 
 from __future__ import annotations
 
 import functools
 from typing import NamedTuple
 
+import torch
 import triton
 
 from sglang_eagle_ext.kernels.launch import Specialised
@@ -43,6 +44,34 @@ class Plan(NamedTuple):
     num_chunks: int  # chunks per row: ceil(vocab / block_v)
     select_max: int  # top-k up to this, and top-p alone within this many best tokens, from the shortlists
     scratch_words: int  # int64 words of the call's scratch (:mod:`.scratch`)
+
+    def row_pass(self, logits: torch.Tensor, n: int, temperatures: torch.Tensor, top_ks: torch.Tensor,
+                 top_ps: torch.Tensor) -> torch.Tensor:
+        """Launch 1 into fresh scratch (one int64 allocation, no views: the kernels find their
+        parts); returns the scratch."""
+        buffer = logits.new_empty((self.scratch_words,), dtype=torch.int64)
+        self.chunk_pass.launch((logits.shape[0], self.num_chunks), logits, logits.stride(0), temperatures, top_ks,
+                               top_ps, buffer, n, logits.shape[1], self.num_chunks, self.select_max)
+        return buffer
+
+    def sample(self, predicts: torch.Tensor, accept_index: torch.Tensor, accept_token_num: torch.Tensor,
+               candidates: torch.Tensor, retrive_index: torch.Tensor, retrive_next_token: torch.Tensor,
+               retrive_next_sibling: torch.Tensor, uniform_samples: torch.Tensor,
+               uniform_samples_for_final_sampling: torch.Tensor, logits: torch.Tensor, temperatures: torch.Tensor,
+               top_ks: torch.Tensor, top_ps: torch.Tensor, threshold_single: float, threshold_acc: float) -> None:
+        """The three launches of :func:`~.from_logits.tree_sampling_from_logits` (its arguments)."""
+        bs, n = candidates.shape
+        rows, vocab = logits.shape
+        # No reshape of the per-request vectors: the kernels index them as flat memory, and every
+        # view costs host time, which is what small batches are made of.
+        buffer = self.row_pass(logits, n, temperatures, top_ks, top_ps)
+        self.row_filters.launch((rows,), buffer, temperatures, top_ks, top_ps, n, vocab, self.num_chunks,
+                                self.select_max)
+        self.walk.launch(
+            (bs,), predicts, accept_index, accept_token_num, candidates, retrive_index, retrive_next_token,
+            retrive_next_sibling, uniform_samples, uniform_samples_for_final_sampling, logits, logits.stride(0),
+            temperatures, top_ks, top_ps, buffer, float(threshold_single), max(float(threshold_acc), 1e-9), n,
+            accept_index.shape[1] - 1, vocab, self.num_chunks)
 
 
 @functools.lru_cache(maxsize=256)

@@ -9,8 +9,7 @@ import triton.language as tl
 
 from sglang_eagle_ext.kernels.launch import Launcher
 from sglang_eagle_ext.kernels.sampling import scratch
-from sglang_eagle_ext.kernels.sampling.jit_helpers import key_value, request_filters
-from sglang_eagle_ext.kernels.tree_walk import pick
+from sglang_eagle_ext.kernels.device import key_value, pick, request_filters
 
 
 @triton.jit

@@ -3,19 +3,12 @@ logits once and leaves its statistics and a shortlist of its best tokens in the 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-import torch
 import triton
 import triton.language as tl
 
 from sglang_eagle_ext.kernels.launch import Launcher
 from sglang_eagle_ext.kernels.sampling import scratch
-from sglang_eagle_ext.kernels.sampling.jit_helpers import key_value32, load_logits, order_key32, request_filters
-from sglang_eagle_ext.kernels.tree_walk import pick
-
-if TYPE_CHECKING:
-    from sglang_eagle_ext.kernels.sampling.plan import Plan
+from sglang_eagle_ext.kernels.device import key_value32, load_logits, order_key32, pick, request_filters
 
 
 @triton.jit
@@ -163,13 +156,3 @@ def _chunk_pass_kernel(logits_ptr, stride_row, temperatures_ptr, top_ks_ptr, top
 
 
 launch_chunk_pass = Launcher(_chunk_pass_kernel)
-
-
-def launch_row_pass(logits: torch.Tensor, n: int, temperatures: torch.Tensor, top_ks: torch.Tensor,
-                    top_ps: torch.Tensor, plan: "Plan") -> torch.Tensor:
-    """Launch 1 into fresh scratch (one int64 allocation, no views: the kernels find their
-    parts); returns the scratch."""
-    buffer = logits.new_empty((plan.scratch_words,), dtype=torch.int64)
-    plan.chunk_pass.launch((logits.shape[0], plan.num_chunks), logits, logits.stride(0), temperatures, top_ks,
-                           top_ps, buffer, n, logits.shape[1], plan.num_chunks, plan.select_max)
-    return buffer

@@ -9,9 +9,7 @@ import triton
 import triton.language as tl
 
 from sglang_eagle_ext.kernels.launch import Launcher
-from sglang_eagle_ext.kernels.sampling import scratch
-from sglang_eagle_ext.kernels.sampling.exact_filter import exact_filter
-from sglang_eagle_ext.kernels.sampling.jit_helpers import (
+from sglang_eagle_ext.kernels.device import (
     accept,
     draw_over_row,
     draw_tile,
@@ -21,9 +19,12 @@ from sglang_eagle_ext.kernels.sampling.jit_helpers import (
     order_key,
     request_filters,
     take_child,
+    tree_entry,
+    write_accept_slot,
 )
+from sglang_eagle_ext.kernels.sampling import scratch
+from sglang_eagle_ext.kernels.sampling.exact_filter import exact_filter
 from sglang_eagle_ext.kernels.sampling.row_filter import shortlist
-from sglang_eagle_ext.kernels.tree_walk import tree_entry, write_accept_slot
 
 
 @triton.jit

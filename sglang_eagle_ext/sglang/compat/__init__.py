@@ -1,13 +1,16 @@
-"""Everything that depends on the SGLang release, in one table.
+"""Everything that depends on the SGLang release: the release facts (:mod:`.releases`) and the
+table of patches built on them.
 
-Supported: SGLang 0.5.11 - 0.5.23 (:data:`SUPPORTED`). Each patch is a module holding the
-releases that need it (a ``SpecifierSet`` on the installed SGLang's version), the SGLang module it
-changes and its application, which checks with ``hasattr`` that the code it changes is there and
-stops the server otherwise (:class:`~.patch.UnsupportedRelease`). :data:`PATCHES` lists them; the
-plugin walks it, and the activation log line names the patches applied.
+Supported: SGLang 0.5.11 - 0.5.23 (:data:`SUPPORTED`). Every behaviour of SGLang that differs
+between releases is a row of :mod:`.releases` (its releases, as a ``SpecifierSet`` on the
+installed SGLang's version). Each patch is a module holding the releases that need it (such a
+row), the SGLang module it changes and its application, which checks with ``hasattr`` that the
+code it changes is there and stops the server otherwise (:class:`~.patch.UnsupportedRelease`).
+:data:`PATCHES` lists them; the plugin walks it (:func:`arm`), and the activation log line is
+made from it: the fixes applied by name, then each binding's phrase.
 
 ===========================  ===============  ===========================================
-patch                        releases         what it fixes
+patch                        releases         what it does
 ===========================  ===============  ===========================================
 draft-config                 all              every load of the drafter's config.json
 target-capture-ids           all              the target captures the drafter's own taps
@@ -16,12 +19,14 @@ idle-draft-input-width       0.5.11           idle draft-extend inputs ``3 * H``
 hidden-size-for              0.5.12 - 0.5.14  draft-extend width read from the target config
 prompt-token-range           all              client token ids outside the vocabulary crash
                                               the scheduler (now a 400)
+tree-kernels                 all              binding, ``SGLANG_EAGLE_EXT_TREE_KERNELS``: SGLang's
+                                              tree-kernel call sites to our Triton kernels
+fused-verify                 all              binding, ``SGLANG_EAGLE_EXT_FUSED_VERIFY``:
+                                              sampled verify by the fused sampler
 ===========================  ===============  ===========================================
 
-Other release-dependent code: :mod:`.runtime` (accessors for the model class),
-:mod:`.fused_verify` (the sampled-verify seams), :mod:`.tree_kernels` (SGLang's tree-kernel call
-sites, per release), :mod:`.cpu` (running stock SGLang on a CPU-only host) and :mod:`.cpu_sampling`
-(its sampled verify ops there).
+Other release-dependent code: :mod:`.runtime` (accessors for the model class), :mod:`.cpu`
+(running stock SGLang on a CPU-only host) and :mod:`.cpu_sampling` (its sampled verify ops there).
 
 The SGLang code each of them relies on (module, class, function, the parameters passed or read)
 is declared once, as a :class:`~.patch.Target` next to the code that uses it, and checked against
@@ -30,40 +35,44 @@ the wheels of the supported releases by ``tests/sglang/test_release_source.py``.
 
 from __future__ import annotations
 
-import importlib.metadata
+from typing import Callable
 
-from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from sglang_eagle_ext.sglang.compat import (capture_ids, config_loading, extend_graph_width, hidden_size_for,
-                                            idle_input_width, prompt_token_range)
+from sglang_eagle_ext.sglang.compat import (capture_ids, config_loading, extend_graph_width, fused_verify,
+                                            hidden_size_for, idle_input_width, prompt_token_range, tree_kernels)
 from sglang_eagle_ext.sglang.compat.patch import Patch, UnsupportedRelease, after_import
+from sglang_eagle_ext.sglang.compat.releases import SUPPORTED, installed_release, older_than_supported
 
-SUPPORTED = SpecifierSet(">=0.5.11,<0.5.24")
+# the bindings last, tree kernels first: the fused-verify dispatcher wraps the greedy op bound then
 PATCHES: tuple[Patch, ...] = (config_loading.PATCH, *capture_ids.PATCHES, extend_graph_width.PATCH,
-                              *idle_input_width.PATCHES, hidden_size_for.PATCH, prompt_token_range.PATCH)
+                              *idle_input_width.PATCHES, hidden_size_for.PATCH, prompt_token_range.PATCH,
+                              tree_kernels.PATCH, fused_verify.PATCH)
+BINDINGS: tuple[Patch, ...] = tuple(patch for patch in PATCHES if patch.switch is not None)
 
 
-def installed_release() -> Version:
-    """The installed SGLang's version (from its distribution metadata, no import)."""
-    return Version(importlib.metadata.version("sglang"))
-
-
-def arm(release: Version) -> list[str]:
+def arm(release: Version, on_bound: Callable[[str], None] = lambda phrase: None) -> list[str]:
     """Schedule every patch ``release`` needs (each applies when SGLang imports its module);
-    return their names for the log line. A release older than :data:`SUPPORTED` is refused;
-    a newer one gets the newest release's patches, whose checks stop the server if its code
-    has moved."""
-    if release < Version("0.5.11"):
+    return the fixes' names for the log line. Each binding's switch is read now; once it is
+    applied, its phrase of the log line goes to ``on_bound``. A release older than
+    :data:`SUPPORTED` is refused; a newer one gets the newest release's patches, whose checks
+    stop the server if its code has moved."""
+    if older_than_supported(release):
         raise UnsupportedRelease(f"sglang-eagle-ext: SGLang {release} is older than the supported "
                                  f"range ({SUPPORTED}); install a supported release or set SGLANG_EAGLE_EXT=0")
     names: list[str] = []
     for patch in PATCHES:
-        if patch.needed(release):
+        if not patch.needed(release):
+            continue
+        if patch.switch is None:
             after_import(patch.module, patch.apply)
             if patch.name not in names:
                 names.append(patch.name)
+            continue
+        patch.switch(release)
+        after_import(patch.module, lambda module, apply=patch.apply: on_bound(apply(module)))
     return names
 
 
-__all__ = ["PATCHES", "SUPPORTED", "Patch", "UnsupportedRelease", "after_import", "arm", "installed_release"]
+__all__ = ["BINDINGS", "PATCHES", "SUPPORTED", "Patch", "UnsupportedRelease", "after_import", "arm",
+           "installed_release"]

@@ -9,9 +9,8 @@ config; with the entry point it re-states the same ids.
 
 from __future__ import annotations
 
-from packaging.specifiers import SpecifierSet
-
 from sglang_eagle_ext.drafter.reader import load_drafter
+from sglang_eagle_ext.sglang.compat import releases
 from sglang_eagle_ext.sglang.compat.config_loading import target_of
 from sglang_eagle_ext.sglang.compat.patch import Patch, Target, required_class, wrap_method
 from sglang_eagle_ext.sglang.draft_config import drafter_directory, sglang_config_dict
@@ -49,11 +48,11 @@ def patch_target_capture_ids(runner_cls, method: str, holder_name: str) -> bool:
     return wrap_method(runner_cls, method, make)
 
 
-def _patch(releases: str, method: str, holder_name: str) -> Patch:
+def _patch(fact: releases.Fact, method: str, holder_name: str) -> Patch:
     """The patch for the releases whose ``ModelRunner.method`` applies the ids held by
     ``self.<holder_name>``."""
     holder = ".".join(filter(None, ("self", holder_name)))
-    target = Target(SpecifierSet(releases), MODEL_RUNNER, "ModelRunner", method,
+    target = Target(fact.releases, MODEL_RUNNER, "ModelRunner", method,
                     reads=(f"{holder}.{USES_AUX}", f"{holder}.{LAYER_IDS}"), absent_elsewhere=True)
 
     def apply(module) -> None:
@@ -65,6 +64,6 @@ def _patch(releases: str, method: str, holder_name: str) -> Patch:
 # 0.5.11 - 0.5.15 apply the ids in init_aux_hidden_state_capture from self; 0.5.16 moved them
 # into spec_aux_config, applied from init_attention_backends.
 PATCHES = (
-    _patch(">=0.5.11,<0.5.16", "init_aux_hidden_state_capture", ""),
-    _patch(">=0.5.16", "init_attention_backends", "spec_aux_config"),
+    _patch(releases.CAPTURE_IDS_ON_RUNNER, "init_aux_hidden_state_capture", ""),
+    _patch(releases.CAPTURE_IDS_IN_SPEC_AUX_CONFIG, "init_attention_backends", "spec_aux_config"),
 )

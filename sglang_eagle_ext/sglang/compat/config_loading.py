@@ -8,11 +8,10 @@ from __future__ import annotations
 import sys
 from typing import Any, Callable
 
-from packaging.specifiers import SpecifierSet
-
 from sglang_eagle_ext.drafter.reader import load_drafter
 from sglang_eagle_ext.drafter.target import TargetInfo, read_target
 from sglang_eagle_ext.errors import DrafterError
+from sglang_eagle_ext.sglang.compat import releases
 from sglang_eagle_ext.sglang.compat.patch import Patch, Target, require
 from sglang_eagle_ext.sglang.draft_config import drafter_directory, sglang_config_dict
 
@@ -20,7 +19,7 @@ from sglang_eagle_ext.sglang.draft_config import drafter_directory, sglang_confi
 _OVERRIDE_ARGS = "model_override_args"
 # SGLang's config loader, as the model config binds it: called with the path first, the override
 # args read by name
-GET_CONFIG = Target(SpecifierSet(">=0.5.11"), "sglang.srt.configs.model_config", "get_config",
+GET_CONFIG = Target(releases.EVERY_RELEASE.releases, "sglang.srt.configs.model_config", "get_config",
                     params=("model",), keywords=(_OVERRIDE_ARGS,))
 
 

@@ -68,14 +68,13 @@ def _route_speculative_ops_to_triton(module) -> None:
 def _supply_verify_sampling(module) -> None:
     """Bind :mod:`.cpu_sampling`'s ops to the names of SGLang's verify module that the platform
     left None (0.5.23's ``eagle_utils`` holds all three; a release without them gets nothing)."""
-    from sglang_eagle_ext.sglang.compat import cpu_sampling, installed_release
-    from sglang_eagle_ext.sglang.compat.tree_kernels import strict_acceptance
+    from sglang_eagle_ext.sglang.compat import cpu_sampling, releases
 
     ops = {"top_k_renorm_prob": cpu_sampling.top_k_renorm_prob,
            "top_p_renorm_prob": cpu_sampling.top_p_renorm_prob,
            "tree_speculative_sampling_target_only": functools.partial(
                cpu_sampling.tree_speculative_sampling_target_only,
-               strict_acceptance=strict_acceptance(installed_release()))}
+               strict_acceptance=releases.STRICT_ACCEPTANCE.holds(releases.installed_release()))}
     supplied = [name for name in ops if hasattr(module, name) and getattr(module, name) is None]
     for name in supplied:
         setattr(module, name, ops[name])

@@ -4,13 +4,12 @@ the copy when widths differ (silently stale inputs)."""
 
 from __future__ import annotations
 
-from packaging.specifiers import SpecifierSet
-
+from sglang_eagle_ext.sglang.compat import releases
 from sglang_eagle_ext.sglang.compat.draft_width import draft_input_width, uses_aux_states
 from sglang_eagle_ext.sglang.compat.patch import Patch, Target, required_class, wrap_method
 
 # the graph's capture, before which its hidden-state input is resized
-CAPTURE = Target(SpecifierSet("<0.5.12"), "sglang.srt.speculative.eagle_draft_extend_cuda_graph_runner",
+CAPTURE = Target(releases.DRAFT_EXTEND_3H.releases, "sglang.srt.speculative.eagle_draft_extend_cuda_graph_runner",
                  "EAGLEDraftExtendCudaGraphRunner", "capture")
 
 

@@ -28,7 +28,10 @@ spelling :mod:`sglang_eagle_ext.env` takes (``1``/``0``, ``yes``/``no``, ...).
 Unset, it is on where it has run end to end on a GPU: the releases in :data:`DEFAULT_ON` (outputs
 identical to stock, tokens/s at or above stock's within the rounds' spread:
 ``benchmarks/results/fused_verify.md``) at tensor-parallel size 1; under tensor parallelism and on
-other releases it is opt-in until it has run there.
+other releases it is opt-in until it has run there. Both are rows of :mod:`.releases`.
+
+The binding is the ``fused-verify`` row of the patch table (:data:`PATCH`), applied once SGLang's
+scheduler is loaded, after the ``tree-kernels`` row (the dispatcher wraps the greedy op bound then).
 """
 
 from __future__ import annotations
@@ -42,23 +45,18 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
-from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from sglang_eagle_ext import env
-from sglang_eagle_ext.sglang.compat import runtime
-from sglang_eagle_ext.sglang.compat.patch import Target, require, required_class, wrap_method
+from sglang_eagle_ext.sglang.compat import releases, runtime
+from sglang_eagle_ext.sglang.compat.patch import (SCHEDULER_MODULE, Patch, Target, require, required_class,
+                                                  wrap_method)
 
 ENV_SWITCH = "SGLANG_EAGLE_EXT_FUSED_VERIFY"
-# Where it has run end to end on a GPU, never slower than stock beyond the A/A spread and with outputs
-# identical to stock's (and at TP size 1: see _hand_back_reason).
-DEFAULT_ON = frozenset({Version("0.5.16")})
-# Releases it has run on end to end but stays opt-in on, and why (benchmarks/results/fused_verify.md).
-HELD_BACK = {
-    Version("0.5.21"): "ran end to end on a GPU, but one engine drifted in the chain cells; a rerun decides",
-    Version("0.5.23"): "ran end to end on a GPU at stock's speed or better, but 1 of 108 sampled runs differed "
-                       "from stock's output, unexplained yet",
-}
+# Where it is on unless switched off (at TP size 1: see _hand_back_reason), and the releases it has
+# run on end to end but stays opt-in on, with why
+DEFAULT_ON = releases.FUSED_VERIFY_DEFAULT_ON
+HELD_BACK = releases.FUSED_VERIFY_HELD_BACK
 _SPEC = "sglang.srt.speculative."
 _EAGLE_UTILS = _SPEC + "eagle_utils"
 
@@ -69,34 +67,38 @@ GREEDY_FUNC_PARAMS = ("predicts", "accept_index", "accept_token_num", "candidate
                       "retrieve_next_token", "retrieve_next_sibling")
 _BRANCH = ("is_all_greedy", GREEDY_FUNC)
 # The functions holding the greedy/sampled branch, all called (verify input, batch, logits output, ...).
+_IN_WORKER_INPUTS = releases.VERIFY_IN_WORKER_INPUTS.releases
 SEAMS = (
-    Target(SpecifierSet(">=0.5.14"), _EAGLE_UTILS, "eagle_sample", params=("verify_input", "batch", "logits_output"),
-           reads=_BRANCH, absent_elsewhere=True),
-    Target(SpecifierSet("<0.5.14"), _SPEC + "eagle_info_v2", "EagleVerifyInputV2Mixin", "sample",
+    Target(releases.EAGLE_SAMPLE.releases, _EAGLE_UTILS, "eagle_sample",
+           params=("verify_input", "batch", "logits_output"), reads=_BRANCH, absent_elsewhere=True),
+    Target(_IN_WORKER_INPUTS, _SPEC + "eagle_info_v2", "EagleVerifyInputV2Mixin", "sample",
            params=("self", "batch", "logits_output"), reads=_BRANCH, absent_elsewhere=True),
-    Target(SpecifierSet("<0.5.14"), _SPEC + "eagle_info", "EagleVerifyInput", "verify",
+    Target(_IN_WORKER_INPUTS, _SPEC + "eagle_info", "EagleVerifyInput", "verify",
            params=("self", "batch", "logits_output"), reads=_BRANCH, absent_elsewhere=True),
 )
 # eagle_sample's arguments that hand a call back: UNO target sampling (0.5.21+, by position or
 # name) and watermarking (0.5.23+, by name)
 _UNO, _WATERMARK = "uno_target_max_top_k", "watermark_state"
-UNO_OPTION = Target(SpecifierSet(">=0.5.21"), _EAGLE_UTILS, "eagle_sample",
+UNO_OPTION = Target(releases.UNO.releases, _EAGLE_UTILS, "eagle_sample",
                     params=("verify_input", "batch", "logits_output", "grammar_mask", _UNO))
-WATERMARK_OPTION = Target(SpecifierSet(">=0.5.23"), _EAGLE_UTILS, "eagle_sample", keywords=(_WATERMARK,))
+WATERMARK_OPTION = Target(releases.WATERMARK.releases, _EAGLE_UTILS, "eagle_sample", keywords=(_WATERMARK,))
 # 0.5.17+ draw the sampled arm's coins here (seeded under deterministic inference); before, inline
-VERIFY_COINS = Target(SpecifierSet(">=0.5.17"), _EAGLE_UTILS, "_verify_coins",
+VERIFY_COINS = Target(releases.VERIFY_COINS.releases, _EAGLE_UTILS, "_verify_coins",
                       keywords=("sampling_info", "seq_lens", "draft_token_num", "candidates", "device"),
                       absent_elsewhere=True)
 # Where each release's branch reads the speculative settings, on every call (a running server can
 # update the accept thresholds).
 SETTINGS = (
     runtime.GET_SPEC,
-    Target(SpecifierSet(">=0.5.16,<0.5.17"), runtime.GET_SERVER_ARGS.module, runtime.GET_SERVER_ARGS.name),
-    Target(SpecifierSet("<0.5.16"), runtime.GLOBAL_SERVER_ARGS.module, runtime.GLOBAL_SERVER_ARGS.name),
+    Target(releases.VERIFY_SETTINGS_FROM_SERVER_ARGS.releases, runtime.GET_SERVER_ARGS.module,
+           runtime.GET_SERVER_ARGS.name),
+    Target(releases.VERIFY_SETTINGS_FROM_GLOBAL_ARGS.releases, runtime.GLOBAL_SERVER_ARGS.module,
+           runtime.GLOBAL_SERVER_ARGS.name),
 )
 # The groups the sampled arm broadcasts over before the runtime context's get_parallel (0.5.14)
-TP_GROUP = Target(SpecifierSet("<0.5.14"), "sglang.srt.distributed", "get_tp_group")
-ATTENTION_TP_GROUP = Target(SpecifierSet("<0.5.14"), "sglang.srt.layers.dp_attention", "get_attention_tp_group")
+TP_GROUP = Target(releases.DISTRIBUTED_GETTERS.releases, "sglang.srt.distributed", "get_tp_group")
+ATTENTION_TP_GROUP = Target(releases.DISTRIBUTED_GETTERS.releases, "sglang.srt.layers.dp_attention",
+                            "get_attention_tp_group")
 # Modules that import ``eagle_sample`` by name, rebound there too; NGRAM's worker, which does as
 # well, is left stock (its verify input is not EagleVerifyInput).
 CALLERS = (_SPEC + "eagle_worker_common", _SPEC + "eagle_worker_v2", _SPEC + "multi_layer_eagle_worker_v2")
@@ -141,10 +143,6 @@ class VerifyContext:
     tp_group: Callable[[], Any]
 
 
-# SGLang's rejection-sampling option came with eagle_sample: older ServerArgs have no such field
-_REJECTION_SAMPLING = SEAMS[0].releases
-
-
 def _setting(release: Version, name: str) -> Any:
     """A speculative server setting, read where this release's branch reads it (:data:`SETTINGS`)."""
     (getter,) = [target for target in SETTINGS if target.covers(release)]
@@ -156,10 +154,10 @@ def _tp_group():
     """The group this release's sampled arm broadcasts over (attention TP under DP attention)."""
     from sglang.srt.layers.dp_attention import is_dp_attention_enabled
 
-    get_parallel = runtime.context_getter(runtime.GET_PARALLEL)
-    if get_parallel is None:  # from 0.5.14, ParallelContext hands out these same groups
+    context = runtime.parallel()
+    if context is None:  # from 0.5.14, ParallelContext hands out these same groups
         return runtime.module_attribute(ATTENTION_TP_GROUP if is_dp_attention_enabled() else TP_GROUP)()
-    return get_parallel().attn_tp_group if is_dp_attention_enabled() else get_parallel().tp_group
+    return context.attn_tp_group if is_dp_attention_enabled() else context.tp_group
 
 
 def verify_context(release: Version, devices: tuple[str, ...] = ("cuda",)) -> VerifyContext:
@@ -192,8 +190,8 @@ def _hand_back_reason(context: VerifyContext, verify_input, batch, logits_output
         return "all-greedy batch"
     if type(verify_input).__name__ != "EagleVerifyInput":
         return f"verify input {type(verify_input).__name__}"
-    has_rejection_sampling = _REJECTION_SAMPLING.contains(context.release, prereleases=True)
-    if has_rejection_sampling and context.setting("speculative_use_rejection_sampling"):
+    # SGLang's rejection-sampling option came with eagle_sample: older ServerArgs have no such field
+    if releases.EAGLE_SAMPLE.holds(context.release) and context.setting("speculative_use_rejection_sampling"):
         return "rejection sampling"
     if uno is not None:
         return "UNO target sampling"
@@ -239,9 +237,9 @@ def _wrap_branch(context: VerifyContext, seam: Target, original: Callable) -> Ca
 
 def _dispatcher(module, context: VerifyContext, original: Callable) -> Callable:
     from sglang_eagle_ext.kernels.sampling import tree_sampling_from_logits
-    from sglang_eagle_ext.sglang.compat.tree_kernels import strict_acceptance
 
-    strict = strict_acceptance(context.release)
+    strict = releases.STRICT_ACCEPTANCE.holds(context.release)
+    has_verify_coins = VERIFY_COINS.covers(context.release)
 
     @functools.wraps(original)
     def verify_tree_greedy_func(*args, **kwargs):
@@ -255,9 +253,8 @@ def _dispatcher(module, context: VerifyContext, original: Callable) -> Callable:
          retrieve_next_sibling) = (given[name] for name in GREEDY_FUNC_PARAMS)
         info = call.sampling_info
         # the sampled arm's coins, drawn at the same point of the RNG stream as SGLang draws them
-        verify_coins = getattr(module, VERIFY_COINS.name, None)
-        if verify_coins is not None:
-            coins, final_coins = verify_coins(**dict(zip(VERIFY_COINS.keywords, (
+        if has_verify_coins:
+            coins, final_coins = getattr(module, VERIFY_COINS.name)(**dict(zip(VERIFY_COINS.keywords, (
                 info, call.seq_lens, candidates.shape[1], candidates, candidates.device))))
         else:
             coins = torch.rand_like(candidates, dtype=torch.float32, device=candidates.device)
@@ -321,3 +318,13 @@ def apply(release: Version, devices: tuple[str, ...] = ("cuda",)) -> list[str]:
             if caller is not None and getattr(caller, seam.name, None) is stock:
                 setattr(caller, seam.name, getattr(owner, seam.name))
     return sites
+
+
+def _bind_once_scheduler_loads(_scheduler_module) -> str:
+    release = releases.installed_release()
+    return "verify: " + describe(release, apply(release) if selected(release) else [])
+
+
+# Its SGLang code is SEAMS and the targets above, one set per release line.
+PATCH = Patch("fused-verify", releases.EVERY_RELEASE.releases, SCHEDULER_MODULE, _bind_once_scheduler_loads, (),
+              switch=selected)

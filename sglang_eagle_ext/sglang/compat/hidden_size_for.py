@@ -4,13 +4,12 @@ the normalised config states."""
 
 from __future__ import annotations
 
-from packaging.specifiers import SpecifierSet
-
+from sglang_eagle_ext.sglang.compat import releases
 from sglang_eagle_ext.sglang.compat.draft_width import draft_input_width, uses_aux_states
 from sglang_eagle_ext.sglang.compat.patch import Patch, Target, required_class, wrap_method
 
 # a classmethod taking the worker first; gone from 0.5.15, whose inputs are sized from the draft config
-HIDDEN_SIZE_FOR = Target(SpecifierSet(">=0.5.12,<0.5.15"), "sglang.srt.speculative.eagle_info",
+HIDDEN_SIZE_FOR = Target(releases.HIDDEN_SIZE_FOR.releases, "sglang.srt.speculative.eagle_info",
                          "EagleDraftExtendInput", "hidden_size_for", params=("cls", "worker"), absent_elsewhere=True)
 
 

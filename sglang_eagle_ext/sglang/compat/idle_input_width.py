@@ -7,12 +7,11 @@ import contextvars
 import inspect
 import sys
 
-from packaging.specifiers import SpecifierSet
-
+from sglang_eagle_ext.sglang.compat import releases
 from sglang_eagle_ext.sglang.compat.draft_width import draft_input_width, uses_aux_states
-from sglang_eagle_ext.sglang.compat.patch import Patch, Target, require, wrap_method
+from sglang_eagle_ext.sglang.compat.patch import Patch, Target, required_class, wrap_method
 
-_RELEASES = SpecifierSet("<0.5.12")
+_RELEASES = releases.DRAFT_EXTEND_3H.releases
 _SPEC = "sglang.srt.speculative."
 _AFTER_DECODE, _HIDDEN_SIZE = "forward_draft_extend_after_decode", "hidden_size"
 # the worker methods that pass the inline 3 * H, and the constructor they pass it to by name
@@ -56,23 +55,14 @@ def patch_idle_draft_input_width(draft_input_cls, worker_classes) -> bool:
     return changed
 
 
-def _patch(worker: Target, required: bool) -> Patch:
+def _patch(worker: Target) -> Patch:
     def apply(module) -> None:
-        worker_cls = getattr(module, worker.name, None)
-        has_method = worker_cls is not None and hasattr(worker_cls, worker.member)
-        if not required and not has_method:
-            return
-        require(has_method, worker.qualname)
-        draft_input = getattr(sys.modules.get(CREATE_IDLE_INPUT.module), CREATE_IDLE_INPUT.name, None)
-        require(draft_input is not None and hasattr(draft_input, CREATE_IDLE_INPUT.member),
-                CREATE_IDLE_INPUT.qualname)
-        patch_idle_draft_input_width(draft_input, [worker_cls])
+        patch_idle_draft_input_width(required_class(sys.modules.get(CREATE_IDLE_INPUT.module), CREATE_IDLE_INPUT.name,
+                                                    CREATE_IDLE_INPUT.member),
+                                     [required_class(module, worker.name, worker.member)])
 
     return Patch("idle-draft-input-width", _RELEASES, worker.module, apply, (worker, CREATE_IDLE_INPUT))
 
 
-PATCHES = (
-    _patch(WORKER, required=True),
-    # only with --enable-multi-layer-eagle, which not every release has
-    _patch(MULTI_LAYER_WORKER, required=False),
-)
+# the multi-layer worker's module is imported only with --enable-multi-layer-eagle
+PATCHES = (_patch(WORKER), _patch(MULTI_LAYER_WORKER))

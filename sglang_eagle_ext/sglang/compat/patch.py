@@ -75,18 +75,27 @@ class Target:
         return self.releases.contains(release, prereleases=True)
 
 
+# The module after whose import the switch-selected bindings are made: they import SGLang's
+# speculative modules, which is only safe once SGLang has imported them in its own order.
+SCHEDULER_MODULE = "sglang.srt.managers.scheduler"
+
+
 @dataclass(frozen=True)
 class Patch:
-    """One change to SGLang: its name (the log line lists it), the releases that need it, the
-    SGLang module it changes and ``apply(module)``, run right after SGLang itself imports that
-    module (importing SGLang's modules earlier breaks its import order); ``targets``: the SGLang
-    code ``apply`` relies on."""
+    """One change to SGLang: its name, the releases that need it, the SGLang module it changes and
+    ``apply(module)``, run right after SGLang itself imports that module (importing SGLang's
+    modules earlier breaks its import order); ``targets``: the SGLang code ``apply`` relies on.
+
+    A fix (no ``switch``) is listed by name in the activation log line. A binding selected by an
+    environment switch has ``switch(release)``, read when the patch is armed so that a bad value
+    stops start-up with its own message; its ``apply`` returns its phrase of the log line."""
 
     name: str
     releases: SpecifierSet
     module: str
-    apply: Callable[[Any], None]
+    apply: Callable[[Any], str | None]
     targets: tuple[Target, ...]
+    switch: Callable[[Version], object] | None = None
 
     def needed(self, release: Version) -> bool:
         return self.releases.contains(release, prereleases=True)

@@ -12,14 +12,13 @@ left to SGLang.
 
 from __future__ import annotations
 
-from packaging.specifiers import SpecifierSet
-
+from sglang_eagle_ext.sglang.compat import releases
 from sglang_eagle_ext.sglang.compat.patch import Patch, Target, required_class, wrap_method
 
 _MULTIMODAL_FIELDS = ("image_data", "video_data", "audio_data")
 # the tokenizer manager's per-request check, called with the request and its token ids
-VALIDATE_ONE_REQUEST = Target(SpecifierSet(">=0.5.11"), "sglang.srt.managers.tokenizer_manager", "TokenizerManager",
-                              "_validate_one_request", params=("self", "obj", "input_ids"))
+VALIDATE_ONE_REQUEST = Target(releases.EVERY_RELEASE.releases, "sglang.srt.managers.tokenizer_manager",
+                              "TokenizerManager", "_validate_one_request", params=("self", "obj", "input_ids"))
 
 
 def out_of_vocabulary_message(input_ids, vocab_size: int) -> str | None:

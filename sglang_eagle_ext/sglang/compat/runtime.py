@@ -1,41 +1,28 @@
 """What the model class asks of the running SGLang, whichever release it is: tensor- and
 pipeline-parallel state, the draft attention window, the draft's parallel layout.
 
-Each accessor looks for the newer API first (``hasattr``) and falls back to the older one."""
+Each accessor reads where the installed release keeps it (:mod:`.releases`)."""
 
 from __future__ import annotations
 
 import importlib
 
-from packaging.specifiers import SpecifierSet
-
+from sglang_eagle_ext.sglang.compat import releases
 from sglang_eagle_ext.sglang.compat.patch import Target
 
 _CONTEXT = "sglang.srt.runtime_context"
 # 0.5.14+ keep the server's state in the runtime context, whose getters came one release at a time
-GET_PARALLEL = Target(SpecifierSet(">=0.5.14"), _CONTEXT, "get_parallel")
-GET_SERVER_ARGS = Target(SpecifierSet(">=0.5.15"), _CONTEXT, "get_server_args")
-GET_SPEC = Target(SpecifierSet(">=0.5.17"), _CONTEXT, "get_spec")
-# what the accessors fall back to on releases without the context's getter
-TP_WORLD_SIZE = Target(SpecifierSet("<0.5.14"), "sglang.srt.distributed", "get_tensor_model_parallel_world_size")
-PP_GROUP = Target(SpecifierSet("<0.5.14"), "sglang.srt.distributed", "get_pp_group")
-GLOBAL_SERVER_ARGS = Target(SpecifierSet("<0.5.15"), "sglang.srt.server_args", "get_global_server_args")
+GET_PARALLEL = Target(releases.RUNTIME_PARALLEL.releases, _CONTEXT, "get_parallel")
+GET_SERVER_ARGS = Target(releases.RUNTIME_SERVER_ARGS.releases, _CONTEXT, "get_server_args")
+GET_SPEC = Target(releases.RUNTIME_SPEC.releases, _CONTEXT, "get_spec")
+# what the accessors read on releases without the context's getter
+TP_WORLD_SIZE = Target(releases.DISTRIBUTED_GETTERS.releases, "sglang.srt.distributed",
+                       "get_tensor_model_parallel_world_size")
+PP_GROUP = Target(releases.DISTRIBUTED_GETTERS.releases, "sglang.srt.distributed", "get_pp_group")
+GLOBAL_SERVER_ARGS = Target(releases.GLOBAL_SERVER_ARGS.releases, "sglang.srt.server_args", "get_global_server_args")
 # 0.5.23 resolves the draft's tensor-parallel layout from a class attribute; None before
-DRAFT_PARALLEL_SPEC = Target(SpecifierSet(">=0.5.23"), "sglang.srt.configs.draft_parallel", "DraftParallelSpec",
-                             absent_elsewhere=True)
-
-
-def _runtime_context():
-    """The runtime context module (0.5.14+), None before."""
-    try:
-        return importlib.import_module(_CONTEXT)
-    except ImportError:
-        return None
-
-
-def context_getter(target: Target):
-    """The runtime context's getter ``target``, None on a release without it."""
-    return getattr(_runtime_context(), target.name, None)
+DRAFT_PARALLEL_SPEC = Target(releases.DRAFT_PARALLEL_SPEC.releases, "sglang.srt.configs.draft_parallel",
+                             "DraftParallelSpec", absent_elsewhere=True)
 
 
 def module_attribute(target: Target):
@@ -43,41 +30,40 @@ def module_attribute(target: Target):
     return getattr(importlib.import_module(target.module), target.name)
 
 
+def installed(target: Target) -> bool:
+    """Whether the installed release has ``target``."""
+    return target.covers(releases.installed_release())
+
+
+def parallel():
+    """The runtime context's parallel state (0.5.14+), None before."""
+    return module_attribute(GET_PARALLEL)() if installed(GET_PARALLEL) else None
+
+
 def tp_world_size() -> int:
-    get_parallel = context_getter(GET_PARALLEL)
-    if get_parallel is not None:
-        return get_parallel().tp_size
-    return module_attribute(TP_WORLD_SIZE)()
+    context = parallel()
+    return module_attribute(TP_WORLD_SIZE)() if context is None else context.tp_size
 
 
 def pp_group():
-    get_parallel = context_getter(GET_PARALLEL)
-    if get_parallel is not None:
-        return get_parallel().pp_group
-    return module_attribute(PP_GROUP)()
+    context = parallel()
+    return module_attribute(PP_GROUP)() if context is None else context.pp_group
 
 
 def eagle3_draft_parallel_spec():
     """The draft's layout on 0.5.23+ (:data:`DRAFT_PARALLEL_SPEC`), None before."""
-    try:
-        module = importlib.import_module(DRAFT_PARALLEL_SPEC.module)
-    except ImportError:
+    if not installed(DRAFT_PARALLEL_SPEC):
         return None
+    module = importlib.import_module(DRAFT_PARALLEL_SPEC.module)
     return getattr(module, DRAFT_PARALLEL_SPEC.name)(tp_execution=module.DraftTPExecution.SINGLE_GROUP)
 
 
 def draft_window_size() -> int | None:
     """``--speculative-draft-window-size`` (0.5.12+), None where the option does not exist: the
     runtime context's bags (0.5.15+), else the global server args (0.5.11 - 0.5.14; from 0.5.20
-    ``get_global_server_args`` raises, but the context answers first there)."""
-    for target in (GET_SPEC, GET_SERVER_ARGS):
-        getter = context_getter(target)
-        if getter is not None:
-            return getattr(getter(), "speculative_draft_window_size", None)
-    server_args = importlib.import_module(GLOBAL_SERVER_ARGS.module)
-    if not hasattr(server_args, GLOBAL_SERVER_ARGS.name):
-        return None
-    return getattr(getattr(server_args, GLOBAL_SERVER_ARGS.name)(), "speculative_draft_window_size", None)
+    ``get_global_server_args`` raises)."""
+    getter = next(target for target in (GET_SPEC, GET_SERVER_ARGS, GLOBAL_SERVER_ARGS) if installed(target))
+    return getattr(module_attribute(getter)(), "speculative_draft_window_size", None)
 
 
 def server_option_names() -> frozenset[str]:

@@ -12,8 +12,11 @@ end (``benchmarks/results/sglang_e2e.md``). Installing the plugin for a drafter 
 server's verify path unasked.
 
 Binding points (SGLang looks every one of them up at call time), by feature detection: a point is
-bound when its module imports and has the attribute, whatever the release. Each is a
-:class:`~.patch.Target` stating the releases whose code looks it up there.
+bound when its module imports and has the attribute, whatever the release (binding a point a
+release never calls is harmless; missing one it calls would leave SGLang's op in place). Each is a
+:class:`~.patch.Target` stating the releases whose code looks it up there (rows of :mod:`.releases`).
+The binding is the ``tree-kernels`` row of the patch table (:data:`PATCH`), applied once SGLang's
+scheduler is loaded.
 
 * build (the leaf op under SGLang's ``build_tree_kernel_efficient`` wrapper):
   ``sglang.srt.speculative.eagle_utils.sgl_build_tree_kernel_efficient`` (0.5.11 - 0.5.22; from
@@ -30,7 +33,7 @@ bound when its module imports and has the attribute, whatever the release. Each 
   ``ngram_info`` (module-level imports up to 0.5.13), ``sgl_kernel`` (imported inside
   ``eagle_sample``, 0.5.14 - 0.5.20), ``sglang.kernels.ops.speculative.sampling`` (imported inside
   ``eagle_sample``, 0.5.21 - 0.5.22) and ``eagle_utils`` (module level, 0.5.23). The drop-in
-  applies the installed release's acceptance test (:data:`STRICT_ACCEPTANCE_SINCE`).
+  applies the installed release's acceptance test (:data:`~.releases.STRICT_ACCEPTANCE`).
 
 Only the op-level drop-ins are bound here: SGLang still computes the argmax and the renormalised
 probabilities itself. The fused sampler (:func:`~sglang_eagle_ext.kernels.sampling.
@@ -46,11 +49,9 @@ import functools
 import importlib
 from typing import Callable, Dict, List, Tuple
 
-from packaging.specifiers import SpecifierSet
-from packaging.version import Version
-
 from sglang_eagle_ext import env
-from sglang_eagle_ext.sglang.compat.patch import Target
+from sglang_eagle_ext.sglang.compat import releases
+from sglang_eagle_ext.sglang.compat.patch import SCHEDULER_MODULE, Patch, Target
 
 ENV_SWITCH = "SGLANG_EAGLE_EXT_TREE_KERNELS"
 CHOICES = ("triton", "sglang")
@@ -58,27 +59,29 @@ CHOICES = ("triton", "sglang")
 _SPEC = "sglang.srt.speculative."
 _EAGLE_UTILS = _SPEC + "eagle_utils"
 _JIT = "sglang.kernels.ops.speculative."
-_UP_TO_0_5_13 = SpecifierSet("<0.5.14")
+_UP_TO_0_5_13 = releases.VERIFY_IN_WORKER_INPUTS.releases
+_SPEC_TREE = releases.SPEC_TREE_DISPATCHERS.releases
 _SAMPLING = "tree_speculative_sampling_target_only"
 _IN_EAGLE_SAMPLE = (_EAGLE_UTILS + ".eagle_sample",)
 # The functions that import the greedy op in their body (0.5.23: the platform dispatcher's)
 _GREEDY_IMPORTERS = (_EAGLE_UTILS + ".verify_tree_greedy_func", _JIT + "spec_tree.verify_tree_greedy_func")
 BUILD_POINTS = [
-    Target(SpecifierSet("<0.5.23"), _EAGLE_UTILS, "sgl_build_tree_kernel_efficient", absent_elsewhere=True),
-    Target(SpecifierSet(">=0.5.23"), _JIT + "spec_tree", "sgl_build_tree_kernel_efficient", absent_elsewhere=True),
+    Target(releases.TREE_BUILD_IN_EAGLE_UTILS.releases, _EAGLE_UTILS, "sgl_build_tree_kernel_efficient",
+           absent_elsewhere=True),
+    Target(_SPEC_TREE, _JIT + "spec_tree", "sgl_build_tree_kernel_efficient", absent_elsewhere=True),
 ]
 BUILD_FUNC_POINTS = [
-    Target(SpecifierSet(">=0.5.23"), _EAGLE_UTILS, "build_tree_kernel_efficient_func", absent_elsewhere=True),
-    Target(SpecifierSet(">=0.5.23"), _JIT + "spec_tree", "build_tree_kernel_efficient_func", absent_elsewhere=True),
+    Target(_SPEC_TREE, _EAGLE_UTILS, "build_tree_kernel_efficient_func", absent_elsewhere=True),
+    Target(_SPEC_TREE, _JIT + "spec_tree", "build_tree_kernel_efficient_func", absent_elsewhere=True),
 ]
 GREEDY_OP_POINTS = [
-    Target(SpecifierSet(">=0.5.11"), "sgl_kernel", "verify_tree_greedy", imported_in=_GREEDY_IMPORTERS),
-    Target(SpecifierSet(">=0.5.21"), _JIT + "tree", "verify_tree_greedy", imported_in=_GREEDY_IMPORTERS,
+    Target(releases.EVERY_RELEASE.releases, "sgl_kernel", "verify_tree_greedy", imported_in=_GREEDY_IMPORTERS),
+    Target(releases.JIT_TREE_OPS.releases, _JIT + "tree", "verify_tree_greedy", imported_in=_GREEDY_IMPORTERS,
            absent_elsewhere=True),
     Target(_UP_TO_0_5_13, _SPEC + "ngram_info", "verify_tree_greedy", absent_elsewhere=True),
 ]
 GREEDY_FUNC_POINTS = [
-    Target(SpecifierSet(">=0.5.11"), _EAGLE_UTILS, "verify_tree_greedy_func"),
+    Target(releases.EVERY_RELEASE.releases, _EAGLE_UTILS, "verify_tree_greedy_func"),
     Target(_UP_TO_0_5_13, _SPEC + "eagle_info", "verify_tree_greedy_func", absent_elsewhere=True),
     Target(_UP_TO_0_5_13, _SPEC + "eagle_info_v2", "verify_tree_greedy_func", absent_elsewhere=True),
 ]
@@ -86,20 +89,12 @@ SAMPLING_POINTS = [
     Target(_UP_TO_0_5_13, _SPEC + "eagle_info", _SAMPLING, absent_elsewhere=True),
     Target(_UP_TO_0_5_13, _SPEC + "eagle_info_v2", _SAMPLING, absent_elsewhere=True),
     Target(_UP_TO_0_5_13, _SPEC + "ngram_info", _SAMPLING, absent_elsewhere=True),
-    Target(SpecifierSet(">=0.5.14,<0.5.23"), "sgl_kernel", _SAMPLING, imported_in=_IN_EAGLE_SAMPLE,
+    Target(releases.SGL_KERNEL_SAMPLING.releases, "sgl_kernel", _SAMPLING, imported_in=_IN_EAGLE_SAMPLE,
            absent_elsewhere=True),
-    Target(SpecifierSet(">=0.5.21,<0.5.23"), _JIT + "sampling", _SAMPLING, imported_in=_IN_EAGLE_SAMPLE,
+    Target(releases.JIT_SAMPLING_OP.releases, _JIT + "sampling", _SAMPLING, imported_in=_IN_EAGLE_SAMPLE,
            absent_elsewhere=True),
-    Target(SpecifierSet(">=0.5.23"), _EAGLE_UTILS, _SAMPLING, absent_elsewhere=True),
+    Target(_SPEC_TREE, _EAGLE_UTILS, _SAMPLING, absent_elsewhere=True),
 ]
-# SGLang 0.5.21 changed the acceptance test of its (now JIT) tree sampling op: half-open `coin <`
-# and no child without target mass (its sampling.cuh); the drop-in follows the installed release.
-STRICT_ACCEPTANCE_SINCE = Version("0.5.21")
-
-
-def strict_acceptance(release: Version) -> bool:
-    """Whether ``release``'s tree sampling op uses the strict acceptance test."""
-    return release >= STRICT_ACCEPTANCE_SINCE
 
 _originals: Dict[Tuple[str, str], Callable] = {}
 
@@ -157,9 +152,8 @@ def _greedy_func():
 
 def _sampling_op():
     from sglang_eagle_ext.kernels.sampling import tree_speculative_sampling_target_only
-    from sglang_eagle_ext.sglang.compat import installed_release
 
-    strict = strict_acceptance(installed_release())
+    strict = releases.STRICT_ACCEPTANCE.holds(releases.installed_release())
 
     @functools.wraps(tree_speculative_sampling_target_only)
     def release_sampling_op(*args, **kwargs):
@@ -216,3 +210,20 @@ def restore() -> List[str]:
         restored.append(f"{module_name}.{attr}")
         del _originals[(module_name, attr)]
     return restored
+
+
+def describe(points: list[str]) -> str:
+    """What :func:`apply` returned, as the activation log's phrase."""
+    if not points:
+        return f"SGLang's ({ENV_SWITCH}=sglang)"
+    sites = [point.split(" -> ")[0].replace("sglang.srt.speculative.", "") for point in points]
+    return f"Triton, bound at {len(sites)} call sites ({', '.join(sites)})"
+
+
+def _bind_once_scheduler_loads(_scheduler_module) -> str:
+    return "tree kernels: " + describe(apply())
+
+
+# Its SGLang code is the binding points above, bound wherever present.
+PATCH = Patch("tree-kernels", releases.EVERY_RELEASE.releases, SCHEDULER_MODULE, _bind_once_scheduler_loads, (),
+              switch=lambda release: selected_backend())

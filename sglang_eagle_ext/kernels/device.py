@@ -1,12 +1,36 @@
-"""Device functions shared by the samplers: order keys of float32 logits, a request's filters,
-the acceptance test and step of the tree walk, and inverse-CDF draws in vocabulary order."""
+"""Device functions (``@triton.jit``) shared by the kernels: reads and writes of a request's tree
+rows, order keys of float32 logits, a request's filters, the acceptance test and step of the
+tree walk, and inverse-CDF draws in vocabulary order.
+
+The sequential tree walk reads single entries of a request's ``[n]`` tree rows with scalar loads:
+after the first touch they hit L1, cheaper than a block-wide reduction over a register vector
+when a program has many warps.
+"""
 
 from __future__ import annotations
 
 import triton
 import triton.language as tl
 
-from sglang_eagle_ext.kernels.tree_walk import tree_entry, write_accept_slot
+# ----------------------------------------------------------------------------- tree rows
+
+
+@triton.jit
+def pick(values, nodes, index):
+    """``values[index]`` for a register vector ``values`` laid out over ``nodes`` (a reduction)."""
+    return tl.sum(tl.where(nodes == index, values, 0), axis=0)
+
+
+@triton.jit
+def tree_entry(ptr, b, n, node):
+    """Entry ``node`` of request ``b`` in a ``[bs, n]`` tree array (candidates, links, rows)."""
+    return tl.load(ptr + b.to(tl.int64) * n + node)
+
+
+@triton.jit
+def write_accept_slot(accept_index_ptr, b, max_accepts, slot, row):
+    tl.store(accept_index_ptr + b.to(tl.int64) * (max_accepts + 1) + slot, row.to(tl.int32))
+
 
 # ----------------------------------------------------------------------------- order keys
 
