@@ -12,16 +12,15 @@ import importlib.metadata
 
 import pytest
 import torch
-from packaging.version import Version
 
-from sglang_eagle_ext.sglang.compat import tree_kernels
+from sglang_eagle_ext.sglang.compat import releases, tree_kernels
 
 CUDA = torch.cuda.is_available()
 
 
 def _installed_release():
     try:
-        return Version(importlib.metadata.version("sglang"))
+        return releases.installed_release()
     except importlib.metadata.PackageNotFoundError:
         return None
 
@@ -46,7 +45,7 @@ def _release_op(points, name):
 
 RELEASE = _installed_release()
 # The acceptance test of the installed release's sampling op (False without SGLang: sgl_kernel's).
-STRICT_ACCEPTANCE = RELEASE is not None and tree_kernels.strict_acceptance(RELEASE)
+STRICT_ACCEPTANCE = RELEASE is not None and releases.STRICT_ACCEPTANCE.holds(RELEASE)
 BUILD_OP = _release_op(tree_kernels.BUILD_POINTS, "build_tree_kernel_efficient")
 GREEDY_OP = _release_op(tree_kernels.GREEDY_OP_POINTS, "verify_tree_greedy")
 SAMPLING_OP = _release_op(tree_kernels.SAMPLING_POINTS, "tree_speculative_sampling_target_only")
