@@ -114,7 +114,10 @@ def run(args) -> int:
                                                   "the target were skipped)"),
              f"target capture: {capture}"]
     lines += [f"note:           {note}" for note in spec.notes] + [f"device:         {device}"]
-    lines += ["command:        " + shlex.join(command)]
+    # On a CPU the server needs the shims' variables too: the printed line runs as printed in a shell.
+    variables = cpu.process_variables(dict(os.environ)) if device == "cpu" else {}
+    lines += ["command:        " + " ".join([f"{name}={shlex.quote(value)}" for name, value in variables.items()]
+                                            + [shlex.join(command)])]
     if args.print_only:
         print("\n".join(lines))
         return 0
