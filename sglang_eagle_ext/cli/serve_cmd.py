@@ -118,7 +118,10 @@ def run(args) -> int:
                                                   "the target were skipped)"),
              f"target capture: {capture}"]
     lines += [f"note:           {note}" for note in spec.notes] + [f"device:         {device}"]
-    command_line = "command:        " + shlex.join(command)
+    # On a CPU the server needs the shims' variables too: the printed line runs as printed in a shell.
+    variables = cpu.process_variables(dict(os.environ)) if device == "cpu" else {}
+    command_line = "command:        " + " ".join([f"{name}={shlex.quote(value)}" for name, value in variables.items()]
+                                                + [shlex.join(command)])
     hidden_state_indices = None if ids is None else [i + 1 for i in ids]
     if args.print_only:
         stock = _stock_lines(args, served_from, target, spec, hidden_state_indices, exported=not needs_export)

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from sglang_eagle_ext.cli.options import SERVING_DEVICES, device_problem, positive_int, serving_device
 from sglang_eagle_ext.cli.serve_cmd import INSTALL_HINT, cache_dir
+from sglang_eagle_ext.demo.build import DRAFTER_DIR, TARGET_DIR, build_models
 from sglang_eagle_ext.sglang.compat import cpu
 
 PROMPTS = ["The old sailor counts", "A curious child waits for"]
@@ -152,9 +153,6 @@ def plain_greedy(target: str, new_tokens: int, device: str = "cpu") -> list[list
 
 def run(args) -> int:
     cpu.install()
-    from sglang_eagle_ext.demo.distill import DistillSettings, build_tiny_drafter
-    from sglang_eagle_ext.demo.tiny_target import build_tiny_target
-
     if importlib.util.find_spec("sglang") is None:
         print(INSTALL_HINT, file=sys.stderr)
         return 2
@@ -168,20 +166,10 @@ def run(args) -> int:
     say(f"device: {device}; models under {workdir}")
     say("building (or reusing) the tiny target: 8-layer Llama, 512-token BPE tokenizer, trained on a "
         "token process that looks two tokens back (first run only) ...")
-    target = build_tiny_target(os.path.join(workdir, "target"))
-    say(f"target ready: {target}")
-    say("distilling (or reusing) a 2-layer EAGLE-3 drafter from the target's own greedy text "
-        "(first run only) ...")
-    last_report = [0.0]
-
-    def progress(step, total, loss):
-        if time.monotonic() - last_report[0] > 10 or step == total:
-            last_report[0] = time.monotonic()
-            say(f"  training step {step}/{total}, loss {loss:.3f}")
-
-    drafter = build_tiny_drafter(os.path.join(workdir, "drafter-2layer"), target,
-                                 DistillSettings(num_layers=2), progress)
-    say(f"drafter ready: {drafter}")
+    built = build_models(workdir)
+    if built != 0:
+        return built
+    target, drafter = os.path.join(workdir, TARGET_DIR), os.path.join(workdir, DRAFTER_DIR)
     say("starting SGLang on CPU (Triton interpreter; about a minute) ..." if device == "cpu"
         else "starting SGLang on the GPU (CUDA graph capture included) ...")
     try:

@@ -156,6 +156,27 @@ def test_launch_builds_flags_and_returns_exit_code(tmp_path, target, monkeypatch
     assert env["TRITON_INTERPRET"] == "1" and env["PYTHONPATH"].split(os.pathsep)[0] == cpu.SITE_DIR
 
 
+def test_print_only_cpu_command_runs_as_printed(tmp_path, target, capsys, monkeypatch):
+    """The printed CPU command carries the variables SGLang's processes need: run in a shell from an
+    environment without them, the line up to the launcher starts the CPU shims and Triton's
+    interpreter (and imports torchvision where one is installed)."""
+    import shlex
+    import subprocess
+
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    draft = fixtures.build("F7-speculators-2-layers", str(tmp_path / "d"))
+    assert main(["serve", "--target", target, "--draft", draft, "--device", "cpu", "--print-only"]) == 0
+    printed = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("command:"))
+    before_launcher, _, _ = printed.removeprefix("command:").strip().partition(" -m sglang.launch_server ")
+    assert shlex.split(before_launcher)[-1] == sys.executable
+    probe = ("import os, sys, importlib.util; assert os.environ['TRITON_INTERPRET'] == '1'; "
+             "importlib.util.find_spec('torchvision') and __import__('torchvision'); "
+             "assert 'sglang_eagle_ext' in sys.modules, 'the CPU shims did not start'")
+    ran = subprocess.run(["bash", "-c", f"{before_launcher} -c {shlex.quote(probe)}"], capture_output=True,
+                         text=True, cwd=tmp_path)
+    assert ran.returncode == 0, ran.stderr
+
+
 def test_cpu_serving_without_extra_flags(shared_target, shared_drafter, tmp_path):
     # what a user types on a CPU-only machine: no PYTHONPATH, no TRITON_INTERPRET, no SGLang flags;
     # the served greedy text must equal plain greedy decoding of the target

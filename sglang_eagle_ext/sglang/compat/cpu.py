@@ -122,6 +122,11 @@ def process_environment(env: dict) -> dict:
             "TRITON_INTERPRET": "1"}
 
 
+def process_variables(env: dict) -> dict:
+    """The variables :func:`process_environment` sets or changes in ``env``."""
+    return {name: value for name, value in process_environment(env).items() if env.get(name) != value}
+
+
 def server_flags(given: list[str]) -> list[str]:
     """:data:`ENGINE_OPTIONS` as ``sglang.launch_server`` flags, leaving out any in ``given``."""
     flags = []
