@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from sglang_eagle_ext.cli.options import SERVING_DEVICES, device_problem, positive_int, serving_device
 from sglang_eagle_ext.cli.serve_cmd import INSTALL_HINT, cache_dir
 from sglang_eagle_ext.sglang.compat import cpu
+from sglang_eagle_ext.sglang.plugin import SWITCH
 
 PROMPTS = ["The old sailor counts", "A curious child waits for"]
 ATTENTION_BACKENDS = ("auto", "fa3", "flashinfer", "triton")
@@ -72,14 +73,14 @@ def engine_options(device: str, attention_backend: str) -> dict:
 def engine_child() -> None:
     """Runs in the SGLang subprocess: one engine, greedy generation, one RESULT line.
 
-    Arguments: TARGET DRAFTER DEVICE STEPS NEW_TOKENS ATTENTION_BACKEND."""
+    Arguments: TARGET DRAFTER DEVICE STEPS NEW_TOKENS ATTENTION_BACKEND TOPK DRAFT_TOKENS."""
     import sglang
 
-    target, drafter, device, steps, new_tokens, attention_backend = sys.argv[1:7]
+    target, drafter, device, steps, new_tokens, attention_backend, topk, draft_tokens = sys.argv[1:9]
     options = engine_options(device, attention_backend)
     engine = sglang.Engine(model_path=target, speculative_algorithm="EAGLE3",
                            speculative_draft_model_path=drafter, speculative_num_steps=int(steps),
-                           speculative_eagle_topk=1, speculative_num_draft_tokens=int(steps) + 1,
+                           speculative_eagle_topk=int(topk), speculative_num_draft_tokens=int(draft_tokens),
                            max_total_tokens=4096, context_length=512, log_level="error", **options)
     try:
         outputs = engine.generate(prompt=PROMPTS, sampling_params={
@@ -109,16 +110,27 @@ class DemoFailure(RuntimeError):
     """SGLang did not finish: the message holds its log tail."""
 
 
-def serve_greedy(target: str, drafter: str, device: str, num_steps: int, new_tokens: int,
-                 attention_backend: str = "auto", timeout: int = 900) -> ServedRun:
-    """Greedy EAGLE-3 generation of :data:`PROMPTS` by stock SGLang in a subprocess (SGLang's
-    schedulers need a fresh process; on CPU, the CPU shims in every process)."""
+def server_environment(device: str, plugin: bool | None = None) -> dict:
+    """The environment of the demo's SGLang processes: the caller's, with the plugin switch
+    (:data:`~sglang_eagle_ext.sglang.plugin.SWITCH`) as the user set it when ``plugin`` is None,
+    else forced on or off (off: stock SGLang's built-in class serves the draft)."""
     env = dict(os.environ)
-    env.pop("SGLANG_EAGLE_EXT", None)
-    if device == "cpu":
-        env = cpu.process_environment(env)
+    if plugin is not None:
+        env[SWITCH] = "1" if plugin else "0"
+    return cpu.process_environment(env) if device == "cpu" else env
+
+
+def serve_greedy(target: str, drafter: str, device: str, num_steps: int, new_tokens: int,
+                 attention_backend: str = "auto", timeout: int = 900, plugin: bool | None = None,
+                 topk: int = 1, draft_tokens: int | None = None) -> ServedRun:
+    """Greedy EAGLE-3 generation of :data:`PROMPTS` by stock SGLang in a subprocess (SGLang's
+    schedulers need a fresh process; on CPU, the CPU shims in every process). ``plugin``: see
+    :func:`server_environment`; ``topk`` > 1 drafts a tree of ``draft_tokens`` verified tokens
+    (default: ``num_steps + 1`` for a chain)."""
+    env = server_environment(device, plugin)
     child = [sys.executable, "-c", "from sglang_eagle_ext.demo.run import engine_child; engine_child()",
-             target, drafter, device, str(num_steps), str(new_tokens), attention_backend]
+             target, drafter, device, str(num_steps), str(new_tokens), attention_backend, str(topk),
+             str(draft_tokens or num_steps + 1)]
     try:
         done = subprocess.run(child, capture_output=True, text=True, env=env, timeout=timeout)
     except subprocess.TimeoutExpired:
