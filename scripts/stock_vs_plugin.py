@@ -91,16 +91,16 @@ def measure(layouts=LAYOUTS) -> list[dict]:
     import os
 
     import torch
-    from sglang.test.layer_ut_utils import init_single_process_dist
 
     from sglang_eagle_ext.sglang import stock_check
+    from sglang_eagle_ext.sglang.compat.runtime import init_single_process_distributed
 
     rows = []
     with tempfile.TemporaryDirectory() as scratch:
         built = [build(builder, name, os.path.join(scratch, name)) for _, builder, name in layouts]
         stock = stock_check.check_many(built)
         if not torch.distributed.is_initialized():  # a test session may have done it already
-            init_single_process_dist(master_port=29000 + os.getpid() % 1000)
+            init_single_process_distributed(29000 + os.getpid() % 1000)
         for (label, builder, name), (directory, target), report in zip(layouts, built, stock):
             rows.append({"label": label, "layout": f"{builder}:{name}", "stock": scrubbed(report, directory),
                          "ours": ours_matches_reference(directory, target)})

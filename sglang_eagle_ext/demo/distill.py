@@ -34,6 +34,7 @@ from sglang_eagle_ext.reference.drafter import DraftCache, ReferenceDrafter, cau
 from sglang_eagle_ext.drafter.spec import (AuxLayers, Dialect, DrafterSpec, IdConvention, LaterLayerNorm,
                                            default_aux_indices)
 from sglang_eagle_ext.drafter.target import read_target
+from sglang_eagle_ext.demo.tiny_target import TinyTargetSettings
 
 BUILD_RECORD = "tiny_drafter.json"
 
@@ -57,6 +58,20 @@ class DistillSettings:
     batch_size: int = 16
     learning_rate: float = 1e-2
     seed: int = 0
+
+
+# What the demo distils for each producer layout of :mod:`sglang_eagle_ext.drafter.producer_export`:
+# a drafter with that layout's features, for the tiny target.
+LAYOUT_SETTINGS = {
+    "sglang": DistillSettings(num_layers=2),  # the demo's drafter: later layers read input_layernorm
+    "speculators": DistillSettings(num_layers=2),
+    "modelopt-hf": DistillSettings(num_layers=2),
+    "modelopt-megatron": DistillSettings(num_layers=2, later_layer_norm="hidden_norm"),
+    "specforge": DistillSettings(num_layers=1, fc_norm=True),  # SpecForge carries the pre-norm state
+    # NeMo's draft takes the target's config, its MLP width included
+    "nemo": DistillSettings(num_layers=1, fc_norm=True, carry_normed_state=True,
+                            intermediate_size=TinyTargetSettings().intermediate_size),
+}
 
 
 def _spec(target_dir: str, settings: DistillSettings, indices: tuple[int, ...]) -> DrafterSpec:

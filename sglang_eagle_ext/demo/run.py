@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from sglang_eagle_ext.cli.options import SERVING_DEVICES, device_problem, positive_int, serving_device
 from sglang_eagle_ext.cli.serve_cmd import INSTALL_HINT, cache_dir
+from sglang_eagle_ext.drafter.producer_export import LAYOUTS
 from sglang_eagle_ext.sglang.compat import cpu
 from sglang_eagle_ext.sglang.plugin import SWITCH
 
@@ -41,6 +42,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--attention-backend", choices=ATTENTION_BACKENDS, default="auto",
                         help="GPU attention backend; auto: fa3 when sgl_kernel has it, else triton")
     parser.add_argument("--timeout", type=positive_int, default=900, help="seconds allowed for the SGLang run")
+    parser.add_argument("--layout", choices=LAYOUTS, default="sglang",
+                        help="the producer layout the drafter is written in (each is distilled once, with "
+                             "that layout's features: 2 layers, or 1 layer with EAGLE 3.1's fc_norm)")
+    parser.add_argument("--compare-stock", action="store_true",
+                        help="also serve the drafter with stock SGLang (SGLANG_EAGLE_EXT=0) and print its "
+                             "result beside this plugin's (a second SGLang run)")
 
 
 def say(message: str) -> None:
@@ -109,6 +116,12 @@ class ServedRun:
 class DemoFailure(RuntimeError):
     """SGLang did not finish: the message holds its log tail."""
 
+    def error_line(self) -> str:
+        """The last exception line of the log tail (what stopped SGLang), else its last line."""
+        lines = [line.strip() for line in str(self).splitlines() if line.strip()]
+        errors = [line for line in lines if "Error" in line.split(":")[0] or "Exception" in line.split(":")[0]]
+        return (errors or lines or ["no output"])[-1][:400]
+
 
 def server_environment(device: str, plugin: bool | None = None) -> dict:
     """The environment of the demo's SGLang processes: the caller's, with the plugin switch
@@ -164,7 +177,7 @@ def plain_greedy(target: str, new_tokens: int, device: str = "cpu") -> list[list
 
 def run(args) -> int:
     cpu.install()
-    from sglang_eagle_ext.demo.distill import DistillSettings, build_tiny_drafter
+    from sglang_eagle_ext.demo.distill import LAYOUT_SETTINGS, build_tiny_drafter
     from sglang_eagle_ext.demo.tiny_target import build_tiny_target
 
     if importlib.util.find_spec("sglang") is None:
@@ -182,8 +195,9 @@ def run(args) -> int:
         "token process that looks two tokens back (first run only) ...")
     target = build_tiny_target(os.path.join(workdir, "target"))
     say(f"target ready: {target}")
-    say("distilling (or reusing) a 2-layer EAGLE-3 drafter from the target's own greedy text "
-        "(first run only) ...")
+    settings = LAYOUT_SETTINGS[args.layout]
+    say(f"distilling (or reusing) a {settings.num_layers}-layer EAGLE-3 drafter from the target's own greedy "
+        f"text, written in the {args.layout} layout (first run only) ...")
     last_report = [0.0]
 
     def progress(step, total, loss):
@@ -191,14 +205,15 @@ def run(args) -> int:
             last_report[0] = time.monotonic()
             say(f"  training step {step}/{total}, loss {loss:.3f}")
 
-    drafter = build_tiny_drafter(os.path.join(workdir, "drafter-2layer"), target,
-                                 DistillSettings(num_layers=2), progress)
+    name = "drafter-2layer" if args.layout == "sglang" else f"drafter-{args.layout}"
+    drafter = build_tiny_drafter(os.path.join(workdir, name), target, settings, progress, layout=args.layout)
     say(f"drafter ready: {drafter}")
     say("starting SGLang on CPU (Triton interpreter; about a minute) ..." if device == "cpu"
         else "starting SGLang on the GPU (CUDA graph capture included) ...")
     try:
+        # compared with stock, this arm must be the plugin's whatever the user's switch says
         served = serve_greedy(target, drafter, device, args.num_steps, args.max_new_tokens,
-                              args.attention_backend, args.timeout)
+                              args.attention_backend, args.timeout, plugin=True if args.compare_stock else None)
     except DemoFailure as exc:
         print(exc, file=sys.stderr)
         return 1
@@ -215,5 +230,31 @@ def run(args) -> int:
     print(f"\nacceptance length: {served.accept_length:.2f} tokens per verify step ({tokens} tokens, "
           f"{args.num_steps} draft steps, chain)")
     print(f"output equals plain greedy decoding: {'yes' if all(same) else 'NO'}")
+    if args.compare_stock:
+        compare_with_stock(args, target, drafter, device, served, all(same), expected)
     say(f"done in {time.monotonic() - started:.0f} s")
     return 0 if all(same) else 1
+
+
+def compare_with_stock(args, target: str, drafter: str, device: str, ours: ServedRun, ours_same: bool,
+                       expected: list[list[int]]) -> None:
+    """Stock SGLang (plugin off) on the same drafter and prompts: what its own loader makes of the
+    drafter, then its served result printed beside the plugin's."""
+    from sglang_eagle_ext.drafter.target import read_target
+    from sglang_eagle_ext.sglang import stock_check
+
+    say("stock SGLang's own loader on this drafter (plugin off) ...")
+    for line in stock_check.describe(stock_check.check(drafter, read_target(target)), None, None):
+        say(line)
+    say("serving the same prompts with stock SGLang (SGLANG_EAGLE_EXT=0) ...")
+    try:
+        stock = serve_greedy(target, drafter, device, args.num_steps, args.max_new_tokens,
+                             args.attention_backend, args.timeout, plugin=False)
+        cells = (f"{stock.accept_length:.2f}",
+                 "yes" if [o["output_ids"] for o in stock.outputs] == expected else "NO")
+    except DemoFailure as exc:
+        cells = ("failed to serve", "-")
+        say(f"stock SGLang stopped: {exc.error_line()}")
+    print(f"\n{'':<32}{'stock SGLang':>16}{'this plugin':>16}")
+    print(f"{'acceptance length':<32}{cells[0]:>16}{ours.accept_length:>16.2f}")
+    print(f"{'equals plain greedy decoding':<32}{cells[1]:>16}{'yes' if ours_same else 'NO':>16}")
