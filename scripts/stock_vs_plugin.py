@@ -78,6 +78,10 @@ def ours_matches_reference(directory: str, target) -> dict:
         return {"equal": False, "refused": str(exc.problems[0])}
     except AssertionError as exc:
         return {"equal": False, "difference": str(exc).strip().splitlines()[0]}
+    except Exception as exc:  # the harness itself (built for the CI's release) failing is "not checked"
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        return {"equal": None, "not_checked": f"the package's SGLang forward harness fails on this release "
+                                              f"({type(exc).__name__}: {first})"}
     return {"equal": True}
 
 
