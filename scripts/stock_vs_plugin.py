@@ -78,6 +78,10 @@ def ours_matches_reference(directory: str, target) -> dict:
         return {"equal": False, "refused": str(exc.problems[0])}
     except AssertionError as exc:
         return {"equal": False, "difference": str(exc).strip().splitlines()[0]}
+    except Exception as exc:  # the harness itself (built for the CI's release) failing is "not checked"
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        return {"equal": None, "not_checked": f"the package's SGLang forward harness fails on this release "
+                                              f"({type(exc).__name__}: {first})"}
     return {"equal": True}
 
 
@@ -91,16 +95,16 @@ def measure(layouts=LAYOUTS) -> list[dict]:
     import os
 
     import torch
-    from sglang.test.layer_ut_utils import init_single_process_dist
 
     from sglang_eagle_ext.sglang import stock_check
+    from sglang_eagle_ext.sglang.compat.runtime import init_single_process_distributed
 
     rows = []
     with tempfile.TemporaryDirectory() as scratch:
         built = [build(builder, name, os.path.join(scratch, name)) for _, builder, name in layouts]
         stock = stock_check.check_many(built)
         if not torch.distributed.is_initialized():  # a test session may have done it already
-            init_single_process_dist(master_port=29000 + os.getpid() % 1000)
+            init_single_process_distributed(29000 + os.getpid() % 1000)
         for (label, builder, name), (directory, target), report in zip(layouts, built, stock):
             rows.append({"label": label, "layout": f"{builder}:{name}", "stock": scrubbed(report, directory),
                          "ours": ours_matches_reference(directory, target)})

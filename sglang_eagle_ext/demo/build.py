@@ -17,7 +17,6 @@ import subprocess
 import sys
 
 TARGET_DIR = "target"
-DRAFTER_DIR = "drafter-2layer"
 X86_64 = ("x86_64", "AMD64")
 # Read once, when ATen dispatches its first kernel and MKL makes its first call.
 X86_PINS = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2,STRICT"}
@@ -33,10 +32,16 @@ def pinned_environment(env: dict, machine: str | None = None) -> dict:
     return {**env, **pins}
 
 
-def build_models(workdir: str) -> int:
-    """Build (or reuse) the tiny target and the 2-layer drafter under ``workdir`` in a pinned child;
-    its exit status (its progress and any error go to this process's output)."""
-    child = [sys.executable, "-m", "sglang_eagle_ext.demo.build", workdir]
+def drafter_dir(layout: str) -> str:
+    """Where under the work directory the drafter written in ``layout`` lives."""
+    return "drafter-2layer" if layout == "sglang" else f"drafter-{layout}"
+
+
+def build_models(workdir: str, layout: str = "sglang") -> int:
+    """Build (or reuse) the tiny target and the drafter distilled for ``layout`` (written in it) under
+    ``workdir`` in a pinned child; its exit status (its progress and any error go to this process's
+    output)."""
+    child = [sys.executable, "-m", "sglang_eagle_ext.demo.build", workdir, layout]
     return subprocess.run(child, env=pinned_environment(dict(os.environ))).returncode
 
 
@@ -46,10 +51,10 @@ def main(argv: list[str] | None = None) -> int:
     from sglang_eagle_ext.sglang.compat import cpu
 
     cpu.install()  # before transformers imports a torchvision built for another torch
-    from sglang_eagle_ext.demo.distill import DistillSettings, build_tiny_drafter
+    from sglang_eagle_ext.demo.distill import LAYOUT_SETTINGS, build_tiny_drafter
     from sglang_eagle_ext.demo.tiny_target import build_tiny_target
 
-    (workdir,) = argv if argv is not None else sys.argv[1:]
+    workdir, layout = argv if argv is not None else sys.argv[1:]
     last_report = [0.0]
 
     def progress(step, total, loss):
@@ -60,10 +65,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         target = build_tiny_target(os.path.join(workdir, TARGET_DIR))
         print(f"[demo] target ready: {target}", flush=True)
-        print("[demo] distilling (or reusing) a 2-layer EAGLE-3 drafter from the target's own greedy "
-              "text (first run only) ...", flush=True)
-        drafter = build_tiny_drafter(os.path.join(workdir, DRAFTER_DIR), target, DistillSettings(num_layers=2),
-                                     progress)
+        settings = LAYOUT_SETTINGS[layout]
+        print(f"[demo] distilling (or reusing) a {settings.num_layers}-layer EAGLE-3 drafter from the target's "
+              f"own greedy text, written in the {layout} layout (first run only) ...", flush=True)
+        drafter = build_tiny_drafter(os.path.join(workdir, drafter_dir(layout)), target, settings, progress,
+                                     layout=layout)
     except FileExistsError as error:
         print(f"demo: {error}", file=sys.stderr)
         return 2

@@ -15,7 +15,8 @@ this trains one that does, in seconds to minutes. Recipe (EAGLE-3's, scaled down
   rows for the draft vocabulary.
 
 The result is a flat SGLang-style drafter directory (``LlamaForCausalLMEagle3``, ``layers.{i}``
-names, aux ids in ``eagle_config``), written atomically and read back through ``read_drafter``.
+names, aux ids in ``eagle_config``), or the same drafter in another producer's layout
+(:mod:`sglang_eagle_ext.drafter.producer_export`), written atomically and read back.
 """
 
 from __future__ import annotations
@@ -27,13 +28,13 @@ from dataclasses import dataclass
 
 import torch
 
-from sglang_eagle_ext.drafter.reader import read_drafter
-from sglang_eagle_ext.drafter.model_dir import membership_mask, staged_directory, write_json
-from sglang_eagle_ext.drafter.config_json import canonical_config
+from sglang_eagle_ext.drafter.producer_export import write_in_layout
 from sglang_eagle_ext.reference.capture import CapturingTarget
 from sglang_eagle_ext.reference.drafter import DraftCache, ReferenceDrafter, causal_mask
-from sglang_eagle_ext.drafter.spec import AuxLayers, Dialect, DrafterSpec, IdConvention, default_aux_indices
+from sglang_eagle_ext.drafter.spec import (AuxLayers, Dialect, DrafterSpec, IdConvention, LaterLayerNorm,
+                                           default_aux_indices)
 from sglang_eagle_ext.drafter.target import read_target
+from sglang_eagle_ext.demo.tiny_target import TinyTargetSettings
 
 BUILD_RECORD = "tiny_drafter.json"
 
@@ -43,6 +44,9 @@ class DistillSettings:
     num_layers: int = 2
     aux_indices: tuple[int, ...] | None = None  # hidden-state indices; None: (2, N//2, N-3)
     intermediate_size: int = 256
+    fc_norm: bool = False  # EAGLE 3.1: one RMSNorm per aux chunk before fc
+    carry_normed_state: bool = False  # the next draft step gets the final-normed hidden state
+    later_layer_norm: str = "input_layernorm"  # or "hidden_norm": what layers >= 1 normalise with
     draft_vocab_size: int = 256
     num_sequences: int = 256
     prompt_tokens: int = 8
@@ -54,6 +58,20 @@ class DistillSettings:
     batch_size: int = 16
     learning_rate: float = 1e-2
     seed: int = 0
+
+
+# What the demo distils for each producer layout of :mod:`sglang_eagle_ext.drafter.producer_export`:
+# a drafter with that layout's features, for the tiny target.
+LAYOUT_SETTINGS = {
+    "sglang": DistillSettings(num_layers=2),  # the demo's drafter: later layers read input_layernorm
+    "speculators": DistillSettings(num_layers=2),
+    "modelopt-hf": DistillSettings(num_layers=2),
+    "modelopt-megatron": DistillSettings(num_layers=2, later_layer_norm="hidden_norm"),
+    "specforge": DistillSettings(num_layers=1, fc_norm=True),  # SpecForge carries the pre-norm state
+    # NeMo's draft takes the target's config, its MLP width included
+    "nemo": DistillSettings(num_layers=1, fc_norm=True, carry_normed_state=True,
+                            intermediate_size=TinyTargetSettings().intermediate_size),
+}
 
 
 def _spec(target_dir: str, settings: DistillSettings, indices: tuple[int, ...]) -> DrafterSpec:
@@ -72,7 +90,9 @@ def _spec(target_dir: str, settings: DistillSettings, indices: tuple[int, ...]) 
         max_position_embeddings=config.max_position_embeddings, num_aux_hidden_states=len(indices),
         aux_layers=AuxLayers(indices, IdConvention.HIDDEN_STATE_INDEX, "<distilled>"),
         vocab_size=info.vocab_size, draft_vocab_size=min(settings.draft_vocab_size, info.vocab_size),
-        has_vocab_map=settings.draft_vocab_size < info.vocab_size, embed_tokens_from_target=True)
+        has_vocab_map=settings.draft_vocab_size < info.vocab_size, embed_tokens_from_target=True,
+        fc_norm=settings.fc_norm, norm_output=settings.carry_normed_state,
+        later_layer_norm=LaterLayerNorm(settings.later_layer_norm) if settings.num_layers > 1 else None)
 
 
 def _sequences(model, tokenizer, settings: DistillSettings) -> torch.Tensor:
@@ -165,53 +185,40 @@ def train(target_dir: str, settings: DistillSettings, progress=None) -> tuple[Re
 
 
 def write_drafter(directory: str, drafter: ReferenceDrafter, target_dir: str, summary: dict,
-                  settings: DistillSettings) -> str:
-    """Write ``drafter`` as a model directory (atomically) and check it reads back identically."""
-    from safetensors.torch import save_file
+                  settings: DistillSettings, layout: str = "sglang") -> str:
+    """Write ``drafter`` as a model directory in ``layout`` (a producer's, see
+    :mod:`sglang_eagle_ext.drafter.producer_export`), atomically, checked by reading it back."""
+    record = {"settings": dataclasses.asdict(settings), "layout": layout, **summary}
+    return write_in_layout(directory, layout, drafter.spec, drafter.canonical_state_dict(), target_dir,
+                           extra_files={BUILD_RECORD: record})
 
-    with open(os.path.join(target_dir, "config.json"), encoding="utf-8") as handle:
-        target_config = json.load(handle)
-    with staged_directory(directory) as staging:
-        state = {k: v.contiguous() for k, v in drafter.canonical_state_dict().items()}
-        if drafter.spec.has_vocab_map:
-            state["t2d"] = membership_mask(state["d2t"], drafter.spec.vocab_size)
-        save_file(state, os.path.join(staging, "model.safetensors"))
-        config = canonical_config(drafter.spec)
-        config.update(torch_dtype="float32", bos_token_id=target_config.get("bos_token_id"),
-                      eos_token_id=target_config.get("eos_token_id"))
-        write_json(os.path.join(staging, "config.json"), config)
-        write_json(os.path.join(staging, BUILD_RECORD),
-                   {"settings": dataclasses.asdict(settings), **summary})
-        written = read_drafter(staging, target=target_dir).spec
-        for name in ("num_layers", "aux_layers", "draft_vocab_size", "has_vocab_map",
-                     "later_layer_norm", "embed_tokens_from_target"):
-            mine, read = getattr(drafter.spec, name), getattr(written, name)
-            if name == "aux_layers":
-                mine = mine.hidden_state_indices()
-                read = read.hidden_state_indices(read_target(target_dir).num_layers)
-            if mine != read:
-                raise AssertionError(f"written drafter reads back with {name}={read!r}, not {mine!r}")
-    return directory
+
+def _record(directory: str) -> dict | None:
+    try:
+        with open(os.path.join(directory, BUILD_RECORD), encoding="utf-8") as handle:
+            return json.load(handle)
+    except (OSError, ValueError):
+        return None
 
 
 def built_with(directory: str) -> DistillSettings | None:
     try:
-        with open(os.path.join(directory, BUILD_RECORD), encoding="utf-8") as handle:
-            data = json.load(handle)["settings"]
+        data = dict(_record(directory)["settings"])
         if data.get("aux_indices") is not None:
             data["aux_indices"] = tuple(data["aux_indices"])
         return DistillSettings(**data)
-    except (OSError, ValueError, TypeError, KeyError):
+    except (TypeError, KeyError):
         return None
 
 
-def build_tiny_drafter(directory: str, target_dir: str,
-                       settings: DistillSettings = DistillSettings(), progress=None) -> str:
-    """Distil a drafter into ``directory``, or reuse it when built with the same settings."""
-    if built_with(directory) == settings:
+def build_tiny_drafter(directory: str, target_dir: str, settings: DistillSettings = DistillSettings(),
+                       progress=None, layout: str = "sglang") -> str:
+    """Distil a drafter into ``directory`` written in ``layout``, or reuse it when built with the
+    same settings and layout."""
+    if built_with(directory) == settings and _record(directory).get("layout", "sglang") == layout:
         return os.path.abspath(directory)
     if os.path.exists(directory) and built_with(directory) is None:
         raise FileExistsError(f"{directory}: exists and was not written by this tool "
                               f"({BUILD_RECORD} missing); remove it or choose another directory")
     drafter, summary = train(target_dir, settings, progress)
-    return write_drafter(directory, drafter, target_dir, summary, settings)
+    return write_drafter(directory, drafter, target_dir, summary, settings, layout)

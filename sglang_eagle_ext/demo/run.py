@@ -24,8 +24,10 @@ from dataclasses import dataclass
 
 from sglang_eagle_ext.cli.options import SERVING_DEVICES, device_problem, positive_int, serving_device
 from sglang_eagle_ext.cli.serve_cmd import INSTALL_HINT, cache_dir
-from sglang_eagle_ext.demo.build import DRAFTER_DIR, TARGET_DIR, build_models
+from sglang_eagle_ext.demo.build import TARGET_DIR, build_models, drafter_dir
+from sglang_eagle_ext.drafter.producer_export import LAYOUTS
 from sglang_eagle_ext.sglang.compat import cpu
+from sglang_eagle_ext.sglang.plugin import SWITCH
 
 PROMPTS = ["The old sailor counts", "A curious child waits for"]
 ATTENTION_BACKENDS = ("auto", "fa3", "flashinfer", "triton")
@@ -41,6 +43,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--attention-backend", choices=ATTENTION_BACKENDS, default="auto",
                         help="GPU attention backend; auto: fa3 when sgl_kernel has it, else triton")
     parser.add_argument("--timeout", type=positive_int, default=900, help="seconds allowed for the SGLang run")
+    parser.add_argument("--layout", choices=LAYOUTS, default="sglang",
+                        help="the producer layout the drafter is written in (each is distilled once, with "
+                             "that layout's features: 2 layers, or 1 layer with EAGLE 3.1's fc_norm)")
+    parser.add_argument("--compare-stock", action="store_true",
+                        help="also serve the drafter with stock SGLang (SGLANG_EAGLE_EXT=0) and print its "
+                             "result beside this plugin's (a second SGLang run)")
 
 
 def say(message: str) -> None:
@@ -73,14 +81,14 @@ def engine_options(device: str, attention_backend: str) -> dict:
 def engine_child() -> None:
     """Runs in the SGLang subprocess: one engine, greedy generation, one RESULT line.
 
-    Arguments: TARGET DRAFTER DEVICE STEPS NEW_TOKENS ATTENTION_BACKEND."""
+    Arguments: TARGET DRAFTER DEVICE STEPS NEW_TOKENS ATTENTION_BACKEND TOPK DRAFT_TOKENS."""
     import sglang
 
-    target, drafter, device, steps, new_tokens, attention_backend = sys.argv[1:7]
+    target, drafter, device, steps, new_tokens, attention_backend, topk, draft_tokens = sys.argv[1:9]
     options = engine_options(device, attention_backend)
     engine = sglang.Engine(model_path=target, speculative_algorithm="EAGLE3",
                            speculative_draft_model_path=drafter, speculative_num_steps=int(steps),
-                           speculative_eagle_topk=1, speculative_num_draft_tokens=int(steps) + 1,
+                           speculative_eagle_topk=int(topk), speculative_num_draft_tokens=int(draft_tokens),
                            max_total_tokens=4096, context_length=512, log_level="error", **options)
     try:
         outputs = engine.generate(prompt=PROMPTS, sampling_params={
@@ -109,17 +117,34 @@ class ServedRun:
 class DemoFailure(RuntimeError):
     """SGLang did not finish: the message holds its log tail."""
 
+    def error_line(self) -> str:
+        """The last exception line of the log tail (what stopped SGLang), else its last line."""
+        lines = [line.strip() for line in str(self).splitlines() if line.strip()]
+        errors = [line for line in lines if "Error" in line.split(":")[0] or "Exception" in line.split(":")[0]]
+        return (errors or lines or ["no output"])[-1][:400]
+
+
+def server_environment(device: str, plugin: bool | None = None) -> dict:
+    """The environment of the demo's SGLang processes: the caller's, with the plugin switch
+    (:data:`~sglang_eagle_ext.sglang.plugin.SWITCH`) as the user set it when ``plugin`` is None,
+    else forced on or off (off: stock SGLang's built-in class serves the draft)."""
+    env = dict(os.environ)
+    if plugin is not None:
+        env[SWITCH] = "1" if plugin else "0"
+    return cpu.process_environment(env) if device == "cpu" else env
+
 
 def serve_greedy(target: str, drafter: str, device: str, num_steps: int, new_tokens: int,
-                 attention_backend: str = "auto", timeout: int = 900) -> ServedRun:
+                 attention_backend: str = "auto", timeout: int = 900, plugin: bool | None = None,
+                 topk: int = 1, draft_tokens: int | None = None) -> ServedRun:
     """Greedy EAGLE-3 generation of :data:`PROMPTS` by stock SGLang in a subprocess (SGLang's
-    schedulers need a fresh process; on CPU, the CPU shims in every process)."""
-    env = dict(os.environ)
-    env.pop("SGLANG_EAGLE_EXT", None)
-    if device == "cpu":
-        env = cpu.process_environment(env)
+    schedulers need a fresh process; on CPU, the CPU shims in every process). ``plugin``: see
+    :func:`server_environment`; ``topk`` > 1 drafts a tree of ``draft_tokens`` verified tokens
+    (default: ``num_steps + 1`` for a chain)."""
+    env = server_environment(device, plugin)
     child = [sys.executable, "-c", "from sglang_eagle_ext.demo.run import engine_child; engine_child()",
-             target, drafter, device, str(num_steps), str(new_tokens), attention_backend]
+             target, drafter, device, str(num_steps), str(new_tokens), attention_backend, str(topk),
+             str(draft_tokens or num_steps + 1)]
     try:
         done = subprocess.run(child, capture_output=True, text=True, env=env, timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -166,15 +191,16 @@ def run(args) -> int:
     say(f"device: {device}; models under {workdir}")
     say("building (or reusing) the tiny target: 8-layer Llama, 512-token BPE tokenizer, trained on a "
         "token process that looks two tokens back (first run only) ...")
-    built = build_models(workdir)
+    built = build_models(workdir, args.layout)
     if built != 0:
         return built
-    target, drafter = os.path.join(workdir, TARGET_DIR), os.path.join(workdir, DRAFTER_DIR)
+    target, drafter = os.path.join(workdir, TARGET_DIR), os.path.join(workdir, drafter_dir(args.layout))
     say("starting SGLang on CPU (Triton interpreter; about a minute) ..." if device == "cpu"
         else "starting SGLang on the GPU (CUDA graph capture included) ...")
     try:
+        # compared with stock, this arm must be the plugin's whatever the user's switch says
         served = serve_greedy(target, drafter, device, args.num_steps, args.max_new_tokens,
-                              args.attention_backend, args.timeout)
+                              args.attention_backend, args.timeout, plugin=True if args.compare_stock else None)
     except DemoFailure as exc:
         print(exc, file=sys.stderr)
         return 1
@@ -191,5 +217,31 @@ def run(args) -> int:
     print(f"\nacceptance length: {served.accept_length:.2f} tokens per verify step ({tokens} tokens, "
           f"{args.num_steps} draft steps, chain)")
     print(f"output equals plain greedy decoding: {'yes' if all(same) else 'NO'}")
+    if args.compare_stock:
+        compare_with_stock(args, target, drafter, device, served, all(same), expected)
     say(f"done in {time.monotonic() - started:.0f} s")
     return 0 if all(same) else 1
+
+
+def compare_with_stock(args, target: str, drafter: str, device: str, ours: ServedRun, ours_same: bool,
+                       expected: list[list[int]]) -> None:
+    """Stock SGLang (plugin off) on the same drafter and prompts: what its own loader makes of the
+    drafter, then its served result printed beside the plugin's."""
+    from sglang_eagle_ext.drafter.target import read_target
+    from sglang_eagle_ext.sglang import stock_check
+
+    say("stock SGLang's own loader on this drafter (plugin off) ...")
+    for line in stock_check.describe(stock_check.check(drafter, read_target(target)), None, None):
+        say(line)
+    say("serving the same prompts with stock SGLang (SGLANG_EAGLE_EXT=0) ...")
+    try:
+        stock = serve_greedy(target, drafter, device, args.num_steps, args.max_new_tokens,
+                             args.attention_backend, args.timeout, plugin=False)
+        cells = (f"{stock.accept_length:.2f}",
+                 "yes" if [o["output_ids"] for o in stock.outputs] == expected else "NO")
+    except DemoFailure as exc:
+        cells = ("failed to serve", "-")
+        say(f"stock SGLang stopped: {exc.error_line()}")
+    print(f"\n{'':<32}{'stock SGLang':>16}{'this plugin':>16}")
+    print(f"{'acceptance length':<32}{cells[0]:>16}{ours.accept_length:>16.2f}")
+    print(f"{'equals plain greedy decoding':<32}{cells[1]:>16}{'yes' if ours_same else 'NO':>16}")

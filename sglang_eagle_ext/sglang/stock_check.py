@@ -166,7 +166,8 @@ def _quote(exc: BaseException) -> str:
 
 def _init_distributed() -> None:
     import torch
-    from sglang.test.layer_ut_utils import init_single_process_dist
+
+    from sglang_eagle_ext.sglang.compat.runtime import init_single_process_distributed
 
     if torch.distributed.is_initialized():
         return
@@ -174,7 +175,7 @@ def _init_distributed() -> None:
     with socket.socket() as probe:  # a free port for the gloo rendezvous
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    init_single_process_dist(master_port=port)
+    init_single_process_distributed(port)
 
 
 def _weight_files(directory: str) -> tuple[list[str], bool]:

@@ -88,3 +88,31 @@ def decode_graph_options(batch_sizes) -> dict:
     for name in ("disable_piecewise_cuda_graph", "disable_prefill_cuda_graph"):
         options[name] = True
     return {name: value for name, value in options.items() if name in names}
+
+
+def init_single_process_distributed(port: int) -> None:
+    """SGLang's distributed state for one process (gloo, world size 1, every parallel size 1),
+    which its layers need even at tensor-parallel size 1 (the stock check, the layout scripts):
+    SGLang's own helper where the release ships it (``sglang.test.layer_ut_utils``, which also
+    publishes the build topology newer releases ask for), else the two calls it makes."""
+    import os
+
+    import torch
+
+    try:
+        from sglang.test.layer_ut_utils import init_single_process_dist
+    except ImportError:  # releases before the helper (0.5.16 and older)
+        init_single_process_dist = None
+    if init_single_process_dist is not None:
+        init_single_process_dist(master_port=port)
+        return
+    from sglang.srt.distributed.parallel_state import (init_distributed_environment, initialize_model_parallel,
+                                                       model_parallel_is_initialized)
+
+    for key, value in (("MASTER_ADDR", "127.0.0.1"), ("MASTER_PORT", str(port)), ("RANK", "0"),
+                       ("WORLD_SIZE", "1"), ("LOCAL_RANK", "0")):
+        os.environ.setdefault(key, value)
+    if not torch.distributed.is_initialized():
+        init_distributed_environment(world_size=1, rank=0, local_rank=0, backend="gloo")
+    if not model_parallel_is_initialized():
+        initialize_model_parallel(backend="gloo")

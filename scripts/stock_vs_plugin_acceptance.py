@@ -1,0 +1,148 @@
+"""Stock SGLang against this plugin on trained drafters, served end to end in each producer's layout.
+
+For each layout where stock SGLang's forward differs from the reference (README, "What this
+package fixes over stock SGLang"), the demo's distiller trains a drafter of the features the
+layout has for the demo's tiny target and writes it as that producer's export code does
+(:mod:`sglang_eagle_ext.drafter.producer_export`). SGLang then serves the same prompts greedily
+twice, with the plugin off (``SGLANG_EAGLE_EXT=0``: stock's built-in class) and on, through the
+demo's engine path (:func:`sglang_eagle_ext.demo.run.serve_greedy`). Recorded per layout and arm:
+whether the server ran (else stock's error, quoted), the acceptance length, and whether the
+output equals plain greedy decoding of the target (HF transformers); and, for the trained
+weights, stock's own loader against the reference drafter (:mod:`sglang_eagle_ext.sglang.stock_check`).
+
+    python scripts/stock_vs_plugin_acceptance.py                # CPU, chain (3 steps)
+    python scripts/stock_vs_plugin_acceptance.py --device cuda --out $OUT   # GPU, tree 4/3/8
+
+Writes ``benchmarks/results/<cpu|gpu>/stock_vs_plugin_acceptance_sglang-<release>.json`` (or
+into ``--out``); models are built under ``--workdir`` and reused.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from sglang_eagle_ext.sglang.compat import cpu  # noqa: E402 (before anything imports torchvision)
+
+cpu.install()
+
+from sglang_eagle_ext.cli.serve_cmd import cache_dir  # noqa: E402
+from sglang_eagle_ext.demo.distill import LAYOUT_SETTINGS, DistillSettings, built_with, train, write_drafter  # noqa: E402
+from sglang_eagle_ext.demo.run import DemoFailure, plain_greedy, serve_greedy  # noqa: E402
+from sglang_eagle_ext.demo.tiny_target import build_tiny_target  # noqa: E402
+
+# (label, producer_export layout): the layouts of the stock-vs-plugin table whose forward stock
+# gets wrong, and the demo's own; what is distilled for each: distill.LAYOUT_SETTINGS
+LAYOUTS = (
+    ("SGLang flat (the demo's drafter), 2 layers", "sglang"),
+    ("speculators, 2 layers", "speculators"),
+    ("ModelOpt HF export, 2 layers", "modelopt-hf"),
+    ("ModelOpt Megatron export (`midlayer.{i}`)", "modelopt-megatron"),
+    ("SpecForge EAGLE 3.1 (`norm_output: true`)", "specforge"),
+    ("NeMo EAGLE 3.1 (config carries the target's depth)", "nemo"),
+)
+PROMPT_TOKENS = 24  # new tokens per prompt (the demo's)
+
+
+def drafters(workdir: str, target: str, layouts=LAYOUTS) -> list[str]:
+    """Each layout's drafter directory; one training run per distinct settings, reused when built."""
+    trained: dict[DistillSettings, tuple] = {}
+    paths = []
+    for _, layout in layouts:
+        settings = LAYOUT_SETTINGS[layout]
+        directory = os.path.join(workdir, f"drafter-{layout}")
+        if built_with(directory) != settings:
+            if settings not in trained:
+                print(f"distilling {settings}", flush=True)
+                trained[settings] = train(target, settings)
+            drafter, summary = trained[settings]
+            write_drafter(directory, drafter, target, summary, settings, layout)
+        paths.append(directory)
+    return paths
+
+
+def served(target: str, drafter: str, plugin: bool, expected, args) -> dict:
+    try:
+        run = serve_greedy(target, drafter, args.device, args.num_steps, PROMPT_TOKENS, plugin=plugin,
+                           topk=args.topk, draft_tokens=args.draft_tokens, timeout=args.timeout)
+    except DemoFailure as exc:
+        return {"served": False, "error": exc.error_line()}
+    outputs = [o["output_ids"] for o in run.outputs]
+    return {"served": True, "accept_length": round(run.accept_length, 4),
+            "equals_plain_greedy": outputs == expected,
+            "class": next((line for line in run.activation if "drafts served by" in line or "disabled by" in line),
+                          "")[:200]}
+
+
+def stock_forward(paths: list[str], target: str) -> list[dict]:
+    """Stock's loader on the trained weights: what it never loads and how its forward compares."""
+    from sglang_eagle_ext.drafter.target import read_target
+    from sglang_eagle_ext.sglang import stock_check
+
+    info = read_target(target)
+    reports = stock_check.check_many([(path, info) for path in paths])
+    keys = ("loads", "refusal", "built_with", "depth", "never_loaded", "dropped", "forward")
+    return [json.loads(json.dumps({k: r[k] for k in keys if k in r}).replace(path, "{drafter}"))
+            for r, path in zip(reports, paths)]
+
+
+def main() -> None:
+    from importlib.metadata import version
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    parser.add_argument("--workdir", default=os.path.join(cache_dir(), "stock-acceptance"),
+                        help="where the tiny models are built once and reused")
+    parser.add_argument("--out", default=None, help="folder of the results file (default: benchmarks/results/...)")
+    parser.add_argument("--layouts", default=None, help="comma-separated producer_export layouts (default: all)")
+    parser.add_argument("--timeout", type=int, default=900, help="seconds per SGLang run")
+    args = parser.parse_args()
+    # chain on the CPU (what its Triton interpreter serves in minutes), a tree on the GPU
+    args.num_steps, args.topk, args.draft_tokens = (3, 1, 4) if args.device == "cpu" else (3, 4, 8)
+    layouts = [row for row in LAYOUTS if args.layouts is None or row[1] in args.layouts.split(",")]
+
+    target = build_tiny_target(os.path.join(args.workdir, "target"))
+    paths = drafters(args.workdir, target, layouts)
+    expected = plain_greedy(target, PROMPT_TOKENS)
+    stock_reports = stock_forward(paths, target)
+    rows = []
+    for (label, layout), path, report in zip(layouts, paths, stock_reports):
+        settings = LAYOUT_SETTINGS[layout]
+        row = {"label": label, "layout": layout, "distilled": {k: v for k, v in vars(settings).items()
+                                                               if v != getattr(DistillSettings(), k)},
+               "stock_check": report}
+        for arm, plugin in (("stock", False), ("ours", True)):
+            row[arm] = served(target, path, plugin, expected, args)
+            print(label, arm, row[arm], flush=True)
+        rows.append(row)
+    release = version("sglang")
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                            text=True).stdout.strip()
+    device = "CPU"
+    if args.device == "cuda":
+        import torch
+
+        device = torch.cuda.get_device_name()
+    drafting = "chain" if args.topk == 1 else "tree"
+    result = {"sglang": release, "date": datetime.date.today().isoformat(), "commit": commit, "device": device,
+              "command": "python scripts/stock_vs_plugin_acceptance.py" + (" --device cuda" if args.device == "cuda"
+                                                                           else ""),
+              "drafting": {"kind": drafting, "num_steps": args.num_steps, "topk": args.topk,
+                           "draft_tokens": args.draft_tokens},
+              "prompts": 2, "new_tokens_per_prompt": PROMPT_TOKENS, "rows": rows}
+    folder = Path(args.out) if args.out else ROOT / "benchmarks" / "results" / ("cpu" if args.device == "cpu" else "gpu")
+    path = folder / f"stock_vs_plugin_acceptance_sglang-{release}.json"
+    path.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
