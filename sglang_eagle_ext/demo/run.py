@@ -150,11 +150,33 @@ def plain_greedy(target: str, new_tokens: int, device: str = "cpu") -> list[list
     return outputs
 
 
-def run(args) -> int:
-    cpu.install()
+def build_demo_models(workdir: str, report=say) -> tuple[str, str]:
+    """The demo's tiny target and 2-layer drafter under ``workdir``, built on the first call and reused
+    after; returns their directories. ``report`` gets the progress lines."""
     from sglang_eagle_ext.demo.distill import DistillSettings, build_tiny_drafter
     from sglang_eagle_ext.demo.tiny_target import build_tiny_target
 
+    report("building (or reusing) the tiny target: 8-layer Llama, 512-token BPE tokenizer, trained on a "
+           "token process that looks two tokens back (first run only) ...")
+    target = build_tiny_target(os.path.join(workdir, "target"))
+    report(f"target ready: {target}")
+    report("distilling (or reusing) a 2-layer EAGLE-3 drafter from the target's own greedy text "
+           "(first run only) ...")
+    last_report = [0.0]
+
+    def progress(step, total, loss):
+        if time.monotonic() - last_report[0] > 10 or step == total:
+            last_report[0] = time.monotonic()
+            report(f"  training step {step}/{total}, loss {loss:.3f}")
+
+    drafter = build_tiny_drafter(os.path.join(workdir, "drafter-2layer"), target,
+                                 DistillSettings(num_layers=2), progress)
+    report(f"drafter ready: {drafter}")
+    return target, drafter
+
+
+def run(args) -> int:
+    cpu.install()
     if importlib.util.find_spec("sglang") is None:
         print(INSTALL_HINT, file=sys.stderr)
         return 2
@@ -166,22 +188,7 @@ def run(args) -> int:
     started = time.monotonic()
     workdir = os.path.abspath(args.workdir or os.path.join(cache_dir(), "demo"))
     say(f"device: {device}; models under {workdir}")
-    say("building (or reusing) the tiny target: 8-layer Llama, 512-token BPE tokenizer, trained on a "
-        "token process that looks two tokens back (first run only) ...")
-    target = build_tiny_target(os.path.join(workdir, "target"))
-    say(f"target ready: {target}")
-    say("distilling (or reusing) a 2-layer EAGLE-3 drafter from the target's own greedy text "
-        "(first run only) ...")
-    last_report = [0.0]
-
-    def progress(step, total, loss):
-        if time.monotonic() - last_report[0] > 10 or step == total:
-            last_report[0] = time.monotonic()
-            say(f"  training step {step}/{total}, loss {loss:.3f}")
-
-    drafter = build_tiny_drafter(os.path.join(workdir, "drafter-2layer"), target,
-                                 DistillSettings(num_layers=2), progress)
-    say(f"drafter ready: {drafter}")
+    target, drafter = build_demo_models(workdir, say)
     say("starting SGLang on CPU (Triton interpreter; about a minute) ..." if device == "cpu"
         else "starting SGLang on the GPU (CUDA graph capture included) ...")
     try:
