@@ -294,7 +294,7 @@ def soak(args) -> int:
         watch = ServerWatch(pid, port, args.sample_every, gpu=device.startswith("cuda"))
         watch.start()
         client = openai.OpenAI(base_url=f"{base_url}/v1", api_key="soak", max_retries=0, timeout=args.request_timeout)
-        cases = soak_requests.greedy_cases(args.max_tokens_cap)[:args.greedy_prompts]
+        cases = soak_requests.greedy_cases(args.max_tokens_cap, args.greedy_prompts)
         say(f"sequential greedy pass: {len(cases)} prompts, one at a time ...")
         references = soak_requests.sequential_reference(client, model_card["id"], cases)
         load_start = time.monotonic()

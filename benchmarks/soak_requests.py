@@ -55,10 +55,12 @@ def log_uniform_tokens(rng: random.Random, cap: int) -> int:
     return min(cap, max(1, int(math.exp(rng.uniform(0, math.log(cap + 1))))))
 
 
-def greedy_cases(cap: int) -> list[tuple[str, int]]:
-    """One (prompt, max_tokens) per prompt, max_tokens spread geometrically from 1 to ``cap``."""
-    last = len(PROMPTS) - 1
-    return [(prompt, max(1, round(cap ** (index / last)))) for index, prompt in enumerate(PROMPTS)]
+def greedy_cases(cap: int, count: int) -> list[tuple[str, int]]:
+    """(prompt, max_tokens) for the first ``count`` prompts, max_tokens spread geometrically from 1 to
+    ``cap`` (``cap`` alone for one prompt)."""
+    if count == 1:
+        return [(PROMPTS[0], cap)]
+    return [(prompt, max(1, round(cap ** (index / (count - 1))))) for index, prompt in enumerate(PROMPTS[:count])]
 
 
 def error_kind(error: Exception) -> str:
