@@ -7,7 +7,8 @@ It records the requests served and the errors by kind, server restarts, output t
 acceptance length (SGLang's per-request ``spec_verify_ct``) and the server's memory over time, and
 checks (``benchmarks/soak_checks.py``): greedy outputs under load equal those of a sequential run
 made first; constrained outputs parse and satisfy their schema; every request is answered as
-expected; no restart; no traceback in the server's log; memory does not grow. The results file
+expected; no restart; no traceback in the server's log; memory does not grow; once the clients
+stop, no request is left running or waiting (abandoned streams freed). The results file
 holds the command, date, device, versions, commit, configuration, counts and each check's numbers;
 the exit status is 1 when a check fails.
 
@@ -38,12 +39,14 @@ import openai
 import soak_checks
 import soak_requests
 from gpu.results_file import save_json
-from soak_server import ServerWatch, SoakError, listener_pid, loopback_base_url, start_server, stop_server
+from soak_server import (ServerWatch, SoakError, listener_pid, loopback_base_url, start_server, stop_server,
+                         wait_until_idle)
 
 REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LOAD_STARTED = "load started"  # benchmarks/gpu/run_soak.sh waits for "[soak] load started"
 SERVER_START_TIMEOUT_S = 900
 SERVER_FLAGS = ["--constrained-json-disable-any-whitespace"]
+IDLE_TIMEOUT_S = 60  # for the server to free every request once the clients have stopped
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -98,8 +101,12 @@ def say(message: str) -> None:
 def commit_of(given: str | None) -> str:
     if given:
         return given
-    done = subprocess.run(["git", "-C", REPOSITORY, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-    return done.stdout.strip() or "unknown"
+    head = subprocess.run(["git", "-C", REPOSITORY, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    if not head.stdout.strip():
+        return "unknown"
+    changed = subprocess.run(["git", "-C", REPOSITORY, "status", "--porcelain", "--untracked-files=no"],
+                             capture_output=True, text=True)
+    return head.stdout.strip() + ("-dirty" if changed.stdout.strip() else "")
 
 
 def device_name(device: str) -> str:
@@ -205,7 +212,7 @@ def acceptance(outcomes) -> float | None:
 
 
 def summarise(args, outcomes, seconds: float, references, watch: ServerWatch, log_text: str,
-              load_start: float, device: str) -> dict:
+              load_start: float, device: str, idle: dict) -> dict:
     served = collections.Counter(o.kind for o in outcomes if o.error is None)
     errors: dict = collections.defaultdict(collections.Counter)
     examples: dict = collections.defaultdict(list)
@@ -234,6 +241,7 @@ def summarise(args, outcomes, seconds: float, references, watch: ServerWatch, lo
         "every request answered as expected": soak_checks.count_check(len(outcomes) - unexpected, unexpected,
                                                                       "requests"),
         "no server restart": {"pass": not watch.events, "restarts": len(watch.events), "events": watch.events},
+        "server idle after the load": idle,
         "no traceback in the server log": soak_checks.traceback_check(log_text),
         "server memory flat": soak_checks.memory_check(watch.rss, load_start, load_end, "server RSS"),
     }
@@ -263,7 +271,7 @@ def plugin_lines(log_text: str) -> list[str]:
     seen = []
     for line in log_text.splitlines():
         if "sglang-eagle-ext:" in line and line not in seen:
-            seen.append(line.strip()[:400])
+            seen.append(line.strip()[:800])
     return seen[:12]
 
 
@@ -299,10 +307,11 @@ def soak(args) -> int:
         references = soak_requests.sequential_reference(client, model_card["id"], cases)
         load_start = time.monotonic()
         outcomes, seconds = run_load(args, base_url, model_card["id"], int(model_card["max_model_len"]), cases, watch)
+        idle = wait_until_idle(base_url, IDLE_TIMEOUT_S)
         time.sleep(2 * args.sample_every)  # one more sample after the last request
         watch.stop()
         log_text = open(log_path, errors="replace").read()
-        result = summarise(args, outcomes, seconds, references, watch, log_text, load_start, device)
+        result = summarise(args, outcomes, seconds, references, watch, log_text, load_start, device, idle)
     finally:
         if process is not None:
             stop_server(process)
@@ -320,7 +329,8 @@ def soak(args) -> int:
                    "stop": soak_requests.STOP_STRINGS, "schema": soak_requests.SCHEMA,
                    "fused_verify_env": os.environ.get("SGLANG_EAGLE_EXT_FUSED_VERIFY"),
                    "server": {key: info.get(key) for key in server_keys}},
-        "plugin_log": plugin_lines(log_text), **result}
+        "plugin_log": plugin_lines(log_text),
+        "fused_sampler_served": "served by the fused sampler" in log_text, **result}
     save_json(out, record)
     counts = record["counts"]
     say(f"{counts['requests']} requests in {counts['load_seconds']} s, {counts['output_tokens_per_s']} output "

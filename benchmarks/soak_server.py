@@ -20,6 +20,7 @@ import psutil
 
 READY_POLL_S = 2.0
 STOP_GRACE_S = 60
+IDLE_POLL_S = 1.0
 
 
 class SoakError(RuntimeError):
@@ -96,6 +97,28 @@ def stop_server(process: subprocess.Popen) -> None:
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait(timeout=STOP_GRACE_S)
+
+
+def wait_until_idle(base_url: str, timeout: float) -> dict:
+    """Poll SGLang's ``/v1/loads`` until no request runs or waits: after the clients stop, requests they
+    abandoned (closed streams, timeouts) must have been freed. The check's verdict and numbers."""
+    deadline, started = time.monotonic() + timeout, time.monotonic()
+    running = waiting = None
+    while True:
+        try:
+            answer = httpx.get(f"{base_url}/v1/loads", timeout=30)
+        except httpx.HTTPError as error:
+            return {"pass": False, "reason": f"/v1/loads: {type(error).__name__}"}
+        if answer.status_code != 200:
+            return {"pass": False, "reason": f"/v1/loads answered {answer.status_code}"}
+        loads = answer.json().get("loads") or []
+        running = sum(load.get("num_running_reqs", 0) for load in loads)
+        waiting = sum(load.get("num_waiting_reqs", 0) for load in loads)
+        if running == 0 and waiting == 0:
+            return {"pass": True, "seconds": round(time.monotonic() - started, 1)}
+        if time.monotonic() >= deadline:
+            return {"pass": False, "running": running, "waiting": waiting, "seconds": round(timeout, 1)}
+        time.sleep(IDLE_POLL_S)
 
 
 def gpu_memory_mib() -> float | None:

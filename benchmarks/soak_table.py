@@ -55,7 +55,8 @@ def row(name: str, run: dict) -> list[str]:
 
 def details(name: str, run: dict) -> list[str]:
     served = ", ".join(f"{kind} {count}" for kind, count in sorted(run["counts"]["served"].items()))
-    lines = [f"* `{name}`: {run['date']}, commit `{run['commit']}`; served: {served}.",
+    fused = "sampled verify served by the fused sampler" if run.get("fused_sampler_served") else "stock sampled verify"
+    lines = [f"* `{name}`: {run['date']}, commit `{run['commit']}`; {fused}; served: {served}.",
              f"  Command: `{run['command']}`."]
     if run.get("plugin_log"):
         verify = [line for line in run["plugin_log"] if "verify" in line]

@@ -44,7 +44,8 @@ case "${1:-}" in
       -- --cuda-graph-max-bs-decode 64 --disable-prefill-cuda-graph > "$WORK/soak.log" 2>&1 < /dev/null &
     echo $! > "$WORK/pid"
     follow "$START_HOLD_S" "$began"
-    if alive; then echo "run_soak: the soak is running; now: bash benchmarks/gpu/run_soak.sh wait"; fi
+    if alive; then echo "run_soak: the soak is running; now: bash benchmarks/gpu/run_soak.sh wait"
+    else echo "run_soak: the soak has ended (its output is above); wait copies its files"; fi
     ;;
   wait)
     [ -f "$WORK/pid" ] || { echo "run_soak: no soak was started here" >&2; exit 2; }
@@ -57,7 +58,7 @@ case "${1:-}" in
       cp "$WORK/run/soak.json" "$OUT/${gpu}_sglang-$version.json"
     fi
     if [ -f "$WORK/run/soak.server.log" ]; then tail -n "$SERVER_LOG_TAIL_LINES" "$WORK/run/soak.server.log" | gzip > "$OUT/server_log_tail.txt.gz"; fi
-    alive && exit 3
+    if alive; then exit 3; fi
     ;;
   *)
     echo "usage: bash benchmarks/gpu/run_soak.sh start|wait" >&2

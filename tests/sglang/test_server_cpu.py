@@ -147,7 +147,8 @@ def test_short_soak_passes_every_check(tree_server, tmp_path):
     done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "soak.py"), "--out", str(out),
                            "--base-url", f"http://127.0.0.1:{port}", "--server-log", str(log_path), "--clients", "4",
                            "--requests-per-kind", "2", "--max-tokens-cap", "12", "--greedy-prompts", "3",
-                           "--duration-s", "480", "--sample-every", "1", "--progress-every", "60"],
+                           "--duration-s", "480", "--request-timeout", "600", "--sample-every", "1",
+                           "--progress-every", "60"],
                           capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     result = json.loads(out.read_text())
