@@ -175,10 +175,12 @@ def run_load(args, base_url: str, model: str, context_length: int, cases, watch:
                 kind = jobs.next(rng)
                 if kind is None:
                     return
+                sent = time.monotonic()
                 if kind == "malformed":
                     outcome = soak_requests.malformed(http, rng, bodies)
                 else:
                     outcome = soak_requests.SENDERS[kind](client, model, rng, args.max_tokens_cap, cases)
+                outcome.seconds = time.monotonic() - sent
                 with lock:
                     outcomes.append(outcome)
 
@@ -209,6 +211,22 @@ def acceptance(outcomes) -> float | None:
     counted = [o for o in outcomes if o.error is None and o.verify_steps]
     steps = sum(o.verify_steps for o in counted)
     return round(sum(o.tokens for o in counted) / steps, 3) if steps else None
+
+
+def by_kind(outcomes) -> dict:
+    """Per kind, over requests served: seconds at the median, the 95th percentile and the maximum, mean
+    completion tokens and the acceptance length."""
+    table = {}
+    for kind in soak_requests.KINDS:
+        served = [o for o in outcomes if o.kind == kind and o.error is None]
+        if served:
+            seconds = sorted(o.seconds for o in served)
+            table[kind] = {"p50_s": round(seconds[len(seconds) // 2], 2),
+                           "p95_s": round(seconds[min(len(seconds) - 1, int(0.95 * len(seconds)))], 2),
+                           "max_s": round(seconds[-1], 2),
+                           "mean_tokens": round(sum(o.tokens for o in served) / len(served), 1),
+                           "acceptance_length": acceptance(served)}
+    return table
 
 
 def summarise(args, outcomes, seconds: float, references, watch: ServerWatch, log_text: str,
@@ -253,7 +271,7 @@ def summarise(args, outcomes, seconds: float, references, watch: ServerWatch, lo
                    "error_examples": dict(examples), "server_restarts": len(watch.events),
                    "load_seconds": round(seconds, 1), "output_tokens": tokens,
                    "output_tokens_per_s": round(tokens / seconds, 2) if seconds else None,
-                   "acceptance_length": acceptance(outcomes),
+                   "by_kind": by_kind(outcomes), "acceptance_length": acceptance(outcomes),
                    "acceptance_length_greedy": acceptance([o for o in outcomes if o.kind == "greedy"]),
                    "acceptance_length_sampled": acceptance([o for o in outcomes if o.kind in ("sampled", "stop",
                                                                                                "logprobs", "json")])},

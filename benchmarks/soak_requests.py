@@ -48,6 +48,7 @@ class Outcome:
     detail: str = ""
     greedy_case: int | None = None
     text: str = ""
+    seconds: float = 0.0  # from sending to the answer (or the error)
 
 
 def log_uniform_tokens(rng: random.Random, cap: int) -> int:

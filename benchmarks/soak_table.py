@@ -15,6 +15,15 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 RESULTS = os.path.join(HERE, "results", "soak")
 OUTPUT = os.path.join(RESULTS, "soak.md")
+NOTES = {  # what a run's own record does not show
+    "cpu_sglang-0.5.23.json":
+        "The CPU server runs SGLang's attention in Triton's interpreter (a py-spy profile of the scheduler: 94 % "
+        "of its samples there), a few seconds per decode step on this 2-core machine shared with other jobs, so "
+        "the CPU run keeps to 4 clients and short outputs. A first run with 8 clients and max_tokens up to 32 "
+        "(commit `768be30`) served every other kind and logged no traceback or restart, but 4 of its 7 JSON-schema "
+        "requests passed the 300 s request timeout: a constrained request accepts few drafts (the grammar "
+        "rejects what the drafter proposes), so it needs about one verify step per token.",
+}
 COLUMNS = ["run", "device", "SGLang", "tree (topk/steps/tokens)", "clients x s", "requests", "errors", "restarts",
            "output tok/s", "acceptance all / greedy / sampled", "greedy vs sequential", "JSON valid", "tracebacks",
            "memory growth", "verdict"]
@@ -58,10 +67,18 @@ def details(name: str, run: dict) -> list[str]:
     fused = "sampled verify served by the fused sampler" if run.get("fused_sampler_served") else "stock sampled verify"
     lines = [f"* `{name}`: {run['date']}, commit `{run['commit']}`; {fused}; served: {served}.",
              f"  Command: `{run['command']}`."]
+    kinds = run["counts"].get("by_kind") or {}
+    if kinds:
+        lines.append("  Per kind, seconds per served request at the median / 95th percentile, mean tokens, acceptance: "
+                     + "; ".join(f"{kind} {cell['p50_s']:.1f} / {cell['p95_s']:.1f}, {cell['mean_tokens']:.0f}, "
+                                 + ("-" if cell["acceptance_length"] is None else f"{cell['acceptance_length']:.2f}")
+                                 for kind, cell in kinds.items()) + ".")
     if run.get("plugin_log"):
         verify = [line for line in run["plugin_log"] if "verify" in line]
         if verify:
             lines.append(f"  Server log: `{verify[-1]}`")
+    if name in NOTES:
+        lines.append(f"  Note: {NOTES[name]}")
     return lines
 
 
