@@ -86,6 +86,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         args.sglang_args = args.sglang_args[1:]
     if args.base_url and not args.server_log:
         parser.error("--base-url needs --server-log: the soak checks the server's log for tracebacks")
+    if args.server_log and not os.path.isfile(args.server_log):
+        parser.error(f"--server-log {args.server_log}: no such file (the log the server writes)")
     for name in ("clients", "duration_s", "max_tokens_cap", "greedy_prompts", "request_timeout", "sample_every"):
         if getattr(args, name) <= 0:
             parser.error(f"--{name.replace('_', '-')} must be positive")
@@ -176,10 +178,14 @@ def run_load(args, base_url: str, model: str, context_length: int, cases, watch:
                 if kind is None:
                     return
                 sent = time.monotonic()
-                if kind == "malformed":
-                    outcome = soak_requests.malformed(http, rng, bodies)
-                else:
-                    outcome = soak_requests.SENDERS[kind](client, model, rng, args.max_tokens_cap, cases)
+                try:
+                    if kind == "malformed":
+                        outcome = soak_requests.malformed(http, rng, bodies)
+                    else:
+                        outcome = soak_requests.SENDERS[kind](client, model, rng, args.max_tokens_cap, cases)
+                except Exception as error:  # an answer the judges could not read: counted, never lost
+                    outcome = soak_requests.Outcome(kind, f"unreadable answer ({type(error).__name__})",
+                                                    detail=str(error)[:300])
                 outcome.seconds = time.monotonic() - sent
                 with lock:
                     outcomes.append(outcome)
@@ -363,8 +369,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     try:
         return soak(args)
-    except (SoakError, openai.OpenAIError, httpx.HTTPError) as error:
+    except SoakError as error:
         print(f"soak: {error}", file=sys.stderr)
+        return 2
+    except (openai.OpenAIError, httpx.HTTPError) as error:
+        print(f"soak: the server did not answer as SGLang does ({type(error).__name__}: {error}); is it "
+              "running, and is this its address?", file=sys.stderr)
         return 2
 
 

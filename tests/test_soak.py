@@ -83,3 +83,16 @@ def test_tracebacks_are_found():
     verdict = soak_checks.traceback_check(log)
     assert not verdict["pass"] and verdict["tracebacks"] == 1 and "IndexError: boom" in verdict["first"]
     assert soak_checks.traceback_check("INFO ready\nINFO 200 OK\n")["pass"]
+
+
+@pytest.mark.parametrize("arguments, message", [
+    (["--base-url", "http://192.0.2.1:30000", "--server-log", __file__], "this machine only"),
+    (["--base-url", "http://127.0.0.1:30000"], "--base-url needs --server-log"),
+    (["--base-url", "http://127.0.0.1:30000", "--server-log", "/nonexistent/server.log"], "no such file"),
+    (["--clients", "0"], "--clients must be positive"),
+])
+def test_bad_soak_options_get_one_line_and_status_2(arguments, message, tmp_path):
+    result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "soak.py"), "--out", str(tmp_path / "r.json"),
+                             *arguments], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr, result.stderr
+    assert not (tmp_path / "r.json").exists()
