@@ -53,12 +53,15 @@ def wait_until_ready(port: int, server: subprocess.Popen, log_path, timeout: flo
 
 
 @contextmanager
-def serving(serve_args: list[str], log_path, env: dict | None = None, timeout: float = 480):
-    """Run ``sglang-eagle serve SERVE_ARGS -- --port P ...`` (small KV pool); yield ``(port, process)``."""
+def serving(serve_args: list[str], log_path, env: dict | None = None, timeout: float = 480,
+            sglang_args: tuple[str, ...] = ()):
+    """Run ``sglang-eagle serve SERVE_ARGS -- --port P ... SGLANG_ARGS`` (small KV pool); yield
+    ``(port, process)``."""
     port = free_port()
     with open(log_path, "w") as log:
         server = subprocess.Popen([sys.executable, "-m", "sglang_eagle_ext", "serve", *serve_args, "--", "--port",
-                                   str(port), "--mem-fraction-static", "0.3", "--max-total-tokens", "2048"],
+                                   str(port), "--mem-fraction-static", "0.3", "--max-total-tokens", "2048",
+                                   *sglang_args],
                                   env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         try:
             wait_until_ready(port, server, log_path, timeout)

@@ -7,15 +7,19 @@ acceptance counters must show that drafting actually ran.
 The first test runs a 2-layer, 4-aux speculators drafter in SGLang's offline engine. The others
 share one ``sglang-eagle serve`` HTTP server with tree drafting (the session's target and distilled
 drafter, top-k 2, 2 steps): greedy, sampled requests as a user's ``openai`` client sends them, and
-malformed or hostile requests, each of which must get a 4xx and leave the server serving.
+malformed or hostile requests, each of which must get a 4xx and leave the server serving, and
+last a short soak (``benchmarks/soak.py``) of every request kind from concurrent clients.
 """
 
 import json
+import subprocess
+import sys
 from concurrent.futures import ThreadPoolExecutor
 
 import openai
 import pytest
 from tests.http_server import post, post_raw, serving
+from tests.script_module import ROOT
 
 from sglang_eagle_ext.demo.run import PROMPTS, plain_greedy, serve_greedy
 from sglang_eagle_ext.testing.matched_drafter import build_matched_drafter
@@ -51,8 +55,9 @@ def tree_server(shared_target, shared_drafter, tmp_path_factory):
     """``sglang-eagle serve`` with tree drafting (top-k 2, 2 steps: 5 verify rows per request):
     yields ``(port, log path)``."""
     log_path = tmp_path_factory.mktemp("tree-server") / "server.log"
+    # bounded JSON whitespace: the soak's constrained outputs must end within their max_tokens
     with serving(["--target", shared_target, "--draft", shared_drafter, "--topk", "2", "--num-steps", "2"],
-                 log_path) as (port, _):
+                 log_path, sglang_args=("--constrained-json-disable-any-whitespace",)) as (port, _):
         yield port, log_path
 
 
@@ -129,3 +134,25 @@ def test_bad_requests_get_a_4xx_and_the_server_keeps_serving(tree_server, greedy
     for name, (status, text) in answers.items():
         assert 400 <= status < 500 and BAD_REQUESTS[name][2] in text, (name, status, text[:300])
     assert [reply["output_ids"] for reply in greedy_outputs(port)] == greedy_reference
+
+
+SOAK_KINDS = {"greedy", "sampled", "stop", "json", "logprobs", "aborted_stream", "malformed"}
+
+
+def test_short_soak_passes_every_check(tree_server, tmp_path):
+    """The soak benchmark's CI version: 4 clients, two requests of each kind, against this server
+    after the tests above (its log, hostile requests included, must hold no traceback)."""
+    port, log_path = tree_server
+    out = tmp_path / "soak.json"
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "soak.py"), "--out", str(out),
+                           "--base-url", f"http://127.0.0.1:{port}", "--server-log", str(log_path), "--clients", "4",
+                           "--requests-per-kind", "2", "--max-tokens-cap", "12", "--greedy-prompts", "3",
+                           "--duration-s", "480", "--request-timeout", "600", "--sample-every", "1",
+                           "--progress-every", "60"],
+                          capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    result = json.loads(out.read_text())
+    assert result["passed"] and result["counts"]["server_restarts"] == 0
+    assert result["counts"]["served"] == {kind: 2 for kind in SOAK_KINDS}
+    assert result["checks"]["greedy equals sequential"]["rule"] == "exact"
+    assert result["counts"]["acceptance_length"] > 1  # drafts were accepted under load
