@@ -41,7 +41,7 @@ case "${1:-}" in
     setsid nohup python3 benchmarks/soak.py --out "$WORK/run/soak.json" --workdir "$WORK/models" --device cuda \
       --clients "${SOAK_CLIENTS:-64}" --duration-s "${SOAK_DURATION_S:-630}" --topk 4 --num-steps 3 \
       --num-draft-tokens 8 --commit "${SOAK_COMMIT:-unknown}" \
-      -- --cuda-graph-max-bs-decode 64 --disable-prefill-cuda-graph --mem-fraction-static 0.7 \
+      -- --attention-backend triton --cuda-graph-max-bs-decode 64 --disable-prefill-cuda-graph --mem-fraction-static 0.7 \
       --max-total-tokens 131072 > "$WORK/soak.log" 2>&1 < /dev/null &
     echo $! > "$WORK/pid"
     follow "$START_HOLD_S" "$began"
