@@ -38,6 +38,7 @@ from sglang_eagle_ext.cli.serve_cmd import cache_dir  # noqa: E402
 from sglang_eagle_ext.demo.distill import LAYOUT_SETTINGS, DistillSettings, built_with, train, write_drafter  # noqa: E402
 from sglang_eagle_ext.demo.run import DemoFailure, plain_greedy, serve_greedy  # noqa: E402
 from sglang_eagle_ext.demo.tiny_target import build_tiny_target  # noqa: E402
+from sglang_eagle_ext.errors import DrafterError  # noqa: E402
 
 # (label, producer_export layout): the layouts of the stock-vs-plugin table whose forward stock
 # gets wrong, and the demo's own; what is distilled for each: distill.LAYOUT_SETTINGS
@@ -52,8 +53,9 @@ LAYOUTS = (
 PROMPT_TOKENS = 24  # new tokens per prompt (the demo's)
 
 
-def drafters(workdir: str, target: str, layouts=LAYOUTS) -> list[str]:
-    """Each layout's drafter directory; one training run per distinct settings, reused when built."""
+def drafters(workdir: str, target: str, layouts=LAYOUTS) -> list[tuple[str | None, str]]:
+    """Each layout's drafter directory, or None and why the layout cannot express the distilled drafter;
+    one training run per distinct settings, reused when built."""
     trained: dict[DistillSettings, tuple] = {}
     paths = []
     for _, layout in layouts:
@@ -64,8 +66,12 @@ def drafters(workdir: str, target: str, layouts=LAYOUTS) -> list[str]:
                 print(f"distilling {settings}", flush=True)
                 trained[settings] = train(target, settings)
             drafter, summary = trained[settings]
-            write_drafter(directory, drafter, target, summary, settings, layout)
-        paths.append(directory)
+            try:
+                write_drafter(directory, drafter, target, summary, settings, layout)
+            except DrafterError as exc:
+                paths.append((None, str(exc).splitlines()[0]))
+                continue
+        paths.append((directory, ""))
     return paths
 
 
@@ -110,15 +116,19 @@ def main() -> None:
     layouts = [row for row in LAYOUTS if args.layouts is None or row[1] in args.layouts.split(",")]
 
     target = build_tiny_target(os.path.join(args.workdir, "target"))
-    paths = drafters(args.workdir, target, layouts)
+    written = drafters(args.workdir, target, layouts)
     expected = plain_greedy(target, PROMPT_TOKENS)
-    stock_reports = stock_forward(paths, target)
+    paths = [path for path, _ in written if path is not None]
+    stock_reports = iter(stock_forward(paths, target))
     rows = []
-    for (label, layout), path, report in zip(layouts, paths, stock_reports):
+    for (label, layout), (path, unwritten) in zip(layouts, written):
         settings = LAYOUT_SETTINGS[layout]
         row = {"label": label, "layout": layout, "distilled": {k: v for k, v in vars(settings).items()
-                                                               if v != getattr(DistillSettings(), k)},
-               "stock_check": report}
+                                                               if v != getattr(DistillSettings(), k)}}
+        if path is None:  # the layout cannot hold this drafter for this target (the writer says why)
+            rows.append({**row, "written": False, "reason": unwritten})
+            continue
+        row["stock_check"] = next(stock_reports)
         for arm, plugin in (("stock", False), ("ours", True)):
             row[arm] = served(target, path, plugin, expected, args)
             print(label, arm, row[arm], flush=True)
@@ -140,7 +150,9 @@ def main() -> None:
               "prompts": 2, "new_tokens_per_prompt": PROMPT_TOKENS, "rows": rows}
     folder = Path(args.out) if args.out else ROOT / "benchmarks" / "results" / ("cpu" if args.device == "cpu" else "gpu")
     path = folder / f"stock_vs_plugin_acceptance_sglang-{release}.json"
-    path.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    staging = path.with_suffix(".json.tmp")
+    staging.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    os.replace(staging, path)  # a reader never sees a half-written file
     print(f"wrote {path}")
 
 

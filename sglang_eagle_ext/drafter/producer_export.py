@@ -123,9 +123,10 @@ def _specforge(spec, tensors, target):
 def _nemo(spec, tensors, target):
     for key, value in (("hidden_size", spec.hidden_size), ("intermediate_size", spec.intermediate_size),
                        ("num_attention_heads", spec.num_attention_heads),
-                       ("num_key_value_heads", spec.num_key_value_heads), ("rms_norm_eps", spec.rms_norm_eps)):
-        _require("nemo", target.get(key) == value, f"the draft takes the target's {key} ({target.get(key)}, "
-                 f"this drafter has {value})")
+                       ("num_key_value_heads", spec.num_key_value_heads), ("rms_norm_eps", spec.rms_norm_eps),
+                       ("attention_bias", spec.attention_bias), ("mlp_bias", spec.mlp_bias)):
+        taken = target.get(key, False if key.endswith("_bias") else None)  # LlamaConfig's bias default
+        _require("nemo", taken == value, f"the draft takes the target's {key} ({taken}, this drafter has {value})")
     config = {name: value for name, value in target.items() if not name.startswith("_")}
     config.update(draft_vocab_size=spec.draft_vocab_size, target_hidden_size=spec.target_hidden_size,
                   architectures=["LlamaEagle3DraftModel"], tie_word_embeddings=False, attn_implementation="eager",

@@ -112,6 +112,7 @@ def test_reads_back_as_the_same_drafter(layout, target_dir, tmp_path):
     ("modelopt-megatron", dict(num_layers=1, fc_norm=True), "no aux norms"),
     ("nemo", dict(num_layers=1, intermediate_size=256), "intermediate_size"),
     ("nemo", dict(num_layers=1, rms_norm_eps=1e-6), "rms_norm_eps"),
+    ("nemo", dict(num_layers=1, attention_bias=True), "attention_bias"),
 ])
 def test_a_drafter_the_producer_cannot_express_is_refused(layout, features, message, target_dir, tmp_path):
     model = drafter(7, **features)
