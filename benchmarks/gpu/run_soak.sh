@@ -33,8 +33,12 @@ case "${1:-}" in
   start)
     began=$(date +%s)
     source "$(dirname "$0")/stage_package.sh"
-    python3 -c "import jsonschema, openai, psutil, httpx" || { echo "run_soak: the soak needs jsonschema, openai, psutil and httpx in SITE" >&2; exit 2; }
-    if [ -f "$WORK/pid" ] && alive; then echo "run_soak: a soak is already running (pid $(cat "$WORK/pid"))" >&2; exit 2; fi
+    if ! python3 -c "import jsonschema, openai, psutil, httpx"; then
+      echo "run_soak: the soak needs jsonschema, openai, psutil and httpx in SITE" >&2; exit 2
+    fi
+    if [ -f "$WORK/pid" ] && alive; then
+      echo "run_soak: a soak is already running (pid $(cat "$WORK/pid"))" >&2; exit 2
+    fi
     rm -rf "$WORK/run" && mkdir -p "$WORK/run"
     nvidia-smi --query-gpu=name,driver_version,memory.used --format=csv,noheader
     export SGLANG_EAGLE_EXT_FUSED_VERIFY=1 SGL_KERNEL_USE_FLASHINFER=1 SGLANG_KERNEL_USE_FLASHINFER=1
@@ -57,7 +61,9 @@ case "${1:-}" in
       gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader -i 0 | awk '{print tolower($NF)}')
       cp "$WORK/run/soak.json" "$OUT/${gpu}_sglang-$version.json"
     fi
-    if [ -f "$WORK/run/soak.server.log" ]; then tail -n "$SERVER_LOG_TAIL_LINES" "$WORK/run/soak.server.log" | gzip > "$OUT/server_log_tail.txt.gz"; fi
+    if [ -f "$WORK/run/soak.server.log" ]; then
+      tail -n "$SERVER_LOG_TAIL_LINES" "$WORK/run/soak.server.log" | gzip > "$OUT/server_log_tail.txt.gz"
+    fi
     if alive; then exit 3; fi
     ;;
   *)
