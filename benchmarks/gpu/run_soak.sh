@@ -3,7 +3,8 @@
 # SITE (default /tmp/site), with this checkout's package staged there as an install; run from the
 # repository root, in two calls that each fit the device's per-command limit:
 #   start  launches the soak in its own session (setsid nohup: it outlives the call): the demo's models,
-#          built on the first run, served by `sglang-eagle serve` in bf16 with tree 4/3/8, the fused sampler
+#          built on the first run (their config says float32: --dtype bfloat16 is passed), served by
+#          `sglang-eagle serve` in bf16 with tree 4/3/8, the fused sampler
 #          on (SGLANG_EAGLE_EXT_FUSED_VERIFY=1), decode CUDA graphs up to batch 64; the sequential greedy
 #          pass; then SOAK_CLIENTS (64) clients for SOAK_DURATION_S (630) seconds. It prints the soak's
 #          progress and returns START_HOLD_S (540) seconds after it began, or as soon as the soak ends.
@@ -45,7 +46,7 @@ case "${1:-}" in
     setsid nohup python3 benchmarks/soak.py --out "$WORK/run/soak.json" --workdir "$WORK/models" --device cuda \
       --clients "${SOAK_CLIENTS:-64}" --duration-s "${SOAK_DURATION_S:-630}" --topk 4 --num-steps 3 \
       --num-draft-tokens 8 --commit "${SOAK_COMMIT:-unknown}" \
-      -- --cuda-graph-max-bs-decode 64 --disable-prefill-cuda-graph > "$WORK/soak.log" 2>&1 < /dev/null &
+      -- --dtype bfloat16 --cuda-graph-max-bs-decode 64 --disable-prefill-cuda-graph > "$WORK/soak.log" 2>&1 < /dev/null &
     echo $! > "$WORK/pid"
     follow "$START_HOLD_S" "$began"
     if alive; then echo "run_soak: the soak is running; now: bash benchmarks/gpu/run_soak.sh wait"
