@@ -279,10 +279,7 @@ def summarise(args, outcomes, seconds: float, references, watch: ServerWatch, lo
                    "error_examples": dict(examples), "server_restarts": len(watch.events),
                    "load_seconds": round(seconds, 1), "output_tokens": tokens,
                    "output_tokens_per_s": round(tokens / seconds, 2) if seconds else None,
-                   "by_kind": by_kind(outcomes), "acceptance_length": acceptance(outcomes),
-                   "acceptance_length_greedy": acceptance([o for o in outcomes if o.kind == "greedy"]),
-                   "acceptance_length_sampled": acceptance([o for o in outcomes if o.kind in ("sampled", "stop",
-                                                                                               "logprobs", "json")])},
+                   "by_kind": by_kind(outcomes), "acceptance_length": acceptance(outcomes)},
         "greedy": {"cases": [{"max_tokens": r["max_tokens"], "prompt": r["prompt"]} for r in references],
                    "classes": dict(classes), "differences": mismatches},
         "memory": {"server_rss_mib": [[round(t - load_start, 1), round(v, 1)] for t, v in watch.rss],
@@ -304,6 +301,7 @@ def plugin_lines(log_text: str) -> list[str]:
 
 def soak(args) -> int:
     out = os.path.abspath(args.out)
+    commit = commit_of(args.commit)  # the checkout that runs, before anyone can change it
     process = None
     if args.base_url:
         base_url, log_path = loopback_base_url(args.base_url), args.server_log
@@ -349,7 +347,7 @@ def soak(args) -> int:
     record = {
         "command": "python benchmarks/soak.py " + shlex.join(sys.argv[1:]),
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "device": device_name(device),
-        "sglang": info.get("version"), "commit": commit_of(args.commit),
+        "sglang": info.get("version"), "commit": commit,
         "config": {"clients": args.clients, "duration_s": args.duration_s, "requests_per_kind": args.requests_per_kind,
                    "max_tokens_cap": args.max_tokens_cap, "seed": args.seed, "request_timeout_s": args.request_timeout,
                    "weights": soak_requests.WEIGHTS, "sampling": soak_requests.SAMPLING,

@@ -3,7 +3,8 @@
 # SITE (default /tmp/site), with this checkout's package staged there as an install; run from the
 # repository root, in two calls that each fit the device's per-command limit:
 #   start  launches the soak in its own session (setsid nohup: it outlives the call): the demo's models,
-#          built on the first run, served by `sglang-eagle serve` in bf16 with tree 4/3/8, the fused sampler
+#          built on the first run (their config says float32: --dtype bfloat16 is passed), served by
+#          `sglang-eagle serve` in bf16 with tree 4/3/8, the fused sampler
 #          on (SGLANG_EAGLE_EXT_FUSED_VERIFY=1), decode CUDA graphs up to batch 64; the sequential greedy
 #          pass; then SOAK_CLIENTS (64) clients for SOAK_DURATION_S (630) seconds. It prints the soak's
 #          progress and returns START_HOLD_S (540) seconds after it began, or as soon as the soak ends.
@@ -33,16 +34,20 @@ case "${1:-}" in
   start)
     began=$(date +%s)
     source "$(dirname "$0")/stage_package.sh"
-    python3 -c "import jsonschema, openai, psutil, httpx" || { echo "run_soak: the soak needs jsonschema, openai, psutil and httpx in SITE" >&2; exit 2; }
-    if [ -f "$WORK/pid" ] && alive; then echo "run_soak: a soak is already running (pid $(cat "$WORK/pid"))" >&2; exit 2; fi
+    if ! python3 -c "import jsonschema, openai, psutil, httpx"; then
+      echo "run_soak: the soak needs jsonschema, openai, psutil and httpx in SITE" >&2; exit 2
+    fi
+    if [ -f "$WORK/pid" ] && alive; then
+      echo "run_soak: a soak is already running (pid $(cat "$WORK/pid"))" >&2; exit 2
+    fi
     rm -rf "$WORK/run" && mkdir -p "$WORK/run"
     nvidia-smi --query-gpu=name,driver_version,memory.used --format=csv,noheader
     export SGLANG_EAGLE_EXT_FUSED_VERIFY=1 SGL_KERNEL_USE_FLASHINFER=1 SGLANG_KERNEL_USE_FLASHINFER=1
     setsid nohup python3 benchmarks/soak.py --out "$WORK/run/soak.json" --workdir "$WORK/models" --device cuda \
       --clients "${SOAK_CLIENTS:-64}" --duration-s "${SOAK_DURATION_S:-630}" --topk 4 --num-steps 3 \
       --num-draft-tokens 8 --commit "${SOAK_COMMIT:-unknown}" \
-      -- --attention-backend triton --cuda-graph-max-bs-decode 64 --disable-prefill-cuda-graph --mem-fraction-static 0.7 \
-      --max-total-tokens 131072 > "$WORK/soak.log" 2>&1 < /dev/null &
+      -- --dtype bfloat16 --attention-backend triton --cuda-graph-max-bs-decode 64 --disable-prefill-cuda-graph \
+      --mem-fraction-static 0.7 --max-total-tokens 131072 > "$WORK/soak.log" 2>&1 < /dev/null &
     echo $! > "$WORK/pid"
     follow "$START_HOLD_S" "$began"
     if alive; then echo "run_soak: the soak is running; now: bash benchmarks/gpu/run_soak.sh wait"
@@ -58,7 +63,9 @@ case "${1:-}" in
       gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader -i 0 | awk '{print tolower($NF)}')
       cp "$WORK/run/soak.json" "$OUT/${gpu}_sglang-$version.json"
     fi
-    if [ -f "$WORK/run/soak.server.log" ]; then tail -n "$SERVER_LOG_TAIL_LINES" "$WORK/run/soak.server.log" | gzip > "$OUT/server_log_tail.txt.gz"; fi
+    if [ -f "$WORK/run/soak.server.log" ]; then
+      tail -n "$SERVER_LOG_TAIL_LINES" "$WORK/run/soak.server.log" | gzip > "$OUT/server_log_tail.txt.gz"
+    fi
     if alive; then exit 3; fi
     ;;
   *)
