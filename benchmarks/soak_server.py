@@ -141,15 +141,34 @@ def gpu_memory_mib(pids: set[int]) -> tuple[float, str] | None:
         return None
 
 
+def _running(process: psutil.Process) -> bool:
+    """Alive and not a zombie (an ended child its parent has not reaped yet)."""
+    try:
+        return process.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def sglang_title(process: psutil.Process) -> str | None:
+    """The title an SGLang component gives its process (``sglang::scheduler``, ``sglang::detokenizer``),
+    or None for other processes (compile and pool workers, which come and go by design)."""
+    try:
+        return next((part for part in process.cmdline() if part.startswith("sglang::")), None)
+    except psutil.Error:
+        return None
+
+
 class ServerWatch:
     """Samples the resident memory of the server's process tree (and GPU memory) every ``every`` s, and
-    records an event whenever the server process or one of its children ends, or the port's listener
-    changes: each is a server restart as a client sees it."""
+    records an event whenever the server process or one of its SGLang components (the processes SGLang
+    titles ``sglang::...``) ends, or the port's listener changes: each is a server restart as a client
+    sees it. Other children ending (worker pools) are counted apart, in ``helpers_ended``."""
 
     def __init__(self, pid: int, port: int, every: float, gpu: bool):
         self.root = psutil.Process(pid)
         self.port, self.every, self.gpu = port, every, gpu
-        self.children = {child.pid: child.name() for child in self.root.children(recursive=True)}
+        self.children = {child.pid: sglang_title(child) for child in self.root.children(recursive=True)}
+        self.helpers_ended = 0
         self.listener = listener_pid(port)
         self.rss: list[tuple[float, float]] = []
         self.gpu_mib: list[tuple[float, float]] = []
@@ -172,10 +191,13 @@ class ServerWatch:
             tree = [self.root, *self.root.children(recursive=True)]
         except psutil.Error:
             return
-        alive = {process.pid for process in tree}
-        for pid, name in list(self.children.items()):
+        alive = {process.pid for process in tree if _running(process)}
+        for pid, title in list(self.children.items()):
             if pid not in alive:
-                self.events.append(f"server child {pid} ({name}) ended")
+                if title is None:
+                    self.helpers_ended += 1
+                else:
+                    self.events.append(f"server component {pid} ({title}) ended")
                 del self.children[pid]
         rss = 0
         for process in tree:

@@ -4,6 +4,7 @@ table (``benchmarks/soak_table.py`` over the committed runs)."""
 import random
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -96,3 +97,28 @@ def test_bad_soak_options_get_one_line_and_status_2(arguments, message, tmp_path
                              *arguments], capture_output=True, text=True, timeout=120)
     assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr, result.stderr
     assert not (tmp_path / "r.json").exists()
+
+
+def test_a_restart_is_an_sglang_component_ending_not_a_worker_pool():
+    """A GPU soak counted 16 ended pool workers (plain ``python3`` children) as restarts while the server
+    served throughout: only the processes SGLang titles ``sglang::...`` count."""
+    parent = subprocess.Popen([sys.executable, "-c", (
+        "import subprocess, sys, time\n"
+        "component = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)', 'sglang::scheduler'])\n"
+        "helper = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(2)'])\n"
+        "print(component.pid, flush=True)\n"
+        "helper.wait()\n"
+        "time.sleep(60)\n")], stdout=subprocess.PIPE, text=True)
+    try:
+        component = int(parent.stdout.readline())
+        time.sleep(0.5)
+        watch = soak_server.ServerWatch(parent.pid, port=1, every=1.0, gpu=False)
+        time.sleep(3)  # the helper has ended
+        watch.sample()
+        assert (watch.events, watch.helpers_ended) == ([], 1)
+        subprocess.run(["kill", str(component)], check=True)
+        time.sleep(1)
+        watch.sample()
+        assert watch.events == [f"server component {component} (sglang::scheduler) ended"]
+    finally:
+        parent.kill()
