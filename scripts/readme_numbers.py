@@ -360,6 +360,10 @@ def fused_verify_cell(release: str) -> str:
                          + ("" if "distribution" in run else " (no timing)"))
         elif kind == "server":
             parts.append(f"server {sum(run['identical'].values())}/{8 * len(run['identical'])} identical")
+        elif kind == "bf16":
+            checks = run["identical_bf16"]
+            parts.append(f"bf16 logits {sum(c['identical'] for c in checks)}/{sum(c['requests'] for c in checks)} "
+                         "identical")
         else:
             sampled = [c for tree in run["trees"].values() for c in tree["cells"] if c["mode"] != "greedy"]
             at_64 = [c["ratio_median"] for c in sampled if c["batch"] == 64]
