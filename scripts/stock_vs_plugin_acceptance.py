@@ -38,6 +38,7 @@ from sglang_eagle_ext.cli.serve_cmd import cache_dir  # noqa: E402
 from sglang_eagle_ext.demo.distill import LAYOUT_SETTINGS, DistillSettings, built_with, train, write_drafter  # noqa: E402
 from sglang_eagle_ext.demo.run import DemoFailure, plain_greedy, serve_greedy  # noqa: E402
 from sglang_eagle_ext.demo.tiny_target import build_tiny_target  # noqa: E402
+from sglang_eagle_ext.drafter.producer_export import LayoutMismatch  # noqa: E402
 from sglang_eagle_ext.errors import DrafterError  # noqa: E402
 
 # (label, producer_export layout): the layouts of the stock-vs-plugin table whose forward stock
@@ -68,7 +69,7 @@ def drafters(workdir: str, target: str, layouts=LAYOUTS) -> list[tuple[str | Non
             drafter, summary = trained[settings]
             try:
                 write_drafter(directory, drafter, target, summary, settings, layout)
-            except DrafterError as exc:
+            except (DrafterError, LayoutMismatch) as exc:
                 paths.append((None, str(exc).splitlines()[0]))
                 continue
         paths.append((directory, ""))
