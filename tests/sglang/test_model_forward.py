@@ -78,7 +78,9 @@ def test_draft_window_option_reaches_every_layer(tmp_path, sglang_dist, no_grad,
 
     from sglang.srt import runtime_context, server_args
 
-    from sglang_eagle_ext.sglang.compat import runtime
+    from packaging.version import Version
+
+    from sglang_eagle_ext.sglang.compat import releases, runtime
 
     window = int(torch.randint(8, 64, ()).item())
     directory = fixtures.build("F7-speculators-2-layers", str(tmp_path / "d"))
@@ -89,8 +91,8 @@ def test_draft_window_option_reaches_every_layer(tmp_path, sglang_dist, no_grad,
     assert [layer.self_attn.attn.sliding_window_size for layer in model.model.layers] == [window] * 2
     assert model.get_attention_sliding_window_size() == window
 
-    # releases before the runtime context (0.5.12 - 0.5.16) keep the option in the global args
-    monkeypatch.setattr(runtime, "_runtime_context", lambda: None)
+    # releases before the runtime context's getters (0.5.12 - 0.5.14) keep the option in the global args
+    monkeypatch.setattr(releases, "installed_release", lambda: Version("0.5.13"))
     monkeypatch.setattr(server_args, "get_global_server_args",
                         lambda: types.SimpleNamespace(speculative_draft_window_size=window + 1), raising=False)
     assert runtime.draft_window_size() == window + 1
