@@ -672,6 +672,9 @@ def _acceptance_line(path: Path) -> str:
     result = read_json(path)
     cells = []
     for row in result["rows"]:
+        if not row.get("written", True):
+            cells.append(f"{row['label']}: not run ({row['reason']})")
+            continue
         stock, ours = row["stock"], row["ours"]
         stock_cell = (f"stock {stock['accept_length']:.2f}" + ("" if stock["equals_plain_greedy"] else " (output NOT lossless)")
                       if stock["served"] else "stock fails to serve it")
