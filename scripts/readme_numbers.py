@@ -190,10 +190,12 @@ def measure_cpu(cli: Path) -> dict:
 
 
 def relative_cli(cli: Path) -> str:
+    """``cli`` as a reader of the record can run it: relative to this checkout, else by its name (on
+    ``PATH``): a record must not name this machine's paths."""
     try:
         return cli.resolve().relative_to(ROOT).as_posix()
     except ValueError:
-        return str(cli)
+        return cli.name
 
 
 # ---------------------------------------------------------------------------------------------

@@ -29,6 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from readme_numbers import write_atomically  # noqa: E402 (a sibling script: scripts/ is on sys.path)
 from sglang_eagle_ext.sglang.compat import cpu  # noqa: E402 (before anything imports torchvision)
 
 cpu.install()
@@ -120,7 +121,7 @@ def main() -> None:
     result = {"sglang": release, "date": datetime.date.today().isoformat(), "commit": commit,
               "command": "python scripts/stock_vs_plugin.py", "device": "CPU", "rows": measure()}
     path = results_path(release)
-    path.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    write_atomically(path, json.dumps(result, indent=1) + "\n")
     print(f"wrote {path.relative_to(ROOT)}")
 
 

@@ -30,6 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from readme_numbers import write_atomically  # noqa: E402 (a sibling script: scripts/ is on sys.path)
 from sglang_eagle_ext.sglang.compat import cpu  # noqa: E402 (before anything imports torchvision)
 
 cpu.install()
@@ -80,8 +81,8 @@ def served(target: str, drafter: str, plugin: bool, expected, args) -> dict:
     try:
         run = serve_greedy(target, drafter, args.device, args.num_steps, PROMPT_TOKENS, plugin=plugin,
                            topk=args.topk, draft_tokens=args.draft_tokens, timeout=args.timeout)
-    except DemoFailure as exc:
-        return {"served": False, "error": exc.error_line()}
+    except DemoFailure as exc:  # the error names the drafter's folder: not this machine's path in a record
+        return {"served": False, "error": exc.error_line().replace(os.path.dirname(drafter), "<workdir>")}
     outputs = [o["output_ids"] for o in run.outputs]
     return {"served": True, "accept_length": round(run.accept_length, 4),
             "equals_plain_greedy": outputs == expected,
@@ -151,9 +152,7 @@ def main() -> None:
               "prompts": 2, "new_tokens_per_prompt": PROMPT_TOKENS, "rows": rows}
     folder = Path(args.out) if args.out else ROOT / "benchmarks" / "results" / ("cpu" if args.device == "cpu" else "gpu")
     path = folder / f"stock_vs_plugin_acceptance_sglang-{release}.json"
-    staging = path.with_suffix(".json.tmp")
-    staging.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
-    os.replace(staging, path)  # a reader never sees a half-written file
+    write_atomically(path, json.dumps(result, indent=1) + "\n")
     print(f"wrote {path}")
 
 

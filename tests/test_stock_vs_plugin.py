@@ -6,7 +6,7 @@ import json
 import math
 from importlib.metadata import version
 
-from tests.script_module import load
+from tests.script_module import load_siblings
 
 # what stock's loader did: deterministic for a given release and seeded layout
 LOADING = ("checked", "loads", "refusal", "architectures", "resolves_to", "built_with", "built_class", "depth",
@@ -21,7 +21,7 @@ def _close(a, b):
 
 
 def test_committed_results_are_what_the_script_computes(sglang_dist):
-    script = load("scripts/stock_vs_plugin.py", "stock_vs_plugin")
+    _, script = load_siblings("scripts", "readme_numbers", "stock_vs_plugin")
     path = script.results_path(version("sglang"))
     assert path.exists(), f"{path}: no results for the installed SGLang; run python scripts/stock_vs_plugin.py"
     committed = json.loads(path.read_text(encoding="utf-8"))

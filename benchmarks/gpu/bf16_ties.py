@@ -18,13 +18,12 @@ from __future__ import annotations
 
 import sys
 import time
-from types import SimpleNamespace
 
 import torch
 
-from fused_verify_step import branch, install_context, same_outputs, verify_round
+from fused_verify_step import same_outputs, stock_and_fused, verify_round
 from results_file import save_json
-from sglang_eagle_ext.sglang.compat import fused_verify, installed_release
+from sglang_eagle_ext.sglang.compat import installed_release
 from verify_workload import FILTERS, TREES, VOCAB, realistic_logits
 
 DEVICE = "cuda"
@@ -60,15 +59,8 @@ def kept_counts(rows: int, seed: int) -> dict:
 
 
 def main(out_path: str) -> None:
-    import sglang.srt.speculative.eagle_info  # noqa: F401  (every seam's module loaded before the context is set)
-
     release = installed_release()
-    settings = SimpleNamespace(speculative_use_rejection_sampling=False, speculative_accept_threshold_single=1.0,
-                               speculative_accept_threshold_acc=1.0, speculative_use_block_verification=False)
-    stock = branch(release)
-    fused_verify.apply(release)
-    fused = branch(release)
-    install_context(settings)
+    stock, fused = stock_and_fused(release)
     record = dict(release=str(release), device=torch.cuda.get_device_name(), torch=torch.__version__, vocab=VOCAB,
                   top_k=TOP_K, temperature=TEMPERATURE, date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()))
     record["renorm_kept"] = kept_counts(4096, 3)

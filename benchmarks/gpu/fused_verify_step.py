@@ -150,16 +150,23 @@ def branch(release):
     return EagleVerifyInputV2Mixin.sample
 
 
-def main(out_path: str, quick: bool) -> None:
+def stock_and_fused(release):
+    """The installed release's verify branch as shipped and with the fused sampler wired in, callable
+    in this bare process (a server's context installed with stock's verify settings)."""
     import sglang.srt.speculative.eagle_info  # noqa: F401  (every seam's module loaded before the context is set)
 
-    release = installed_release()
     settings = SimpleNamespace(speculative_use_rejection_sampling=False, speculative_accept_threshold_single=1.0,
                                speculative_accept_threshold_acc=1.0, speculative_use_block_verification=False)
     stock = branch(release)
     fused_verify.apply(release)
     fused = branch(release)
     install_context(settings)
+    return stock, fused
+
+
+def main(out_path: str, quick: bool) -> None:
+    release = installed_release()
+    stock, fused = stock_and_fused(release)
     record = dict(release=str(release), device=torch.cuda.get_device_name(), torch=torch.__version__,
                   vocab=VOCAB, zipf=ZIPF, date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()))
     print("release", release, record["device"], flush=True)
