@@ -11,6 +11,7 @@ own source.
 
 import json
 import os
+import random
 from types import SimpleNamespace
 
 import pytest
@@ -21,7 +22,7 @@ from packaging.version import Version
 
 from sglang_eagle_ext.sglang import compat
 from sglang_eagle_ext.sglang.compat import (capture_ids, draft_width, extend_graph_width, hidden_size_for, idle_input_width,
-                                            prompt_token_range)
+                                            prompt_token_range, stop_strings)
 from sglang_eagle_ext.sglang.compat.patch import UnsupportedRelease, after_import
 from sglang_eagle_ext.testing import fixtures
 
@@ -151,12 +152,14 @@ RELEASE_PATCHES = {
     "0.5.11": ["draft-config", "target-capture-ids", "draft-extend-graph-width", "idle-draft-input-width",
                "prompt-token-range"],
     "0.5.12": ["draft-config", "target-capture-ids", "hidden-size-for", "prompt-token-range"],
-    "0.5.14": ["draft-config", "target-capture-ids", "hidden-size-for", "prompt-token-range"],
-    "0.5.15": ["draft-config", "target-capture-ids", "prompt-token-range"],
-    "0.5.16": ["draft-config", "target-capture-ids", "prompt-token-range"],
-    "0.5.23": ["draft-config", "target-capture-ids", "prompt-token-range"],
-    "0.5.23.post1": ["draft-config", "target-capture-ids", "prompt-token-range"],
-    "0.6.0": ["draft-config", "target-capture-ids", "prompt-token-range"],  # newer than supported: the newest set
+    "0.5.14": ["draft-config", "target-capture-ids", "hidden-size-for", "prompt-token-range",
+               "first-stop-string"],
+    "0.5.15": ["draft-config", "target-capture-ids", "prompt-token-range", "first-stop-string"],
+    "0.5.16": ["draft-config", "target-capture-ids", "prompt-token-range", "first-stop-string"],
+    "0.5.23": ["draft-config", "target-capture-ids", "prompt-token-range", "first-stop-string"],
+    "0.5.23.post1": ["draft-config", "target-capture-ids", "prompt-token-range", "first-stop-string"],
+    # newer than supported: the newest set
+    "0.6.0": ["draft-config", "target-capture-ids", "prompt-token-range", "first-stop-string"],
 }
 
 
@@ -271,3 +274,64 @@ def test_each_release_applies_the_capture_ids_where_its_runner_does(release, met
     runner_module = SimpleNamespace(ModelRunner=type("ModelRunner", (), {}))
     with pytest.raises(UnsupportedRelease, match=f"ModelRunner.{method}"):
         patch.apply(runner_module)
+
+
+# Tokens whose text holds a stop string, part of one, or both (". The", "iver.").
+STOP_VOCAB = ["a", "b", " ", ".", " river", " ri", "ver", "x.", ". The", "r", "iver.", " the"]
+STOPS = [" river", "."]
+
+
+def decode(ids) -> str:
+    return "".join(STOP_VOCAB[i] for i in ids)
+
+
+def stop_reference(tokens) -> tuple[int, str] | None:
+    """Decoding one token at a time: the first output length whose text holds a stop string, and
+    the text cut before the stop string that ends first (then starts first)."""
+    for length in range(1, len(tokens) + 1):
+        text = decode(tokens[:length])
+        found = [(text.find(stop) + len(stop), text.find(stop)) for stop in STOPS if stop in text]
+        if found:
+            return length, text[:min(found)[1]]
+    return None
+
+
+def serve_steps(req_cls, tokens, steps) -> tuple[int, str] | None:
+    """SGLang's own Req check after each verify step, then its detokenizer's trim of the text."""
+    from sglang.srt.managers.detokenizer_manager import DetokenizerManager
+
+    req = object.__new__(req_cls)
+    req.sampling_params = SimpleNamespace(stop_strs=STOPS, stop_regex_strs=[], stop_regex_max_len=0,
+                                          stop_str_max_len=max(map(len, STOPS)))  # >= each one's token count
+    req.tokenizer = SimpleNamespace(decode=decode)
+    req.output_ids, req.decoded_text, req.finished_reason, req.finished_len = [], "", None, None
+    for accepted in steps:
+        req.output_ids.extend(tokens[len(req.output_ids):len(req.output_ids) + accepted])
+        if req._check_str_based_finish(accepted):
+            length = len(req.output_ids) if req.finished_len is None else req.finished_len
+            text = DetokenizerManager.trim_matched_stop(None, decode(req.output_ids[:length]),
+                                                        {"matched": req.finished_reason.matched}, False)
+            return length, text
+    return None
+
+
+def test_a_verify_step_ends_at_the_stop_string_reached_first():
+    """Against decoding one token at a time: stock SGLang's check, given steps of several accepted
+    tokens, ends some outputs at the stop string listed first and keeps an earlier one; patched,
+    every output ends where one-token decoding ends it."""
+    from sglang.srt.managers import schedule_batch
+
+    class PatchedReq(schedule_batch.Req):  # the patch changes this subclass, not SGLang's class
+        pass
+
+    assert stop_strings.patch_first_stop_string(PatchedReq, schedule_batch.FINISH_MATCHED_STR)
+    generator = random.Random(20261125)
+    stock_wrong = 0
+    for _ in range(400):
+        tokens = [generator.randrange(len(STOP_VOCAB)) for _ in range(12)]
+        steps = [generator.randint(1, 5) for _ in tokens]
+        expected = stop_reference(tokens)
+        assert serve_steps(PatchedReq, tokens, steps) == expected, (tokens, steps)
+        assert serve_steps(PatchedReq, tokens, [1] * len(tokens)) == expected, tokens
+        stock_wrong += serve_steps(schedule_batch.Req, tokens, steps) != expected
+    assert stock_wrong > 0  # the bug the patch exists for is still in the installed SGLang

@@ -25,6 +25,7 @@ TABLE = PACKAGE / "sglang" / "compat" / "releases.py"
 PRESENCE_CHECKS = {
     ("sglang/compat/fused_verify.py", "apply"): "the seam's check of the code it wraps: stops the server",
     ("sglang/compat/tree_kernels.py", "_bind"): "binding points are bound wherever present",
+    ("sglang/compat/stop_strings.py", "_apply"): "the patch's check of the code it changes: stops the server",
 }
 # The supported releases, each line's first
 LINES = [Version(f"0.5.{minor}") for minor in range(11, 24)]

@@ -19,6 +19,8 @@ idle-draft-input-width       0.5.11           idle draft-extend inputs ``3 * H``
 hidden-size-for              0.5.12 - 0.5.14  draft-extend width read from the target config
 prompt-token-range           all              client token ids outside the vocabulary crash
                                               the scheduler (now a 400)
+first-stop-string            0.5.14 -         a verify step accepting several tokens ends at the
+                                              stop string listed first, not reached first
 tree-kernels                 all              binding, ``SGLANG_EAGLE_EXT_TREE_KERNELS``: SGLang's
                                               tree-kernel call sites to our Triton kernels
 fused-verify                 all              binding, ``SGLANG_EAGLE_EXT_FUSED_VERIFY``:
@@ -40,14 +42,15 @@ from typing import Callable
 from packaging.version import Version
 
 from sglang_eagle_ext.sglang.compat import (capture_ids, config_loading, extend_graph_width, fused_verify,
-                                            hidden_size_for, idle_input_width, prompt_token_range, tree_kernels)
+                                            hidden_size_for, idle_input_width, prompt_token_range, stop_strings,
+                                            tree_kernels)
 from sglang_eagle_ext.sglang.compat.patch import Patch, UnsupportedRelease, after_import
 from sglang_eagle_ext.sglang.compat.releases import SUPPORTED, installed_release, older_than_supported
 
 # the bindings last, tree kernels first: the fused-verify dispatcher wraps the greedy op bound then
 PATCHES: tuple[Patch, ...] = (config_loading.PATCH, *capture_ids.PATCHES, extend_graph_width.PATCH,
                               *idle_input_width.PATCHES, hidden_size_for.PATCH, prompt_token_range.PATCH,
-                              tree_kernels.PATCH, fused_verify.PATCH)
+                              stop_strings.PATCH, tree_kernels.PATCH, fused_verify.PATCH)
 BINDINGS: tuple[Patch, ...] = tuple(patch for patch in PATCHES if patch.switch is not None)
 
 

@@ -52,6 +52,10 @@ CAPTURE_IDS_ON_RUNNER = _fact("capture-ids-on-runner", ">=0.5.11,<0.5.16",
                               "ModelRunner.init_aux_hidden_state_capture applies the capture ids held by the runner")
 CAPTURE_IDS_IN_SPEC_AUX_CONFIG = _fact("capture-ids-in-spec-aux-config", ">=0.5.16",
                                        "ModelRunner.init_attention_backends applies spec_aux_config's capture ids")
+# Finishing a request
+STOP_STRINGS_IN_STEP = _fact("stop-strings-in-step", ">=0.5.14",
+                             "Req._check_str_based_finish looks for the stop strings in all the tokens a verify step "
+                             "accepted and ends the output at the match (Req._locate_str_stop_finished_len)")
 # Where the server's state is read
 GLOBAL_SERVER_ARGS = _fact("global-server-args", "<0.5.15", "server args from get_global_server_args")
 RUNTIME_PARALLEL = _fact("runtime-parallel", ">=0.5.14", "the runtime context's get_parallel: TP/PP sizes and groups")
