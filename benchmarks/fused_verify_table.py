@@ -33,6 +33,9 @@ RUNS = {  # file -> (commit, command); the commit is the checkout the device ran
     "bf16_ties_h200_sglang-0.5.23.json": ("6915903", STAGE + "SGL_KERNEL_USE_FLASHINFER=1 SGLANG_KERNEL_USE_FLASHINFER=1 "
                                           "timeout 330 python3 benchmarks/gpu/bf16_ties.py OUT.json (beside the soak "
                                           "on the same GPU)"),
+    "server_h200_sglang-0.5.23.json": ("bb1b2fc", STAGE + "SGL_KERNEL_USE_FLASHINFER=1 SGLANG_KERNEL_USE_FLASHINFER=1 "
+                                       "timeout 430 python3 benchmarks/gpu/fused_verify_server.py OUTDIR (alone on "
+                                       "the GPU, right after the kit's install)"),
     "server_h200_sglang-0.5.21.json": ("5f28eb9", STAGE + "SGL_KERNEL_USE_FLASHINFER=1 SGLANG_KERNEL_USE_FLASHINFER=1 "
                                        "timeout 200 python3 benchmarks/gpu/fused_verify_server.py OUTDIR"),
     "e2e_h100_sglang-0.5.16.json": ("27b8b22", "E2E_COMMIT=27b8b22 bash benchmarks/gpu/run_fused_verify_e2e.sh "

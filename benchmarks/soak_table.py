@@ -26,8 +26,8 @@ NOTES = {  # what a run's own record does not show
         "max_tokens up to 32 and the default 300 s request timeout (commit `768be30`) served every other kind with "
         "no traceback or restart, but 4 of its 7 JSON-schema requests timed out on the client side.",
 }
-NOTES["h200_sglang-0.5.23.json"] = (
-    "Run with `START_HOLD_S=5 SOAK_DURATION_S=600 SOAK_COMMIT=6915903 bash benchmarks/gpu/run_soak.sh start`, then "
+NOTES["h200_sglang-0.5.23_6915903.json"] = (
+    "The first GPU soak. Run with `START_HOLD_S=5 SOAK_DURATION_S=600 SOAK_COMMIT=6915903 bash benchmarks/gpu/run_soak.sh start`, then "
     "`WAIT_LIMIT_S=560 bash benchmarks/gpu/run_soak.sh wait` (SGLang 0.5.23 kit install, flashinfer's renorm on). "
     "Two checks failed. (1) \"No server restart\": its 16 events are 16 plain `python3` children of the server "
     "(consecutive pids, as many as the machine's CPU cores: a worker pool's size) that ended while the server answered every client to the "
@@ -35,10 +35,18 @@ NOTES["h200_sglang-0.5.23.json"] = (
     "server, one of the processes SGLang titles `sglang::...` or the port's listener ending "
     "(`tests/test_soak.py::test_a_restart_is_an_sglang_component_ending_not_a_worker_pool`); this record keeps "
     "the old verdict. (2) Stop strings: 4 of 3712 outputs contained the stop string `.`; stock SGLang's stop "
-    "handling with several tokens accepted per verify step is the suspect, not yet reproduced or reported. "
+    "handling with several tokens accepted per verify step was the cause: it ends a request at the stop string "
+    "listed first (`\" river\"`) when a step accepts an earlier `.` too; patch `first-stop-string` fixes it "
+    "(`tests/sglang/test_compat.py::test_a_verify_step_ends_at_the_stop_string_reached_first`). "
     "Also: the server ran the checkpoint's dtype (float32; `--dtype bfloat16` was added after), and during its "
     "first minutes other GPU checks (bf16_ties.py, fused_verify_server.py, stock_vs_plugin_acceptance.py) ran on "
     "the same GPU, so its tokens/s are a floor.")
+NOTES["h200_sglang-0.5.23.json"] = (
+    "Run with `START_HOLD_S=560 SOAK_DURATION_S=600 SOAK_COMMIT=bb1b2fc bash benchmarks/gpu/run_soak.sh start`, "
+    "then `WAIT_LIMIT_S=560 bash benchmarks/gpu/run_soak.sh wait` (SGLang 0.5.23 kit install, flashinfer's renorm "
+    "on), alone on the GPU after `fused_verify_server.py` in the previous call; the rerun of the first soak with "
+    "the `first-stop-string` patch, the restart watch that counts SGLang's components and `--dtype bfloat16`. "
+    "The 16 helper processes that ended are the same worker pool as in the first run.")
 ACCEPTANCE_KINDS = ("greedy", "sampled", "json")
 COLUMNS = ["run", "device", "SGLang", "tree (topk/steps/tokens)", "clients x s (to the last answer)", "requests",
            "errors", "restarts", "output tok/s", "acceptance: all / greedy / sampled / JSON", "greedy vs sequential",
