@@ -697,11 +697,12 @@ def stock_summary() -> str:
         result = read_json(path)
         rows = result["rows"]
         refused = [r for r in rows if r["stock"].get("loads") is False and "refusal" in r["stock"]]
-        override = [r for r in rows if r["stock"].get("built_with")]
+        override = [r for r in rows if r["stock"].get("built_with") and r not in refused]
         wrong = [r for r in rows if r not in refused + override
                  and (r["stock"].get("forward", {}).get("equal") is False or r["stock"].get("never_loaded"))]
         right = [r for r in rows if r not in override and r["stock"].get("forward", {}).get("equal") is True]
         unchecked = [r for r in rows if not r["stock"].get("checked")]
+        uncompared = [r for r in rows if r["stock"].get("checked") and r not in refused + override + wrong + right]
         ours = [r for r in rows if r["ours"].get("equal")]
         checked = [r for r in rows if "not_checked" not in r["ours"]]
         fixed = (f"this package serves {len(ours)} of {len(checked)} checked as the reference drafter computes"
@@ -712,8 +713,11 @@ def stock_summary() -> str:
                 + f", builds {len(override)} only with an architecture override"
                 + (f" ({_named(override)}; its forward then differs for "
                    f"{sum(r['stock'].get('forward', {}).get('equal') is False for r in override)})" if override else "")
-                + f", loads {len(wrong)} but computes a different forward" + (f" ({_named(wrong)})" if wrong else "")
+                + f", loads {len(wrong)} but misreads it (a different forward, or parameters never loaded)"
+                + (f" ({_named(wrong)})" if wrong else "")
                 + f" and serves {len(right)} correctly"
+                + (f"; it loads {len(uncompared)} whose forward is not compared ({_named(uncompared)}: "
+                   + uncompared[0]["stock"].get("forward", {}).get("reason", "no forward") + ")" if uncompared else "")
                 + (f"; stock not checked on {len(unchecked)} ({unchecked[0]['stock']['reason']})" if unchecked else "")
                 + f"; {fixed} ({result['device']}, {result['date']}, "
                 f"`{relative(path)}`).")

@@ -16,6 +16,7 @@ after :data:`TIME_LIMIT_S`. Nothing here guesses: what could not be run is "not 
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import math
@@ -23,6 +24,7 @@ import os
 import socket
 import subprocess
 import sys
+import unittest.mock
 from types import SimpleNamespace
 from typing import Any
 
@@ -280,10 +282,15 @@ def _share_target_embedding(model, target: dict | None, on_meta: bool) -> list[s
     embed = torch.nn.Parameter(torch.randn(shape, generator=gen, device="cpu").to(device) * 0.5)
     head = torch.nn.Parameter(torch.randn(shape, generator=gen, device="cpu").to(device) * 0.3)
     before = dict(model.named_parameters(remove_duplicate=False))
-    if getattr(model, "load_lm_head_from_target", False):
-        model.set_embed_and_head(embed, head)
-    else:
-        model.set_embed(embed)
+    # stock's setters synchronise the device (0.5.11 - 0.5.14: torch.cuda's, which a CPU-only torch
+    # refuses); on a CPU host nothing is pending
+    no_cuda = contextlib.nullcontext() if torch.cuda.is_available() else \
+        unittest.mock.patch.object(torch.cuda, "synchronize", lambda *args, **kwargs: None)
+    with no_cuda:
+        if getattr(model, "load_lm_head_from_target", False):
+            model.set_embed_and_head(embed, head)
+        else:
+            model.set_embed(embed)
     after = dict(model.named_parameters(remove_duplicate=False))
     return sorted(name for name, param in after.items() if param is embed or param is head
                   if before.get(name) is not param)
@@ -324,6 +331,7 @@ def _compare_forward(model, directory: str, target: dict) -> dict[str, Any]:
     from sglang_eagle_ext.drafter.reader import read_drafter
     from sglang_eagle_ext.errors import DrafterError
     from sglang_eagle_ext.reference.drafter import DraftCache
+    from sglang_eagle_ext.sglang.compat import runtime
     from sglang_eagle_ext.testing.sglang_forward import TOKENS, DraftRunner, worker_inputs
 
     try:
@@ -333,10 +341,11 @@ def _compare_forward(model, directory: str, target: dict) -> dict[str, Any]:
     spec = checkpoint.spec
     reference, ids, aux = worker_inputs(model, checkpoint, torch.Generator().manual_seed(SEED))
 
-    attn = model.model.layers[0].self_attn
+    layers = runtime.builtin_draft_layers(model)
+    attn = layers[0].self_attn
     geometry = SimpleNamespace(num_attention_heads=attn.attn.tp_q_head_num,
                                num_key_value_heads=attn.attn.tp_k_head_num, head_dim=attn.attn.head_dim,
-                               hidden_size=model.config.hidden_size, num_layers=len(model.model.layers))
+                               hidden_size=model.config.hidden_size, num_layers=len(layers))
     runner = DraftRunner(geometry)
     vocab = spec.draft_vocab_size
     cache = DraftCache()
@@ -376,6 +385,8 @@ def stock_report(directory: str, target: dict | None) -> dict[str, Any]:
     from sglang.srt.models.registry import ModelRegistry
     from sglang.srt.utils.hf_transformers.config import get_config
 
+    from sglang_eagle_ext.sglang.compat import runtime
+
     report: dict[str, Any] = {"checked": True, "sglang": release}
     try:
         hf_config = get_config(directory, trust_remote_code=False)
@@ -385,7 +396,7 @@ def stock_report(directory: str, target: dict | None) -> dict[str, Any]:
     report["architectures"] = architectures
     # SGLang's get_model_architecture: an architecture no SGLang class registers goes to the
     # Transformers backend, which has no EAGLE-3 draft (no fc over the aux states)
-    if not any(ModelRegistry.is_arch_supported(arch) for arch in architectures):
+    if not any(runtime.has_sglang_class(arch) for arch in architectures):
         report["resolves_to"] = "TransformersForCausalLM (SGLang's Transformers fallback, not an EAGLE-3 draft class)"
         overrides = {"architectures": [BUILTIN_DRAFT]}
         report["built_with"] = f"--json-model-override-args '{json.dumps(overrides)}'"
@@ -399,13 +410,15 @@ def stock_report(directory: str, target: dict | None) -> dict[str, Any]:
     report["built_class"] = f"{model_class.__module__}.{model_class.__name__}"
     report.update(_captured_layers(hf_config, target))
     _init_distributed()
+    runtime.publish_default_server_args()  # what a server publishes before it builds the draft
     with torch.device("meta"):
         try:
             sizing = model_class(copy.deepcopy(hf_config))
         except Exception as exc:
             return {**report, "loads": False, "refusal": _quote(exc)}
+    runtime.drop_meta_rotary_embeddings()  # the model built next must not share the sizing's
     parameters = sum(p.numel() for p in sizing.parameters())
-    report.update(depth=len(sizing.model.layers) if hasattr(sizing, "model") else None,
+    report.update(depth=len(runtime.builtin_draft_layers(sizing)) if hasattr(sizing, "model") else None,
                   parameters=parameters)
     small = parameters <= FORWARD_PARAMETER_LIMIT
     if not small and not _weight_files(directory)[1]:
@@ -430,6 +443,10 @@ def stock_report(directory: str, target: dict | None) -> dict[str, Any]:
             report["forward"] = {"compared": False, "reason": "forward not compared: no target given"}
         elif errors:
             report["forward"] = {"compared": False, "reason": "forward not compared: stock's load_weights failed"}
+        elif runtime.attention_test_kit() is None:
+            report["forward"] = {"compared": False, "reason": f"forward not compared: SGLang {release} ships no "
+                                 f"attention test kit ({runtime.ATTENTION_KIT[0].releases}), which this check "
+                                 "runs the forward on"}
         else:
             try:
                 report["forward"] = _compare_forward(model, directory, target)

@@ -21,6 +21,17 @@ CONTEXT = 64  # KV slots: enough for the prefill and the decode step
 TOKENS = 5  # prefill length
 
 
+def attention_kit():
+    """SGLang's attention test kit, which the forwards run on; an error on releases without it."""
+    from sglang_eagle_ext.sglang.compat import releases, runtime
+
+    kit = runtime.attention_test_kit()
+    if kit is None:
+        raise RuntimeError(f"SGLang {releases.installed_release()} ships no attention test kit "
+                           f"({releases.ATTENTION_TEST_KIT.releases}), which this harness runs on")
+    return kit
+
+
 class DraftRunner:
     """A KV pool sized for ``spec`` plus the attention backend, shared by consecutive forwards.
 
@@ -32,8 +43,8 @@ class DraftRunner:
         from sglang.srt.layers.attention.attention_registry import ATTENTION_BACKENDS
         from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool
         from sglang.srt.model_executor.forward_batch_info import ForwardMode
-        from sglang.test.kits.attention_unittest.attention_methods import dense_attention as kit
 
+        kit = attention_kit()
         self.kit, self.spec = kit, spec
         case = self.case(ForwardMode.EXTEND, prefix=0, new=1)
         self.runner = kit.MockModelRunner(
@@ -73,8 +84,10 @@ class DraftRunner:
 def build_draft(directory: str, target: TargetInfo):
     """Our model exactly as SGLang builds it: normalised config, class, load_weights, sharing."""
     from sglang_eagle_ext.sglang.compat.config_loading import DraftConfigLoader
+    from sglang_eagle_ext.sglang.compat.runtime import publish_default_server_args
     from sglang_eagle_ext.sglang.model import LlamaForCausalLMEagle3
 
+    publish_default_server_args()  # what a server publishes before it builds the draft
     loader = DraftConfigLoader(original=None)
     loader.target = target
     model = LlamaForCausalLMEagle3(loader(directory))
@@ -113,6 +126,7 @@ def assert_forward_matches_reference(directory: str, target: TargetInfo, seed: i
 
     from sglang_eagle_ext.reference.drafter import DraftCache
 
+    attention_kit()  # before anything is built
     checkpoint = read_drafter(directory, target=target)
     spec = checkpoint.spec
     model = build_draft(directory, target)

@@ -65,6 +65,16 @@ RUNTIME_SERVER_ARGS = _fact("runtime-server-args", ">=0.5.15", "the runtime cont
 RUNTIME_SPEC = _fact("runtime-spec", ">=0.5.17", "the runtime context's get_spec: speculative settings")
 DRAFT_PARALLEL_SPEC = _fact("draft-parallel-spec", ">=0.5.23",
                             "the draft's tensor-parallel layout from a DraftParallelSpec class attribute")
+# What the stock check (stock_check.py) and the forward harness (testing/sglang_forward.py) run on
+ARCH_SUPPORTED_QUERY = _fact("arch-supported-query", ">=0.5.21",
+                             "get_model_architecture asks ModelRegistry.is_arch_supported whether an architecture "
+                             "has an SGLang class (before: membership in get_supported_archs)")
+SINGLE_MIDLAYER_DRAFT = _fact("single-midlayer-draft", "<0.5.12",
+                              "SGLang's own EAGLE-3 draft class builds one decoder layer, model.midlayer, and "
+                              "refuses a config of any other depth (0.5.12+: model.layers)")
+ATTENTION_TEST_KIT = _fact("attention-test-kit", ">=0.5.13",
+                           "SGLang ships its attention-backend test kit (a mock model runner and forward batches), "
+                           "which the forward comparisons run a drafter on")
 # Verify: where the greedy/sampled branch is and what it reads
 VERIFY_IN_WORKER_INPUTS = _fact("verify-in-worker-inputs", "<0.5.14",
                                 "the v1 and v2 workers' verify inputs branch between greedy and sampled verify, "

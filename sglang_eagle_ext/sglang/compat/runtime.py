@@ -24,6 +24,35 @@ GLOBAL_SERVER_ARGS = Target(releases.GLOBAL_SERVER_ARGS.releases, "sglang.srt.se
 DRAFT_PARALLEL_SPEC = Target(releases.DRAFT_PARALLEL_SPEC.releases, "sglang.srt.configs.draft_parallel",
                              "DraftParallelSpec", absent_elsewhere=True)
 
+# What the stock check and the forward harness run SGLang's code with, outside a server.
+# Whether an architecture has an SGLang class, as the model loader asks it (else the Transformers backend)
+_REGISTRY = "sglang.srt.models.registry"
+IS_ARCH_SUPPORTED = Target(releases.ARCH_SUPPORTED_QUERY.releases, _REGISTRY, "_ModelRegistry", "is_arch_supported",
+                           params=("self", "architecture"), absent_elsewhere=True)
+ASKED_BY_LOADER = Target(releases.ARCH_SUPPORTED_QUERY.releases, "sglang.srt.model_loader.utils",
+                         "get_model_architecture", reads=("is_arch_supported",))
+SUPPORTED_ARCHS = Target(releases.EVERY_RELEASE.releases, _REGISTRY, "_ModelRegistry", "get_supported_archs")
+# The server args SGLang's layers read while built (up to 0.5.16: the rotary embedding, RMSNorm): a
+# server publishes them; SGLang's own layer tests publish a dummy model's with this
+PUBLISH_SERVER_ARGS = Target(releases.EVERY_RELEASE.releases, "sglang.srt.server_args",
+                             "set_global_server_args_for_scheduler", params=("server_args",))
+# Where SGLang's own EAGLE-3 draft class keeps its decoder layers: one midlayer up to 0.5.11
+MIDLAYER = Target(releases.SINGLE_MIDLAYER_DRAFT.releases, "sglang.srt.models.llama_eagle3", "LlamaModel", "forward",
+                  reads=("self.midlayer",), absent_elsewhere=True)
+# SGLang's process-wide cache of rotary embeddings, shared by every model built after
+ROPE_CACHE = Target(releases.EVERY_RELEASE.releases, "sglang.srt.layers.rotary_embedding.factory", "_ROPE_DICT")
+# SGLang's attention-backend test kit: a mock model runner, its KV pools and forward batches
+_KIT = "sglang.test.kits.attention_unittest.attention_methods.dense_attention"
+ATTENTION_KIT = (
+    Target(releases.ATTENTION_TEST_KIT.releases, _KIT, "MockModelRunner", "__init__",
+           keywords=("case", "model_config", "dtype", "device", "max_context_len", "head_dim"), absent_elsewhere=True),
+    Target(releases.ATTENTION_TEST_KIT.releases, _KIT, "TinyModelConfig", "__init__",
+           keywords=("num_heads", "num_kv_heads", "head_dim", "hidden_size", "context_len")),
+    Target(releases.ATTENTION_TEST_KIT.releases, _KIT, "_make_forward_batch", params=("case", "runner"),
+           keywords=("max_context_len", "device")),
+    Target(releases.ATTENTION_TEST_KIT.releases, _KIT, "DenseAttentionCase"),
+)
+
 
 def module_attribute(target: Target):
     """``target.module.name`` of the running SGLang."""
@@ -56,6 +85,45 @@ def eagle3_draft_parallel_spec():
         return None
     module = importlib.import_module(DRAFT_PARALLEL_SPEC.module)
     return getattr(module, DRAFT_PARALLEL_SPEC.name)(tp_execution=module.DraftTPExecution.SINGLE_GROUP)
+
+
+def has_sglang_class(architecture: str) -> bool:
+    """Whether the model loader takes ``architecture`` as one of SGLang's own classes (else it goes to
+    the Transformers backend): the registry's :data:`IS_ARCH_SUPPORTED` (0.5.21+), before that
+    membership in its :data:`SUPPORTED_ARCHS`, as each release's ``get_model_architecture`` asks."""
+    from sglang.srt.models.registry import ModelRegistry
+
+    if installed(IS_ARCH_SUPPORTED):
+        return ModelRegistry.is_arch_supported(architecture)
+    return architecture in ModelRegistry.get_supported_archs()
+
+
+def publish_default_server_args() -> None:
+    """Publish every server option's default (model path "dummy"), as SGLang's own layer tests do,
+    before building SGLang's layers outside a server; up to 0.5.16 they read the server args when
+    built, which raise until a process publishes them."""
+    from sglang.srt.server_args import ServerArgs
+
+    module_attribute(PUBLISH_SERVER_ARGS)(ServerArgs(model_path="dummy"))
+
+
+def builtin_draft_layers(model) -> list:
+    """The decoder layers of ``model``, built by SGLang's own EAGLE-3 draft class: its one
+    ``model.midlayer`` (:data:`MIDLAYER`), else ``model.layers``."""
+    return [model.model.midlayer] if installed(MIDLAYER) else list(model.model.layers)
+
+
+def drop_meta_rotary_embeddings() -> None:
+    """Drop from :data:`ROPE_CACHE` the rotary embeddings built on the meta device (a model sized
+    there, never on a server): releases before 0.5.18 would hand them to the next model built."""
+    cache = module_attribute(ROPE_CACHE)
+    for key in [key for key, rope in cache.items() if any(buffer.is_meta for buffer in rope.buffers())]:
+        del cache[key]
+
+
+def attention_test_kit():
+    """SGLang's dense-attention test kit module (:data:`ATTENTION_KIT`), None on releases without it."""
+    return importlib.import_module(_KIT) if installed(ATTENTION_KIT[0]) else None
 
 
 def draft_window_size() -> int | None:
