@@ -51,6 +51,7 @@ FUSED_VERIFY_CONTROL = FUSED_VERIFY / "e2e_h200_sglang-0.5.23_control.json"
 STEP_PROFILE = RESULTS / "step_profile" / "h200_sglang-0.5.23.json"
 SPEED_RUN = E2E_RAW / "v0.5.16-speed-8b.json"
 STOCK_VS_PLUGIN = RESULTS / "cpu"  # stock_vs_plugin_sglang-<release>.json, from scripts/stock_vs_plugin.py
+STOCK_VS_PLUGIN_GPU = RESULTS / "gpu"  # stock_vs_plugin_acceptance_sglang-<release>.json (tree drafting)
 
 MARKER = re.compile(r"<!-- generated:(?P<name>[a-z0-9-]+):begin -->(?P<body>.*?)"
                     r"<!-- generated:(?P=name):end -->", re.DOTALL)
@@ -362,6 +363,12 @@ def fused_verify_cell(release: str) -> str:
                          + ("" if "distribution" in run else " (no timing)"))
         elif kind == "server":
             parts.append(f"server {sum(run['identical'].values())}/{8 * len(run['identical'])} identical")
+        elif kind == "draws":
+            cells = run["cells"]
+            differ = [d for c in cells for d in c["differences"]]
+            parts.append(f"draws {sum(c['requests'] for c in cells) - len(differ)}/{sum(c['requests'] for c in cells)} "
+                         f"identical, the other {len(differ)} on a CDF boundary "
+                         f"({sum(d['on_boundary'] for d in differ)}/{len(differ)})")
         elif kind == "bf16":
             checks = run["identical_bf16"]
             parts.append(f"bf16 logits {sum(c['identical'] for c in checks)}/{sum(c['requests'] for c in checks)} "
@@ -721,9 +728,10 @@ def stock_summary() -> str:
                 + (f"; stock not checked on {len(unchecked)} ({unchecked[0]['stock']['reason']})" if unchecked else "")
                 + f"; {fixed} ({result['device']}, {result['date']}, "
                 f"`{relative(path)}`).")
-        acceptance = STOCK_VS_PLUGIN / f"stock_vs_plugin_acceptance_sglang-{result['sglang']}.json"
-        if acceptance.exists():
-            line += _acceptance_line(acceptance)
+        for folder in (STOCK_VS_PLUGIN, STOCK_VS_PLUGIN_GPU):
+            acceptance = folder / f"stock_vs_plugin_acceptance_sglang-{result['sglang']}.json"
+            if acceptance.exists():
+                line += _acceptance_line(acceptance)
         lines.append(line)
     return "\n\n" + "\n".join(lines) + "\n\n"
 

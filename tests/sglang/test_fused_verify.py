@@ -133,7 +133,7 @@ def test_rejection_sampling_and_watermark_hand_back():
 
 
 def test_switch_default_and_log_phrase(monkeypatch):
-    verified, held_back, unrun = Version("0.5.16"), Version("0.5.23"), Version("0.5.19")
+    verified, held_back, unrun = Version("0.5.16"), Version("0.5.21"), Version("0.5.19")
     sites = ["eagle_sample"]
     monkeypatch.delenv(fused_verify.ENV_SWITCH, raising=False)
     # unset: on where the wiring has run end to end on a GPU with stock's outputs and speed, opt-in
@@ -145,7 +145,7 @@ def test_switch_default_and_log_phrase(monkeypatch):
         "at stock's speed or better with stock's outputs; SGLANG_EAGLE_EXT_FUSED_VERIFY=0 turns it off; "
         "eagle_sample)")
     assert fused_verify.selected(Version("0.5.16rc1")) is False and fused_verify.selected(Version("0.5.16.post1")) is False
-    assert "opt-in on SGLang 0.5.23, " + fused_verify.HELD_BACK[held_back] in fused_verify.describe(held_back, [])
+    assert "opt-in on SGLang 0.5.21, " + fused_verify.HELD_BACK[held_back] in fused_verify.describe(held_back, [])
     assert "opt-in on SGLang 0.5.19, not yet validated end to end on a GPU" in fused_verify.describe(unrun, [])
     other = held_back
     assert "SGLANG_EAGLE_EXT_FUSED_VERIFY=1 turns it on" in fused_verify.describe(other, [])

@@ -45,11 +45,11 @@ def test_sglang_plugin_loader_activates_our_class():
     assert "served by sglang_eagle_ext.sglang.model.LlamaForCausalLMEagle3" in line
     assert "patches: draft-config" in line
     # the registry import loads SGLang's scheduler after activation: the binding logs then; the
-    # switches default to SGLang's kernels, and to stock verify on 0.5.23 (held back: see fused_verify.HELD_BACK)
+    # switches default to SGLang's kernels, and to the fused sampler on 0.5.23 (see fused_verify.DEFAULT_ON)
     assert "tree kernels and verify bound when SGLang's scheduler loads" in line
     assert any(l.startswith("sglang-eagle-ext: (pid") and
-               "tree kernels: SGLang's (SGLANG_EAGLE_EXT_TREE_KERNELS=sglang); verify: stock SGLang (the fused "
-               "sampler is opt-in on SGLang 0.5.23" in l for l in lines), lines
+               "tree kernels: SGLang's (SGLANG_EAGLE_EXT_TREE_KERNELS=sglang); verify: fused sampler for sampled "
+               "verify (default on SGLang 0.5.23 at TP size 1" in l for l in lines), lines
 
 
 def test_switch_turns_the_plugin_off():

@@ -26,7 +26,7 @@ tensor parallelism. What that decision reads of the process is a :class:`VerifyC
 Switch: ``SGLANG_EAGLE_EXT_FUSED_VERIFY`` on (serve sampled verify fused) or off (stock), in any
 spelling :mod:`sglang_eagle_ext.env` takes (``1``/``0``, ``yes``/``no``, ...).
 Unset, it is on where it has run end to end on a GPU: the releases in :data:`DEFAULT_ON` (outputs
-identical to stock, tokens/s at or above stock's within the rounds' spread:
+as stock's, tokens/s at or above stock's within the rounds' spread:
 ``benchmarks/results/fused_verify.md``) at tensor-parallel size 1; under tensor parallelism and on
 other releases it is opt-in until it has run there. Both are rows of :mod:`.releases`.
 
@@ -285,8 +285,7 @@ def describe(release: Version, sites: list[str]) -> str:
     switch = _switch()
     if sites:
         why = (f"{ENV_SWITCH}={int(switch)}" if switch is not None else
-               f"default on SGLang {release} at TP size 1, where it ran end to end on a GPU at stock's speed or "
-               f"better with stock's outputs; {ENV_SWITCH}=0 turns it off")
+               f"default on SGLang {release} at TP size 1, where {DEFAULT_ON[release]}; {ENV_SWITCH}=0 turns it off")
         return f"fused sampler for sampled verify ({why}; {', '.join(sites)})"
     if switch is not None:
         return f"stock SGLang ({ENV_SWITCH}={int(switch)})"
