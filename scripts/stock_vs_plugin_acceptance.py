@@ -6,15 +6,21 @@ layout has for the demo's tiny target and writes it as that producer's export co
 (:mod:`sglang_eagle_ext.drafter.producer_export`). SGLang then serves the same prompts greedily
 twice, with the plugin off (``SGLANG_EAGLE_EXT=0``: stock's built-in class) and on, through the
 demo's engine path (:func:`sglang_eagle_ext.demo.run.serve_greedy`). Recorded per layout and arm:
-whether the server ran (else stock's error, quoted), the acceptance length, and whether the
-output equals plain greedy decoding of the target (HF transformers); and, for the trained
-weights, stock's own loader against the reference drafter (:mod:`sglang_eagle_ext.sglang.stock_check`).
+whether the server ran (else stock's error, quoted), the acceptance length (overall and per
+prompt), and whether the output equals plain greedy decoding of the target (HF transformers);
+and, for the trained weights, stock's own loader against the reference drafter
+(:mod:`sglang_eagle_ext.sglang.stock_check`).
+
+A misread moves the drafter's logits by a bounded amount; it changes what is drafted only where
+the drafter's top candidates lie closer than that. So every layout runs on two targets (see
+:data:`TARGETS`): the demo's, whose next token is 2.2 nats ahead of the next best, and a flatter
+one, 0.2 nats ahead.
 
     python scripts/stock_vs_plugin_acceptance.py                # CPU, chain (3 steps)
     python scripts/stock_vs_plugin_acceptance.py --device cuda --out $OUT   # GPU, tree 4/3/8
 
-Writes ``benchmarks/results/<cpu|gpu>/stock_vs_plugin_acceptance_sglang-<release>.json`` (or
-into ``--out``); models are built under ``--workdir`` and reused.
+Writes ``benchmarks/results/<cpu|gpu>/stock_vs_plugin_acceptance_sglang-<release>_<target>.json``
+(or into ``--out``), one file per target; models are built under ``--workdir`` and reused.
 """
 
 from __future__ import annotations
@@ -38,7 +44,8 @@ cpu.install()
 from sglang_eagle_ext.cli.serve_cmd import cache_dir  # noqa: E402
 from sglang_eagle_ext.demo.distill import LAYOUT_SETTINGS, DistillSettings, built_with, train, write_drafter  # noqa: E402
 from sglang_eagle_ext.demo.run import DemoFailure, plain_greedy, serve_greedy  # noqa: E402
-from sglang_eagle_ext.demo.tiny_target import build_tiny_target  # noqa: E402
+from sglang_eagle_ext.corpus import prompts as corpus_prompts  # noqa: E402
+from sglang_eagle_ext.demo.tiny_target import TinyTargetSettings, build_tiny_target  # noqa: E402
 from sglang_eagle_ext.drafter.producer_export import LayoutMismatch  # noqa: E402
 from sglang_eagle_ext.errors import DrafterError  # noqa: E402
 
@@ -52,7 +59,13 @@ LAYOUTS = (
     ("SpecForge EAGLE 3.1 (`norm_output: true`)", "specforge"),
     ("NeMo EAGLE 3.1 (config carries the target's depth)", "nemo"),
 )
-PROMPT_TOKENS = 24  # new tokens per prompt (the demo's)
+NEW_TOKENS = 32  # per prompt
+PROMPT_SEED = 7  # corpus prompts, served as one batch
+# (key, name, settings): the demo's target, and one whose pairs' two successors are nearly tied
+TARGETS = (
+    ("demo-target", "the demo's target (next token 2.2 nats ahead)", TinyTargetSettings()),
+    ("flatter-target", "a flatter target (next token 0.2 nats ahead)", TinyTargetSettings(likely_successor=0.55)),
+)
 
 
 def drafters(workdir: str, target: str, layouts=LAYOUTS) -> list[tuple[str | None, str]]:
@@ -77,14 +90,15 @@ def drafters(workdir: str, target: str, layouts=LAYOUTS) -> list[tuple[str | Non
     return paths
 
 
-def served(target: str, drafter: str, plugin: bool, expected, args) -> dict:
+def served(target: str, drafter: str, plugin: bool, expected, prompts: list[str], args) -> dict:
     try:
-        run = serve_greedy(target, drafter, args.device, args.num_steps, PROMPT_TOKENS, plugin=plugin,
-                           topk=args.topk, draft_tokens=args.draft_tokens, timeout=args.timeout)
+        run = serve_greedy(target, drafter, args.device, args.num_steps, NEW_TOKENS, plugin=plugin,
+                           topk=args.topk, draft_tokens=args.draft_tokens, timeout=args.timeout, prompts=prompts)
     except DemoFailure as exc:  # the error names the drafter's folder: not this machine's path in a record
         return {"served": False, "error": exc.error_line().replace(os.path.dirname(drafter), "<workdir>")}
     outputs = [o["output_ids"] for o in run.outputs]
     return {"served": True, "accept_length": round(run.accept_length, 4),
+            "verify_steps": [o["spec_verify_ct"] for o in run.outputs],
             "equals_plain_greedy": outputs == expected,
             "class": next((line for line in run.activation if "drafts served by" in line or "disabled by" in line),
                           "")[:200]}
@@ -111,30 +125,16 @@ def main() -> None:
                         help="where the tiny models are built once and reused")
     parser.add_argument("--out", default=None, help="folder of the results file (default: benchmarks/results/...)")
     parser.add_argument("--layouts", default=None, help="comma-separated producer_export layouts (default: all)")
+    parser.add_argument("--targets", default=",".join(key for key, _, _ in TARGETS),
+                        help="comma-separated keys of TARGETS (default: all)")
+    parser.add_argument("--prompts", type=int, default=16, help="corpus prompts served (one batch)")
     parser.add_argument("--timeout", type=int, default=900, help="seconds per SGLang run")
     args = parser.parse_args()
     # chain on the CPU (what its Triton interpreter serves in minutes), a tree on the GPU
     args.num_steps, args.topk, args.draft_tokens = (3, 1, 4) if args.device == "cpu" else (3, 4, 8)
     layouts = [row for row in LAYOUTS if args.layouts is None or row[1] in args.layouts.split(",")]
 
-    target = build_tiny_target(os.path.join(args.workdir, "target"))
-    written = drafters(args.workdir, target, layouts)
-    expected = plain_greedy(target, PROMPT_TOKENS)
-    paths = [path for path, _ in written if path is not None]
-    stock_reports = iter(stock_forward(paths, target))
-    rows = []
-    for (label, layout), (path, unwritten) in zip(layouts, written):
-        settings = LAYOUT_SETTINGS[layout]
-        row = {"label": label, "layout": layout, "distilled": {k: v for k, v in vars(settings).items()
-                                                               if v != getattr(DistillSettings(), k)}}
-        if path is None:  # the layout cannot hold this drafter for this target (the writer says why)
-            rows.append({**row, "written": False, "reason": unwritten})
-            continue
-        row["stock_check"] = next(stock_reports)
-        for arm, plugin in (("stock", False), ("ours", True)):
-            row[arm] = served(target, path, plugin, expected, args)
-            print(label, arm, row[arm], flush=True)
-        rows.append(row)
+    prompts = corpus_prompts(args.prompts, PROMPT_SEED)
     release = version("sglang")
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
                             text=True).stdout.strip()
@@ -143,18 +143,42 @@ def main() -> None:
         import torch
 
         device = torch.cuda.get_device_name()
-    drafting = "chain" if args.topk == 1 else "tree"
-    result = {"sglang": release, "date": datetime.date.today().isoformat(), "commit": commit, "device": device,
-              "command": "python scripts/stock_vs_plugin_acceptance.py" + (" --device cuda" if args.device == "cuda"
-                                                                           else ""),
-              "drafting": {"kind": drafting, "num_steps": args.num_steps, "topk": args.topk,
-                           "draft_tokens": args.draft_tokens},
-              "prompts": 2, "new_tokens_per_prompt": PROMPT_TOKENS, "rows": rows}
-    folder = Path(args.out) if args.out else ROOT / "benchmarks" / "results" / ("cpu" if args.device == "cpu" else "gpu")
-    path = folder / f"stock_vs_plugin_acceptance_sglang-{release}.json"
-    write_atomically(path, json.dumps(result, indent=1) + "\n")
-    print(f"wrote {path}")
-
+    # the run's command without this machine's folders (--out, --workdir)
+    command = " ".join(["python scripts/stock_vs_plugin_acceptance.py", f"--device {args.device}",
+                        *([f"--layouts {args.layouts}"] if args.layouts else []), f"--targets {args.targets}",
+                        f"--prompts {args.prompts}"])
+    for key, target_name, target_settings in TARGETS:
+        if key not in args.targets.split(","):
+            continue
+        folder = os.path.join(args.workdir, key)
+        target = build_tiny_target(os.path.join(folder, "target"), target_settings)
+        written = drafters(folder, target, layouts)
+        expected = plain_greedy(target, NEW_TOKENS, prompts=prompts)
+        paths = [path for path, _ in written if path is not None]
+        stock_reports = iter(stock_forward(paths, target))
+        rows = []
+        for (label, layout), (path, unwritten) in zip(layouts, written):
+            settings = LAYOUT_SETTINGS[layout]
+            row = {"label": label, "layout": layout,
+                   "distilled": {k: v for k, v in vars(settings).items() if v != getattr(DistillSettings(), k)}}
+            if path is None:  # the layout cannot hold this drafter for this target (the writer says why)
+                rows.append({**row, "written": False, "reason": unwritten})
+                continue
+            row["stock_check"] = next(stock_reports)
+            for arm, plugin in (("stock", False), ("ours", True)):
+                row[arm] = served(target, path, plugin, expected, prompts, args)
+                print(key, label, arm, row[arm], flush=True)
+            rows.append(row)
+        result = {"sglang": release, "date": datetime.date.today().isoformat(), "commit": commit, "device": device,
+                  "command": command,
+                  "target": {"name": target_name, "likely_successor": target_settings.likely_successor},
+                  "drafting": {"kind": "chain" if args.topk == 1 else "tree", "num_steps": args.num_steps,
+                               "topk": args.topk, "draft_tokens": args.draft_tokens},
+                  "prompts": len(prompts), "new_tokens_per_prompt": NEW_TOKENS, "rows": rows}
+        out = Path(args.out) if args.out else ROOT / "benchmarks" / "results" / ("cpu" if args.device == "cpu" else "gpu")
+        path = out / f"stock_vs_plugin_acceptance_sglang-{release}_{key}.json"
+        write_atomically(path, json.dumps(result, indent=1) + "\n")
+        print(f"wrote {path}")
 
 if __name__ == "__main__":
     main()

@@ -1,7 +1,7 @@
 """A sparse token process whose next token depends on the two tokens *before* the current one.
 
 Token ``t + 1`` follows the pair ``(x[t-2], x[t-1])``: each pair has one likely successor and one
-rare one, drawn at random; the current token ``x[t]`` plays no part. This is what makes the tiny
+rare one, drawn at random (the likely one with probability ``likely``, 0.9 for the demo's target); the current token ``x[t]`` plays no part. This is what makes the tiny
 target's aux layers matter. An EAGLE-3 drafter at position ``i`` holds the target's hidden states
 at ``i`` and the token ``x[i+1]``, and predicts ``x[i+2]``, the successor of ``(x[i-1], x[i])``:
 ``x[i]`` is in every layer's residual stream (it is the position's own token), but ``x[i-1]``
@@ -19,7 +19,6 @@ from dataclasses import dataclass
 
 import torch
 
-LIKELY = 0.9  # probability of a pair's likely successor; the rare one gets the rest
 ORDER = 3  # tokens drawn at random before the process takes over (the rule looks 2 back)
 
 
@@ -28,22 +27,23 @@ class LaggedPairProcess:
     alphabet: torch.Tensor  # [K] token ids the process emits
     # [K, K, 2] alphabet positions: the likely and the rare successor of (x[t-2], x[t-1])
     successors: torch.Tensor
+    likely: float  # probability of a pair's likely successor; the rare one gets the rest
 
     @classmethod
-    def random(cls, alphabet: torch.Tensor, generator: torch.Generator) -> "LaggedPairProcess":
+    def random(cls, alphabet: torch.Tensor, generator: torch.Generator, likely: float) -> "LaggedPairProcess":
         size = alphabet.numel()
         # Column b (the later token of the pair) is a random permutation over the earlier token a.
-        likely = torch.stack([torch.randperm(size, generator=generator) for _ in range(size)], 1)
+        first = torch.stack([torch.randperm(size, generator=generator) for _ in range(size)], 1)
         # rare = likely shifted by 1..K-1 (mod K): always a different token
-        rare = (likely + torch.randint(1, size, (size, size), generator=generator)) % size
-        return cls(alphabet, torch.stack([likely, rare], dim=-1))
+        rare = (first + torch.randint(1, size, (size, size), generator=generator)) % size
+        return cls(alphabet, torch.stack([first, rare], dim=-1), likely)
 
     def sample(self, count: int, length: int, generator: torch.Generator) -> torch.Tensor:
         """``[count, length]`` token ids: ``ORDER`` random tokens, then the process."""
         size = self.alphabet.numel()
         positions = torch.empty(count, length, dtype=torch.long)
         positions[:, :ORDER] = torch.randint(0, size, (count, ORDER), generator=generator)
-        rare = torch.rand(count, length, generator=generator) >= LIKELY
+        rare = torch.rand(count, length, generator=generator) >= self.likely
         rows = torch.arange(count)
         for t in range(ORDER, length):
             pick = self.successors[positions[:, t - 3], positions[:, t - 2]]

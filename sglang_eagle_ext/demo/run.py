@@ -67,31 +67,32 @@ def gpu_attention_backend() -> str:
     return "fa3" if torch.cuda.get_device_capability()[0] >= 9 else "triton"
 
 
-def engine_options(device: str, attention_backend: str) -> dict:
-    """SGLang engine arguments for a greedy demo run on ``device``."""
+def engine_options(device: str, attention_backend: str, batch: int = len(PROMPTS)) -> dict:
+    """SGLang engine arguments for a greedy demo run of ``batch`` prompts on ``device``."""
     if device == "cpu":
         return dict(cpu.ENGINE_OPTIONS)
     from sglang_eagle_ext.sglang.compat.runtime import decode_graph_options
 
     backend = gpu_attention_backend() if attention_backend == "auto" else attention_backend
     return dict(dtype="bfloat16", attention_backend=backend, sampling_backend="pytorch",
-                **decode_graph_options(range(1, len(PROMPTS) + 1)))
+                **decode_graph_options(range(1, batch + 1)))
 
 
 def engine_child() -> None:
     """Runs in the SGLang subprocess: one engine, greedy generation, one RESULT line.
 
-    Arguments: TARGET DRAFTER DEVICE STEPS NEW_TOKENS ATTENTION_BACKEND TOPK DRAFT_TOKENS."""
+    Arguments: TARGET DRAFTER DEVICE STEPS NEW_TOKENS ATTENTION_BACKEND TOPK DRAFT_TOKENS PROMPTS_JSON."""
     import sglang
 
     target, drafter, device, steps, new_tokens, attention_backend, topk, draft_tokens = sys.argv[1:9]
-    options = engine_options(device, attention_backend)
+    prompts = json.loads(sys.argv[9])
+    options = engine_options(device, attention_backend, len(prompts))
     engine = sglang.Engine(model_path=target, speculative_algorithm="EAGLE3",
                            speculative_draft_model_path=drafter, speculative_num_steps=int(steps),
                            speculative_eagle_topk=int(topk), speculative_num_draft_tokens=int(draft_tokens),
                            max_total_tokens=4096, context_length=512, log_level="error", **options)
     try:
-        outputs = engine.generate(prompt=PROMPTS, sampling_params={
+        outputs = engine.generate(prompt=prompts, sampling_params={
             "temperature": 0, "max_new_tokens": int(new_tokens), "ignore_eos": True})
     finally:
         engine.shutdown()
@@ -136,15 +137,15 @@ def server_environment(device: str, plugin: bool | None = None) -> dict:
 
 def serve_greedy(target: str, drafter: str, device: str, num_steps: int, new_tokens: int,
                  attention_backend: str = "auto", timeout: int = 900, plugin: bool | None = None,
-                 topk: int = 1, draft_tokens: int | None = None) -> ServedRun:
-    """Greedy EAGLE-3 generation of :data:`PROMPTS` by stock SGLang in a subprocess (SGLang's
+                 topk: int = 1, draft_tokens: int | None = None, prompts: list[str] = PROMPTS) -> ServedRun:
+    """Greedy EAGLE-3 generation of ``prompts`` (one batch) by stock SGLang in a subprocess (SGLang's
     schedulers need a fresh process; on CPU, the CPU shims in every process). ``plugin``: see
     :func:`server_environment`; ``topk`` > 1 drafts a tree of ``draft_tokens`` verified tokens
     (default: ``num_steps + 1`` for a chain)."""
     env = server_environment(device, plugin)
     child = [sys.executable, "-c", "from sglang_eagle_ext.demo.run import engine_child; engine_child()",
              target, drafter, device, str(num_steps), str(new_tokens), attention_backend, str(topk),
-             str(draft_tokens or num_steps + 1)]
+             str(draft_tokens or num_steps + 1), json.dumps(prompts)]
     try:
         done = subprocess.run(child, capture_output=True, text=True, env=env, timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -158,15 +159,15 @@ def serve_greedy(target: str, drafter: str, device: str, num_steps: int, new_tok
     return ServedRun(result["options"], result["outputs"], activation)
 
 
-def plain_greedy(target: str, new_tokens: int, device: str = "cpu") -> list[list[int]]:
-    """Greedy decoding of :data:`PROMPTS` by HF transformers (float32), argmax at every step."""
+def plain_greedy(target: str, new_tokens: int, device: str = "cpu", prompts: list[str] = PROMPTS) -> list[list[int]]:
+    """Greedy decoding of ``prompts`` by HF transformers (float32), argmax at every step."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(target)
     model = AutoModelForCausalLM.from_pretrained(target, dtype=torch.float32).to(device).eval()
     outputs = []
-    for prompt in PROMPTS:
+    for prompt in prompts:
         ids = torch.tensor([tokenizer(prompt).input_ids], device=device)
         with torch.no_grad():
             out = model.generate(ids, attention_mask=torch.ones_like(ids),

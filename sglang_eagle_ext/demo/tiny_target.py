@@ -63,6 +63,9 @@ class TinyTargetSettings:
     max_position_embeddings: int = 1024
     # Training on the lagged pair process (:mod:`.markov`).
     alphabet_size: int = 16  # K most frequent corpus tokens; K * K pairs to learn
+    # Probability of each pair's likely successor: the target's top-2 margin is about
+    # log(p / (1 - p)) nats (2.2 at 0.9; 0.2 at 0.55, flat as a hard position of real text).
+    likely_successor: float = 0.9
     train_steps: int = 240
     train_batch: int = 8
     # Longer than prompt + continuation in distillation and eval: greedy accuracy drops beyond
@@ -76,6 +79,8 @@ class TinyTargetSettings:
             raise ValueError(f"family must be one of {FAMILIES}, got {self.family!r}")
         if self.context_layer is None:
             object.__setattr__(self, "context_layer", self.num_layers // 2)
+        if not 0.5 < self.likely_successor < 1:
+            raise ValueError(f"likely_successor must be in (0.5, 1), got {self.likely_successor}")
         if not 0 <= self.context_layer < self.num_layers:
             raise ValueError(f"context_layer must be in [0, {self.num_layers - 1}], "
                              f"got {self.context_layer}")
@@ -244,7 +249,7 @@ def _build_into(directory: str, settings: TinyTargetSettings) -> None:
     _make_token_local(model, settings)
     _previous_token_heads(model, settings)
     process = LaggedPairProcess.random(_alphabet(tokenizer, settings.alphabet_size, settings.seed),
-                                       torch.Generator().manual_seed(settings.seed))
+                                       torch.Generator().manual_seed(settings.seed), settings.likely_successor)
     _train(model, process, settings)
     model.generation_config.do_sample = False
     model.save_pretrained(directory)

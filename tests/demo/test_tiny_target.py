@@ -39,7 +39,8 @@ def test_trained_target_continues_the_process(shared_target):
     tokenizer = AutoTokenizer.from_pretrained(shared_target)
     model = AutoModelForCausalLM.from_pretrained(shared_target).eval()
     alphabet = _alphabet(tokenizer, settings.alphabet_size, settings.seed)
-    process = LaggedPairProcess.random(alphabet, torch.Generator().manual_seed(settings.seed))
+    process = LaggedPairProcess.random(alphabet, torch.Generator().manual_seed(settings.seed),
+                                      settings.likely_successor)
     text = process.sample(16, 72, torch.Generator().manual_seed(int(torch.randint(1 << 30, ()))))
     with torch.no_grad():
         logits = model(text).logits[:, 2:-1]  # position t predicts token t + 1

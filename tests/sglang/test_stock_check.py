@@ -32,3 +32,31 @@ def test_order_of_captured_layers_never_makes_stock_disagree():
               "eagle_config_ids": [1, 28, 15], "forward": {"compared": True, "equal": True}}
     assert stock_check.same_as_plugin(report, [2, 16, 29]) is True
     assert stock_check.same_as_plugin({**report, "target_captures": [2, 29, 15]}, [2, 16, 29]) is False
+
+
+def test_an_operator_without_a_cpu_kernel_is_the_hosts_limit_not_stocks_failure():
+    # A GPU build of sgl_kernel registers rmsnorm for CUDA only: torch's dispatcher refuses CPU tensors.
+    import torch
+
+    library = torch.library.Library("stock_check_test", "DEF")
+    library.define("rmsnorm(Tensor x) -> Tensor")
+    library.impl("rmsnorm", lambda x: x, "Meta")
+    try:
+        torch.ops.stock_check_test.rmsnorm(torch.randn(2, generator=torch.Generator().manual_seed(0)))
+    except NotImplementedError as exc:
+        missing_kernel = exc
+    finally:
+        del library
+    forward = stock_check.forward_failure(missing_kernel)
+    assert forward["compared"] is False and "stock_check_test::rmsnorm" in forward["reason"]
+    report = {"checked": True, "sglang": "0.5.23", "loads": True, "built_class": "LlamaForCausalLMEagle3", "depth": 1,
+              "never_loaded": [], "dropped": [], "forward": forward}
+    lines = stock_check.describe(report, None, 1)
+    assert not any("fails" in line for line in lines) and lines[-1] == "  verdict: not fully checked"
+    assert stock_check.same_as_plugin(report, None) is None
+
+    # stock's own code raising is a failure of stock, with its error quoted
+    failed = stock_check.forward_failure(RuntimeError("shape '[4, 2, 16]' is invalid for input of size 96"))
+    assert failed["compared"] is True and failed["equal"] is False and "is invalid" in failed["error"]
+    assert any(line.startswith("  forward fails: RuntimeError") for line in
+               stock_check.describe({**report, "forward": failed}, None, 1))
