@@ -51,7 +51,7 @@ FUSED_VERIFY_CONTROL = FUSED_VERIFY / "e2e_h200_sglang-0.5.23_control.json"
 STEP_PROFILE = RESULTS / "step_profile" / "h200_sglang-0.5.23.json"
 SPEED_RUN = E2E_RAW / "v0.5.16-speed-8b.json"
 STOCK_VS_PLUGIN = RESULTS / "cpu"  # stock_vs_plugin_sglang-<release>.json, from scripts/stock_vs_plugin.py
-STOCK_VS_PLUGIN_GPU = RESULTS / "gpu"  # stock_vs_plugin_acceptance_sglang-<release>.json (tree drafting)
+STOCK_VS_PLUGIN_GPU = RESULTS / "gpu"  # stock_vs_plugin_acceptance_sglang-<release>_<target>.json (tree drafting)
 
 MARKER = re.compile(r"<!-- generated:(?P<name>[a-z0-9-]+):begin -->(?P<body>.*?)"
                     r"<!-- generated:(?P=name):end -->", re.DOTALL)
@@ -676,6 +676,15 @@ def _named(rows: list[dict]) -> str:
     return ", ".join(row["label"] for row in rows)
 
 
+def _steps_tally(row: dict) -> str:
+    """On how many prompts each arm needed fewer verify steps (every prompt generates the same
+    number of tokens, so fewer steps is a longer acceptance on that prompt)."""
+    stock, ours = row["stock"]["verify_steps"], row["ours"]["verify_steps"]
+    ours_fewer = sum(o < s for s, o in zip(stock, ours))
+    stock_fewer = sum(s < o for s, o in zip(stock, ours))
+    return f"fewer verify steps: ours on {ours_fewer} of {len(stock)} prompts, stock on {stock_fewer}"
+
+
 def _acceptance_line(path: Path) -> str:
     """Trained drafters served by stock and by this plugin (scripts/stock_vs_plugin_acceptance.py)."""
     result = read_json(path)
@@ -685,14 +694,17 @@ def _acceptance_line(path: Path) -> str:
             cells.append(f"{row['label']}: not run ({row['reason']})")
             continue
         stock, ours = row["stock"], row["ours"]
-        stock_cell = (f"stock {stock['accept_length']:.2f}" + ("" if stock["equals_plain_greedy"] else " (output NOT lossless)")
+        departs = " (output departs from float32 plain greedy)"
+        stock_cell = (f"stock {stock['accept_length']:.2f}" + ("" if stock["equals_plain_greedy"] else departs)
                       if stock["served"] else "stock fails to serve it")
-        ours_cell = (f"ours {ours['accept_length']:.2f}" + ("" if ours["equals_plain_greedy"] else " (output NOT lossless)")
+        ours_cell = (f"ours {ours['accept_length']:.2f}" + ("" if ours["equals_plain_greedy"] else departs)
                      if ours["served"] else f"ours fails ({ours['error']})")
-        cells.append(f"{row['label']}: {stock_cell}, {ours_cell}")
+        tally = f" ({_steps_tally(row)})" if stock["served"] and ours["served"] else ""
+        cells.append(f"{row['label']}: {stock_cell}, {ours_cell}{tally}")
     drafting = result["drafting"]
-    return (f" Trained drafters served end to end ({drafting['kind']} {drafting['topk']}/{drafting['num_steps']}/"
-            f"{drafting['draft_tokens']}, acceptance length): " + "; ".join(cells)
+    return (f" On {result['target']['name']}, trained drafters served end to end ({drafting['kind']} "
+            f"{drafting['topk']}/{drafting['num_steps']}/{drafting['draft_tokens']}, {result['prompts']} prompts x "
+            f"{result['new_tokens_per_prompt']} tokens, acceptance length): " + "; ".join(cells)
             + f" ({result['device']}, {result['date']}, `{relative(path)}`).")
 
 
@@ -728,9 +740,8 @@ def stock_summary() -> str:
                 + (f"; stock not checked on {len(unchecked)} ({unchecked[0]['stock']['reason']})" if unchecked else "")
                 + f"; {fixed} ({result['device']}, {result['date']}, "
                 f"`{relative(path)}`).")
-        for folder in (STOCK_VS_PLUGIN, STOCK_VS_PLUGIN_GPU):
-            acceptance = folder / f"stock_vs_plugin_acceptance_sglang-{result['sglang']}.json"
-            if acceptance.exists():
+        for folder in (STOCK_VS_PLUGIN, STOCK_VS_PLUGIN_GPU):  # one file per target
+            for acceptance in sorted(folder.glob(f"stock_vs_plugin_acceptance_sglang-{result['sglang']}_*.json")):
                 line += _acceptance_line(acceptance)
         lines.append(line)
     return "\n\n" + "\n".join(lines) + "\n\n"
