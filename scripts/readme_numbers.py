@@ -366,7 +366,8 @@ def fused_verify_cell(release: str) -> str:
         elif kind == "draws":
             cells = run["cells"]
             differ = [d for c in cells for d in c["differences"]]
-            parts.append(f"draws {sum(c['requests'] for c in cells) - len(differ)}/{sum(c['requests'] for c in cells)} "
+            requests = sum(c["requests"] for c in cells)
+            parts.append(f"draws {requests - len(differ)}/{requests} "
                          f"identical, the other {len(differ)} on a CDF boundary "
                          f"({sum(d['on_boundary'] for d in differ)}/{len(differ)})")
         elif kind == "bf16":
@@ -685,6 +686,15 @@ def _steps_tally(row: dict) -> str:
     return f"fewer verify steps: ours on {ours_fewer} of {len(stock)} prompts, stock on {stock_fewer}"
 
 
+def _arm_cell(row: dict, arm: str) -> str:
+    """One arm's acceptance length, or how it failed (stock's failures are the table's point)."""
+    served = row[arm]
+    if not served["served"]:
+        return "stock fails to serve it" if arm == "stock" else f"ours fails ({served['error']})"
+    return (f"{arm} {served['accept_length']:.2f}"
+            + ("" if served["equals_plain_greedy"] else " (output departs from float32 plain greedy)"))
+
+
 def _acceptance_line(path: Path) -> str:
     """Trained drafters served by stock and by this plugin (scripts/stock_vs_plugin_acceptance.py)."""
     result = read_json(path)
@@ -693,14 +703,9 @@ def _acceptance_line(path: Path) -> str:
         if not row.get("written", True):
             cells.append(f"{row['label']}: not run ({row['reason']})")
             continue
-        stock, ours = row["stock"], row["ours"]
-        departs = " (output departs from float32 plain greedy)"
-        stock_cell = (f"stock {stock['accept_length']:.2f}" + ("" if stock["equals_plain_greedy"] else departs)
-                      if stock["served"] else "stock fails to serve it")
-        ours_cell = (f"ours {ours['accept_length']:.2f}" + ("" if ours["equals_plain_greedy"] else departs)
-                     if ours["served"] else f"ours fails ({ours['error']})")
-        tally = f" ({_steps_tally(row)})" if stock["served"] and ours["served"] else ""
-        cells.append(f"{row['label']}: {stock_cell}, {ours_cell}{tally}")
+        both = row["stock"]["served"] and row["ours"]["served"]
+        tally = f" ({_steps_tally(row)})" if both else ""
+        cells.append(f"{row['label']}: {_arm_cell(row, 'stock')}, {_arm_cell(row, 'ours')}{tally}")
     drafting = result["drafting"]
     return (f" On {result['target']['name']}, trained drafters served end to end ({drafting['kind']} "
             f"{drafting['topk']}/{drafting['num_steps']}/{drafting['draft_tokens']}, {result['prompts']} prompts x "

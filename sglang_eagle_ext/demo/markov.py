@@ -1,9 +1,9 @@
 """A sparse token process whose next token depends on the two tokens *before* the current one.
 
-Token ``t + 1`` follows the pair ``(x[t-2], x[t-1])``: each pair has one likely successor and one
-rare one, drawn at random (the likely one with probability ``likely``, 0.9 for the demo's target); the current token ``x[t]`` plays no part. This is what makes the tiny
-target's aux layers matter. An EAGLE-3 drafter at position ``i`` holds the target's hidden states
-at ``i`` and the token ``x[i+1]``, and predicts ``x[i+2]``, the successor of ``(x[i-1], x[i])``:
+Token ``t + 1`` follows the pair ``(x[t-2], x[t-1])``: each pair has one likely successor (drawn
+with probability ``likely``) and one rare one, both chosen at random; the current token ``x[t]``
+plays no part. This is what makes the tiny target's aux layers matter. An EAGLE-3 drafter at
+position ``i`` holds the target's hidden states at ``i`` and the token ``x[i+1]``, and predicts ``x[i+2]``, the successor of ``(x[i-1], x[i])``:
 ``x[i]`` is in every layer's residual stream (it is the position's own token), but ``x[i-1]``
 reaches position ``i`` only through the target's attention, so only the layers after the one that
 moves it carry it. For every ``x[i]`` the likely successors over the 16 (or K) possible ``x[i-1]``
@@ -33,10 +33,10 @@ class LaggedPairProcess:
     def random(cls, alphabet: torch.Tensor, generator: torch.Generator, likely: float) -> "LaggedPairProcess":
         size = alphabet.numel()
         # Column b (the later token of the pair) is a random permutation over the earlier token a.
-        first = torch.stack([torch.randperm(size, generator=generator) for _ in range(size)], 1)
-        # rare = likely shifted by 1..K-1 (mod K): always a different token
-        rare = (first + torch.randint(1, size, (size, size), generator=generator)) % size
-        return cls(alphabet, torch.stack([first, rare], dim=-1), likely)
+        likely_next = torch.stack([torch.randperm(size, generator=generator) for _ in range(size)], 1)
+        # rare_next = likely_next shifted by 1..K-1 (mod K): always a different token
+        rare_next = (likely_next + torch.randint(1, size, (size, size), generator=generator)) % size
+        return cls(alphabet, torch.stack([likely_next, rare_next], dim=-1), likely)
 
     def sample(self, count: int, length: int, generator: torch.Generator) -> torch.Tensor:
         """``[count, length]`` token ids: ``ORDER`` random tokens, then the process."""

@@ -63,8 +63,8 @@ class TinyTargetSettings:
     max_position_embeddings: int = 1024
     # Training on the lagged pair process (:mod:`.markov`).
     alphabet_size: int = 16  # K most frequent corpus tokens; K * K pairs to learn
-    # Probability of each pair's likely successor: the target's top-2 margin is about
-    # log(p / (1 - p)) nats (2.2 at 0.9; 0.2 at 0.55, flat as a hard position of real text).
+    # Probability of each pair's likely successor: the trained target's next token leads the
+    # runner-up by about log(p / (1 - p)) nats, so lower values give flatter distributions.
     likely_successor: float = 0.9
     train_steps: int = 240
     train_batch: int = 8

@@ -52,9 +52,9 @@ def patch_first_stop_string(req_cls, finish_matched_str) -> bool:
         def _check_str_based_finish(self, new_accepted_len: int = 1):
             if not original(self, new_accepted_len):
                 return False
-            matched = getattr(self.finished_reason, "matched", None)
             if new_accepted_len < 2 or not isinstance(self.finished_reason, finish_matched_str):
                 return True
+            matched = self.finished_reason.matched
             tail = self.tail_str(new_accepted_len)
             stops = [stop for stop in self.sampling_params.stop_strs if stop and stop in tail]
             if matched not in stops or len(stops) < 2:  # matched in earlier text, or alone: SGLang's answer stands
