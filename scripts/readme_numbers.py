@@ -677,45 +677,67 @@ def _named(rows: list[dict]) -> str:
     return ", ".join(row["label"] for row in rows)
 
 
-def _steps_tally(row: dict) -> str:
-    """On how many prompts each arm needed fewer verify steps (every prompt generates the same
-    number of tokens, so fewer steps is a longer acceptance on that prompt)."""
-    stock, ours = row["stock"]["verify_steps"], row["ours"]["verify_steps"]
-    ours_fewer = sum(o < s for s, o in zip(stock, ours))
-    stock_fewer = sum(s < o for s, o in zip(stock, ours))
-    return f"fewer verify steps: ours on {ours_fewer} of {len(stock)} prompts, stock on {stock_fewer}"
+def _acceptance_cell(row: dict) -> str:
+    """``stock / ours`` acceptance length, how an arm failed, and the per-prompt tally."""
+    if not row.get("written", True):
+        return f"not run: {row['reason']}"
+    arms = []
+    for arm in ("stock", "ours"):
+        served = row[arm]
+        if not served["served"]:
+            arms.append("fails to serve" if arm == "stock" else f"fails ({served['error']})")
+        else:
+            arms.append(f"{served['accept_length']:.2f}" + ("" if served["equals_plain_greedy"] else "†"))
+    cell = " / ".join(arms)
+    if row["stock"]["served"] and row["ours"]["served"]:  # every prompt generates the same number of tokens
+        stock, ours = row["stock"]["verify_steps"], row["ours"]["verify_steps"]
+        cell += f" ({sum(o < s for s, o in zip(stock, ours))}:{sum(s < o for s, o in zip(stock, ours))})"
+    return cell
 
 
-def _arm_cell(row: dict, arm: str) -> str:
-    """One arm's acceptance length, or how it failed (stock's failures are the table's point)."""
-    served = row[arm]
-    if not served["served"]:
-        return "stock fails to serve it" if arm == "stock" else f"ours fails ({served['error']})"
-    return (f"{arm} {served['accept_length']:.2f}"
-            + ("" if served["equals_plain_greedy"] else " (output departs from float32 plain greedy)"))
+def acceptance_files() -> list[Path]:
+    """The served side-by-side results: CPU (chain) first, then GPU (tree), one file per target."""
+    return [path for folder in (STOCK_VS_PLUGIN, STOCK_VS_PLUGIN_GPU)
+            for path in sorted(folder.glob("stock_vs_plugin_acceptance_sglang-*.json"))]
 
 
-def _acceptance_line(path: Path) -> str:
-    """Trained drafters served by stock and by this plugin (scripts/stock_vs_plugin_acceptance.py)."""
-    result = read_json(path)
-    cells = []
-    for row in result["rows"]:
-        if not row.get("written", True):
-            cells.append(f"{row['label']}: not run ({row['reason']})")
-            continue
-        both = row["stock"]["served"] and row["ours"]["served"]
-        tally = f" ({_steps_tally(row)})" if both else ""
-        cells.append(f"{row['label']}: {_arm_cell(row, 'stock')}, {_arm_cell(row, 'ours')}{tally}")
-    drafting = result["drafting"]
-    return (f" On {result['target']['name']}, trained drafters served end to end ({drafting['kind']} "
-            f"{drafting['topk']}/{drafting['num_steps']}/{drafting['draft_tokens']}, {result['prompts']} prompts x "
-            f"{result['new_tokens_per_prompt']} tokens, acceptance length): " + "; ".join(cells)
-            + f" ({result['device']}, {result['date']}, `{relative(path)}`).")
+def stock_acceptance() -> str:
+    """Trained drafters served by stock and by this plugin, a column per result file
+    (scripts/stock_vs_plugin_acceptance.py)."""
+    results = [(path, read_json(path)) for path in acceptance_files()]
+    releases = sorted({result["sglang"] for _, result in results})
+    columns = []
+    for _, result in results:
+        drafting = result["drafting"]
+        columns.append(("" if len(releases) == 1 else f"SGLang {result['sglang']}, ")
+                       + f"{result['device']}, {drafting['kind']} {drafting['topk']}/{drafting['num_steps']}/"
+                       f"{drafting['draft_tokens']}, {result['target']['name'].split(' (')[0]}")
+    labels = {}
+    for _, result in results:
+        for row in result["rows"]:
+            labels.setdefault(row["layout"], row["label"])
+    lines = ["| layout | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
+    for layout, label in labels.items():
+        cells = []
+        for _, result in results:
+            row = next((r for r in result["rows"] if r["layout"] == layout), None)
+            cells.append(_acceptance_cell(row) if row else "not run")
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    targets = sorted({result["target"]["name"] for _, result in results})
+    sources = []
+    for path, result in results:
+        runs = sorted({(row["run"]["date"], row["run"]["commit"]) for row in result["rows"]})
+        sources.append(f"`{relative(path)}` ({result['prompts']} prompts x {result['new_tokens_per_prompt']} "
+                       f"tokens; {', '.join(f'{date} `{commit}`' for date, commit in runs)})")
+    return ("\n\n" + "\n".join(lines) + "\n\n" + (f"SGLang {releases[0]}. " if len(releases) == 1 else "")
+            + "Cells: acceptance length with stock / with this plugin; (a:b): the prompts on which this plugin "
+            "/ stock needed fewer verify steps; †: the output departs from float32 plain greedy decoding (the "
+            "file's note says why). Targets: " + "; ".join(targets) + ". Sources: " + "; ".join(sources) + ".\n\n")
 
 
 def stock_summary() -> str:
     """One line per SGLang release checked: what stock does with the producer layouts, and what
-    this package fixes (from the stock-vs-plugin results, and the end-to-end acceptance results)."""
+    this package fixes (from the stock-vs-plugin results)."""
     lines = []
     for path in sorted(STOCK_VS_PLUGIN.glob("stock_vs_plugin_sglang-*.json")):
         result = read_json(path)
@@ -745,9 +767,6 @@ def stock_summary() -> str:
                 + (f"; stock not checked on {len(unchecked)} ({unchecked[0]['stock']['reason']})" if unchecked else "")
                 + f"; {fixed} ({result['device']}, {result['date']}, "
                 f"`{relative(path)}`).")
-        for folder in (STOCK_VS_PLUGIN, STOCK_VS_PLUGIN_GPU):  # one file per target
-            for acceptance in sorted(folder.glob(f"stock_vs_plugin_acceptance_sglang-{result['sglang']}_*.json")):
-                line += _acceptance_line(acceptance)
         lines.append(line)
     return "\n\n" + "\n".join(lines) + "\n\n"
 
@@ -756,6 +775,7 @@ BLOCKS: dict = {
     "layouts": layouts_table,
     "stock-vs-plugin": stock_vs_plugin_table,
     "stock-summary": stock_summary,
+    "stock-acceptance": stock_acceptance,
     "versions": versions_table,
     "gpu-row-releases": gpu_row_releases,
     "builtin-speed": builtin_speed,

@@ -19,7 +19,10 @@ the drafter's top candidates lie closer than that. So every layout runs on two t
     python scripts/stock_vs_plugin_acceptance.py --device cuda --out $OUT   # GPU, tree 4/3/8
 
 Writes ``benchmarks/results/<cpu|gpu>/stock_vs_plugin_acceptance_sglang-<release>_<target>.json``
-(or into ``--out``), one file per target; models are built under ``--workdir`` and reused.
+(or into ``--out``), one file per target; models are built under ``--workdir`` and reused. A run of
+some ``--layouts`` replaces those layouts' rows in the target's record (the one in ``--out``, else
+the committed one) when it was served the same way, so the layouts can be run in separate calls;
+each row says which commit and command produced it.
 """
 
 from __future__ import annotations
@@ -146,6 +149,25 @@ def stock_forward(paths: list[str], target: str) -> list[dict]:
             for r, path in zip(reports, paths)]
 
 
+def merged(path: Path, fallback: Path, record: dict, rows: list[dict]) -> dict:
+    """``record`` with ``rows`` replacing the same layouts' rows of the record at ``path`` (else
+    ``fallback``) when that one was served the same way, and its note (written by hand); rows in
+    :data:`LAYOUTS` order."""
+    same = ("sglang", "device", "target", "drafting", "prompts", "new_tokens_per_prompt")
+    earlier: dict = {"rows": []}
+    for existing in (path, fallback):
+        if existing.is_file():
+            found = json.loads(existing.read_text())
+            if all(found.get(key) == record[key] for key in same):
+                earlier = found
+                break
+            print(f"{existing}: served another way; its rows are not kept")
+    kept = {row["layout"]: row for row in earlier["rows"]}
+    kept.update({row["layout"]: row for row in rows})
+    note = {"note": earlier["note"]} if "note" in earlier else {}
+    return {**record, **note, "rows": [kept[layout] for _, layout in LAYOUTS if layout in kept]}
+
+
 def main() -> None:
     from importlib.metadata import version
 
@@ -159,6 +181,9 @@ def main() -> None:
                         help="comma-separated keys of TARGETS (default: all)")
     parser.add_argument("--prompts", type=int, default=16, help="corpus prompts served (one batch)")
     parser.add_argument("--timeout", type=int, default=900, help="seconds per SGLang run")
+    parser.add_argument("--commit", default=None,
+                        help="the commit the working tree is at, recorded in each row (default: git's HEAD; "
+                             "give it where the tree is a copy without that history)")
     args = parser.parse_args()
     # chain on the CPU (what its Triton interpreter serves in minutes), a tree on the GPU
     args.num_steps, args.topk, args.draft_tokens = (3, 1, 4) if args.device == "cpu" else (3, 4, 8)
@@ -166,8 +191,8 @@ def main() -> None:
 
     prompts = corpus_prompts(args.prompts, PROMPT_SEED)
     release = version("sglang")
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                            text=True).stdout.strip()
+    commit = args.commit or subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                                           text=True).stdout.strip()
     device = "CPU"
     if args.device == "cuda":
         import torch
@@ -177,19 +202,21 @@ def main() -> None:
     command = " ".join(["python scripts/stock_vs_plugin_acceptance.py", f"--device {args.device}",
                         *([f"--layouts {args.layouts}"] if args.layouts else []), f"--targets {args.targets}",
                         f"--prompts {args.prompts}"])
+    committed = ROOT / "benchmarks" / "results" / ("cpu" if args.device == "cpu" else "gpu")
     for key, target_name, target_settings in TARGETS:
         if key not in args.targets.split(","):
             continue
-        rows = target_rows(os.path.join(args.workdir, key), target_settings, layouts, prompts, args)
-        result = {"sglang": release, "date": datetime.date.today().isoformat(), "commit": commit, "device": device,
-                  "command": command,
+        today = datetime.date.today().isoformat()
+        rows = [{**row, "run": {"commit": commit, "date": today, "command": command}}
+                for row in target_rows(os.path.join(args.workdir, key), target_settings, layouts, prompts, args)]
+        record = {"sglang": release, "date": today, "device": device,
                   "target": {"name": target_name, "likely_successor": target_settings.likely_successor},
                   "drafting": {"kind": "chain" if args.topk == 1 else "tree", "num_steps": args.num_steps,
                                "topk": args.topk, "draft_tokens": args.draft_tokens},
-                  "prompts": len(prompts), "new_tokens_per_prompt": NEW_TOKENS, "rows": rows}
-        out = Path(args.out) if args.out else ROOT / "benchmarks" / "results" / ("cpu" if args.device == "cpu" else "gpu")
-        path = out / f"stock_vs_plugin_acceptance_sglang-{release}_{key}.json"
-        write_atomically(path, json.dumps(result, indent=1) + "\n")
+                  "prompts": len(prompts), "new_tokens_per_prompt": NEW_TOKENS}
+        name = f"stock_vs_plugin_acceptance_sglang-{release}_{key}.json"
+        path = (Path(args.out) if args.out else committed) / name
+        write_atomically(path, json.dumps(merged(path, committed / name, record, rows), indent=1) + "\n")
         print(f"wrote {path}")
 
 

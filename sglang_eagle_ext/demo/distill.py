@@ -34,7 +34,7 @@ from sglang_eagle_ext.reference.drafter import DraftCache, ReferenceDrafter, cau
 from sglang_eagle_ext.drafter.spec import (AuxLayers, Dialect, DrafterSpec, IdConvention, LaterLayerNorm,
                                            default_aux_indices)
 from sglang_eagle_ext.drafter.target import read_target
-from sglang_eagle_ext.demo.tiny_target import TinyTargetSettings
+from sglang_eagle_ext.demo.tiny_target import ATTENTION_BIAS, TinyTargetSettings
 
 BUILD_RECORD = "tiny_drafter.json"
 
@@ -44,6 +44,7 @@ class DistillSettings:
     num_layers: int = 2
     aux_indices: tuple[int, ...] | None = None  # hidden-state indices; None: (2, N//2, N-3)
     intermediate_size: int = 256
+    attention_bias: bool = False  # HF Llama's: biases on q/k/v and o_proj
     fc_norm: bool = False  # EAGLE 3.1: one RMSNorm per aux chunk before fc
     carry_normed_state: bool = False  # the next draft step gets the final-normed hidden state
     later_layer_norm: str = "input_layernorm"  # or "hidden_norm": what layers >= 1 normalise with
@@ -68,9 +69,9 @@ LAYOUT_SETTINGS = {
     "modelopt-hf": DistillSettings(num_layers=2),
     "modelopt-megatron": DistillSettings(num_layers=2, later_layer_norm="hidden_norm"),
     "specforge": DistillSettings(num_layers=1, fc_norm=True),  # SpecForge carries the pre-norm state
-    # NeMo's draft takes the target's config, its MLP width included
+    # NeMo's draft takes the target's config: its MLP width and its attention biases
     "nemo": DistillSettings(num_layers=1, fc_norm=True, carry_normed_state=True,
-                            intermediate_size=TinyTargetSettings().intermediate_size),
+                            intermediate_size=TinyTargetSettings().intermediate_size, attention_bias=ATTENTION_BIAS),
 }
 
 
@@ -85,7 +86,8 @@ def _spec(target_dir: str, settings: DistillSettings, indices: tuple[int, ...]) 
         num_layers=settings.num_layers, hidden_size=info.hidden_size, num_attention_heads=heads,
         num_key_value_heads=config.num_key_value_heads,
         head_dim=getattr(config, "head_dim", None) or info.hidden_size // heads,
-        intermediate_size=settings.intermediate_size, rms_norm_eps=config.rms_norm_eps,
+        intermediate_size=settings.intermediate_size, attention_bias=settings.attention_bias,
+        o_proj_bias=settings.attention_bias, rms_norm_eps=config.rms_norm_eps,
         rope_theta=float(config.rope_parameters["rope_theta"]),
         max_position_embeddings=config.max_position_embeddings, num_aux_hidden_states=len(indices),
         aux_layers=AuxLayers(indices, IdConvention.HIDDEN_STATE_INDEX, "<distilled>"),

@@ -40,6 +40,7 @@ SPECIAL_TOKENS = ("<|bos|>", "<|eos|>", "<|pad|>")
 FAMILIES = ("llama", "qwen3")
 LAGS = (1, 2)  # distances the context layer's heads start attending to (the process's pair)
 SHARPNESS = 8.0  # nats between a built head's peak and any other distance
+ATTENTION_BIAS = True  # q/k/v/o carry biases: the context layer's built heads are biases (_previous_token_heads)
 
 
 @dataclass(frozen=True)
@@ -223,7 +224,7 @@ def _model_config(settings: TinyTargetSettings, vocab_size: int, tokenizer):
         head_dim=settings.hidden_size // settings.num_attention_heads,
         max_position_embeddings=settings.max_position_embeddings,
         initializer_range=settings.initializer_range, tie_word_embeddings=False,
-        attention_bias=True,  # the context layer's built heads are biases (_previous_token_heads)
+        attention_bias=ATTENTION_BIAS,
         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id, dtype="float32",
     )

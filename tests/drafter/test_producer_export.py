@@ -119,3 +119,23 @@ def test_a_drafter_the_producer_cannot_express_is_refused(layout, features, mess
     with pytest.raises(LayoutMismatch, match=message):
         write_in_layout(str(tmp_path / "out"), layout, model.spec, model.canonical_state_dict(), target_dir)
     assert not (tmp_path / "out").exists()
+
+
+def test_nemo_writes_the_attention_biases_its_draft_takes_from_the_target(tmp_path):
+    """A target with ``attention_bias``: NeMo's draft layer (HF Llama's) has q/k/v *and* o_proj
+    biases, as the package's NeMo fixture built from NeMo's code; a drafter without the o_proj
+    bias is refused, one with it reads back bit for bit."""
+    directory = tmp_path / "biased-target"
+    directory.mkdir()
+    (directory / "config.json").write_text(json.dumps(dict(TARGET, attention_bias=True)))
+    model = drafter(9, num_layers=1, attention_bias=True)
+    with pytest.raises(LayoutMismatch, match="o_proj bias"):
+        write_in_layout(str(tmp_path / "refused"), "nemo", model.spec, model.canonical_state_dict(), str(directory))
+    model = drafter(9, num_layers=1, attention_bias=True, o_proj_bias=True)
+    written = write_in_layout(str(tmp_path / "nemo"), "nemo", model.spec, model.canonical_state_dict(), str(directory))
+    biases = {name for name in tensor_names(written) if name.endswith("_proj.bias")}
+    reference = code_layouts.build("nemo-llama-biases", str(tmp_path / "fixture"), seed=1)
+    assert biases == {name for name in tensor_names(reference) if "self_attn" in name and name.endswith(".bias")}
+    loaded = read_drafter(written, target=str(directory)).load_tensors(torch.float32)
+    for name, tensor in model.canonical_state_dict().items():
+        assert torch.equal(loaded[name], tensor), name
