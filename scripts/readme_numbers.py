@@ -614,7 +614,8 @@ def _stock_loads(stock: dict) -> str:
         return f"no: \"{stock['refusal']}\""
     parts = []
     if stock.get("built_with"):
-        parts.append(f"only with `{stock['built_with']}` (`{stock['architectures'][0]}` resolves to the Transformers fallback)")
+        parts.append(f"only with `{stock['built_with']}` written into its config.json (`{stock['architectures'][0]}` "
+                     "resolves to the Transformers fallback)")
     else:
         parts.append("yes")
     parts.append(f"builds {stock['depth']} layer{'' if stock['depth'] == 1 else 's'}")
@@ -681,14 +682,13 @@ def _acceptance_cell(row: dict) -> str:
     """``stock / ours`` acceptance length, how an arm failed, and the per-prompt tally."""
     if not row.get("written", True):
         return f"not run: {row['reason']}"
-    arms = []
-    for arm in ("stock", "ours"):
-        served = row[arm]
+    def arm(served: dict) -> str:
         if not served["served"]:
-            arms.append("fails to serve" if arm == "stock" else f"fails ({served['error']})")
-        else:
-            arms.append(f"{served['accept_length']:.2f}" + ("" if served["equals_plain_greedy"] else "†"))
-    cell = " / ".join(arms)
+            return "fails to serve" if served is not row["ours"] else f"fails ({served['error']})"
+        return f"{served['accept_length']:.2f}" + ("" if served["equals_plain_greedy"] else "†")
+
+    cell = arm(row["stock"]) + (f" (edited: {arm(row['stock_edited'])})" if "stock_edited" in row else "")
+    cell += " / " + arm(row["ours"])
     if row["stock"]["served"] and row["ours"]["served"]:  # every prompt generates the same number of tokens
         stock, ours = row["stock"]["verify_steps"], row["ours"]["verify_steps"]
         cell += f" ({sum(o < s for s, o in zip(stock, ours))}:{sum(s < o for s, o in zip(stock, ours))})"
@@ -731,7 +731,8 @@ def stock_acceptance() -> str:
                        f"tokens; {', '.join(f'{date} `{commit}`' for date, commit in runs)})")
     return ("\n\n" + "\n".join(lines) + "\n\n" + (f"SGLang {releases[0]}. " if len(releases) == 1 else "")
             + "Cells: acceptance length with stock / with this plugin; (a:b): the prompts on which this plugin "
-            "/ stock needed fewer verify steps; †: the output departs from float32 plain greedy decoding (the "
+            "/ stock needed fewer verify steps; edited: stock serving a copy whose config.json names the architecture it "
+            "builds its EAGLE-3 class for, where it refuses the drafter's own; †: the output departs from float32 plain greedy decoding (the "
             "file's note says why). Targets: " + "; ".join(targets) + ". Sources: " + "; ".join(sources) + ".\n\n")
 
 

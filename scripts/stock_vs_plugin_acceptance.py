@@ -8,6 +8,8 @@ twice, with the plugin off (``SGLANG_EAGLE_EXT=0``: stock's built-in class) and 
 demo's engine path (:func:`sglang_eagle_ext.demo.run.serve_greedy`). Recorded per layout and arm:
 whether the server ran (else stock's error, quoted), the acceptance length (overall and per
 prompt), and whether the output equals plain greedy decoding of the target (HF transformers);
+where stock refuses the drafter's architecture, stock again with the edit of config.json that makes
+it build its EAGLE-3 class (what its check reports as ``built_with``);
 and, for the trained weights, stock's own loader against the reference drafter
 (:mod:`sglang_eagle_ext.sglang.stock_check`).
 
@@ -32,6 +34,7 @@ import datetime
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -130,11 +133,31 @@ def target_rows(folder: str, settings: TinyTargetSettings, layouts, prompts: lis
             rows.append({**row, "written": False, "reason": unwritten})
             continue
         row["stock_check"] = next(stock_reports)
-        for arm, plugin in (("stock", False), ("ours", True)):
-            row[arm] = served(target, path, plugin, expected, prompts, args)
+        arms = [("stock", path, False), ("ours", path, True)]
+        edit = row["stock_check"].get("built_with")
+        if edit:  # stock refuses the architecture: also serve it as a user who edits config.json would
+            arms.insert(1, ("stock_edited", with_config_edit(path, json.loads(edit)), False))
+            row["stock_edit"] = f"{edit} written into the drafter's config.json"
+        for arm, drafter, plugin in arms:
+            row[arm] = served(target, drafter, plugin, expected, prompts, args)
             print(os.path.basename(folder), label, arm, row[arm], flush=True)
         rows.append(row)
     return rows
+
+
+def with_config_edit(drafter: str, edit: dict) -> str:
+    """A copy of ``drafter`` beside it with ``edit`` written into its config.json (the other files linked)."""
+    copy = drafter.rstrip("/") + "-config-edited"
+    shutil.rmtree(copy, ignore_errors=True)
+    os.makedirs(copy)
+    for name in os.listdir(drafter):
+        if name != "config.json":
+            os.symlink(os.path.join(os.path.abspath(drafter), name), os.path.join(copy, name))
+    with open(os.path.join(drafter, "config.json"), encoding="utf-8") as handle:
+        config = json.load(handle)
+    with open(os.path.join(copy, "config.json"), "w", encoding="utf-8") as handle:
+        json.dump({**config, **edit}, handle, indent=1)
+    return copy
 
 
 def stock_forward(paths: list[str], target: str) -> list[dict]:

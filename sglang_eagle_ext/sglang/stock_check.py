@@ -102,7 +102,8 @@ def describe(report: dict[str, Any], our_indices: list[int] | None, our_depth: i
     lines = [f"stock SGLang {report['sglang']} without this plugin (its own loader run on this drafter):"]
     if report.get("resolves_to") and report.get("built_with"):
         lines.append(f"  architectures {report['architectures']} resolve to {report['resolves_to']}; "
-                     f"below: its EAGLE-3 class as built with {report['built_with']}")
+                     f"below: its EAGLE-3 class, as built with {report['built_with']} written into the drafter's "
+                     "config.json (--json-model-override-args would change the target's config too)")
     if report.get("loads") is False and "refusal" in report:
         lines.append(f"  refuses it: {report['refusal']}")
         return lines + ["  verdict: stock cannot serve it; this plugin can" if our_depth is not None
@@ -402,7 +403,9 @@ def stock_report(directory: str, target: dict | None) -> dict[str, Any]:
     if not any(runtime.has_sglang_class(arch) for arch in architectures):
         report["resolves_to"] = "TransformersForCausalLM (SGLang's Transformers fallback, not an EAGLE-3 draft class)"
         overrides = {"architectures": [BUILTIN_DRAFT]}
-        report["built_with"] = f"--json-model-override-args '{json.dumps(overrides)}'"
+        # a user's fix is an edit of the drafter's config.json: --json-model-override-args would
+        # change the target's architectures too
+        report["built_with"] = json.dumps(overrides)
         hf_config = get_config(directory, trust_remote_code=False, model_override_args=overrides)
         architectures = overrides["architectures"]
     try:
