@@ -689,8 +689,9 @@ def _acceptance_cell(row: dict) -> str:
 
     cell = arm(row["stock"]) + (f" (edited: {arm(row['stock_edited'])})" if "stock_edited" in row else "")
     cell += " / " + arm(row["ours"])
-    if row["stock"]["served"] and row["ours"]["served"]:  # every prompt generates the same number of tokens
-        stock, ours = row["stock"]["verify_steps"], row["ours"]["verify_steps"]
+    stock_arm = row.get("stock_edited", row["stock"])
+    if stock_arm["served"] and row["ours"]["served"]:  # every prompt generates the same number of tokens
+        stock, ours = stock_arm["verify_steps"], row["ours"]["verify_steps"]
         cell += f" ({sum(o < s for s, o in zip(stock, ours))}:{sum(s < o for s, o in zip(stock, ours))})"
     return cell
 
