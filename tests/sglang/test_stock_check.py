@@ -60,3 +60,23 @@ def test_an_operator_without_a_cpu_kernel_is_the_hosts_limit_not_stocks_failure(
     assert failed["compared"] is True and failed["equal"] is False and "is invalid" in failed["error"]
     assert any(line.startswith("  forward fails: RuntimeError") for line in
                stock_check.describe({**report, "forward": failed}, None, 1))
+
+
+def test_the_architecture_stock_builds_with_is_an_edit_of_the_drafters_config(tmp_path):
+    """Stock refuses NeMo's architecture; its report names the config.json edit that makes it build
+    its EAGLE-3 class (``--json-model-override-args`` would change the target's config too), and
+    stock's own loader, run on a copy with that edit written, builds the same class with it."""
+    import json
+
+    from sglang_eagle_ext.testing import code_layouts
+    from tests.script_module import load_siblings
+
+    _, acceptance = load_siblings("scripts", "readme_numbers", "stock_vs_plugin_acceptance")
+    directory = code_layouts.build("nemo-eagle3.1", str(tmp_path / "nemo"), seed=4)
+    edit = {"architectures": [stock_check.BUILTIN_DRAFT]}
+    edited = acceptance.with_config_edit(directory, edit)
+    report, on_edited = stock_check.check_many([(directory, None), (edited, None)])
+    assert json.loads(report["built_with"]) == edit and report["resolves_to"].startswith("TransformersForCausalLM")
+    assert "built_with" not in on_edited and on_edited["resolves_to"] == stock_check.BUILTIN_DRAFT
+    for key in ("built_class", "depth", "never_loaded", "dropped"):
+        assert on_edited[key] == report[key], key
