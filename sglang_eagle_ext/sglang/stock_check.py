@@ -272,17 +272,17 @@ def _poison_uninitialised(model, never_loaded: list[str]) -> list[str]:
     return poisoned
 
 
-def _share_target_embedding(model, target: dict | None, on_meta: bool) -> list[str]:
+def _share_target_embedding(model, hf_config, target: dict | None, on_meta: bool) -> list[str]:
     """What SGLang's EAGLE worker does once the draft is loaded: the target's embedding (and,
     for a draft that asks for it, its lm_head) replace the draft's. Seeded stand-ins of the
-    target's shapes are shared; returns the names of the parameters they replaced."""
+    target's shapes are shared (without a target: the shapes the draft's config names, which the
+    target's must have); returns the names of the parameters they replaced."""
     import torch
 
-    if target is None:
-        return []
     gen = torch.Generator().manual_seed(SEED)
     device = "meta" if on_meta else "cpu"
-    shape = (target["vocab_size"], target["hidden_size"])
+    shape = (target["vocab_size"], target["hidden_size"]) if target is not None else \
+        (hf_config.vocab_size, hf_config.hidden_size)
     embed = torch.nn.Parameter(torch.randn(shape, generator=gen, device="cpu").to(device) * 0.5)
     head = torch.nn.Parameter(torch.randn(shape, generator=gen, device="cpu").to(device) * 0.3)
     before = dict(model.named_parameters(remove_duplicate=False))
@@ -437,7 +437,7 @@ def stock_report(directory: str, target: dict | None) -> dict[str, Any]:
         redundant = [name for name in dropped if name == "t2d" and model.get_hot_token_id() is not None]
         report.update(loads=not errors, load_errors=errors, redundant_dropped=redundant,
                       dropped=[name for name in dropped if name not in redundant])
-        shared = _share_target_embedding(model, target, on_meta=not small)
+        shared = _share_target_embedding(model, hf_config, target, on_meta=not small)
         never = [name for name in never if name not in shared]
         report.update(never_loaded=never, shared_from_target=shared)
         if small:

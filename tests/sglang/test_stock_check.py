@@ -80,3 +80,15 @@ def test_the_architecture_stock_builds_with_is_an_edit_of_the_drafters_config(tm
     assert "built_with" not in on_edited and on_edited["resolves_to"] == stock_check.BUILTIN_DRAFT
     for key in ("built_class", "depth", "never_loaded", "dropped"):
         assert on_edited[key] == report[key], key
+
+
+def test_without_a_target_the_embedding_stock_takes_from_it_is_not_called_never_loaded(tmp_path):
+    """SGLang's EAGLE worker gives the draft the target's embedding; with no target to hand the
+    check shares a stand-in of the shape the draft's config names, so a SpecForge 1-layer drafter
+    (no ``embed_tokens`` in its file) is not called misread: with the forward not compared, the
+    verdict is "not fully checked"."""
+    directory = fixtures.build("F1-specforge", str(tmp_path / "specforge"), seed=3)
+    report, = stock_check.check_many([(directory, None)])
+    assert report["never_loaded"] == [] and report["shared_from_target"] == ["model.embed_tokens.weight"]
+    assert stock_check.same_as_plugin(report, None) is None
+    assert stock_check.describe(report, None, 1)[-1] == "  verdict: not fully checked"
