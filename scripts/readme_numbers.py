@@ -682,6 +682,7 @@ def _acceptance_cell(row: dict) -> str:
     """``stock / ours`` acceptance length, how an arm failed, and the per-prompt tally."""
     if not row.get("written", True):
         return f"not run: {row['reason']}"
+
     def arm(served: dict) -> str:
         if not served["served"]:
             return "fails to serve" if served is not row["ours"] else f"fails ({served['error']})"
@@ -732,9 +733,9 @@ def stock_acceptance() -> str:
                        f"tokens; {', '.join(f'{date} `{commit}`' for date, commit in runs)})")
     return ("\n\n" + "\n".join(lines) + "\n\n" + (f"SGLang {releases[0]}. " if len(releases) == 1 else "")
             + "Cells: acceptance length with stock / with this plugin; (a:b): the prompts on which this plugin "
-            "/ stock needed fewer verify steps; edited: stock serving a copy whose config.json names the architecture it "
-            "builds its EAGLE-3 class for, where it refuses the drafter's own; †: the output departs from float32 plain greedy decoding (the "
-            "file's note says why). Targets: " + "; ".join(targets) + ". Sources: " + "; ".join(sources) + ".\n\n")
+            "/ stock needed fewer verify steps; edited: stock serving a copy whose config.json names the "
+            "architecture it builds its EAGLE-3 class for, where it refuses the drafter's own; †: the output "
+            "departs from float32 plain greedy decoding (the file's note says why). Targets: " + "; ".join(targets) + ". Sources: " + "; ".join(sources) + ".\n\n")
 
 
 def stock_summary() -> str:

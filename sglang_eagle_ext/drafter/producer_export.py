@@ -129,7 +129,8 @@ def _nemo(spec, tensors, target):
         _require("nemo", taken == value, f"the draft takes the target's {key} ({taken}, this drafter has {value})")
     # NeMo's draft layer is HF Llama's: attention_bias gives o_proj a bias too
     _require("nemo", spec.o_proj_bias == spec.attention_bias,
-             f"attention_bias {spec.attention_bias} means an o_proj bias in NeMo's draft (this drafter: {spec.o_proj_bias})")
+             f"attention_bias {spec.attention_bias} means an o_proj bias in NeMo's draft "
+             f"(this drafter: {spec.o_proj_bias})")
     config = {name: value for name, value in target.items() if not name.startswith("_")}
     config.update(draft_vocab_size=spec.draft_vocab_size, target_hidden_size=spec.target_hidden_size,
                   architectures=["LlamaEagle3DraftModel"], tie_word_embeddings=False, attn_implementation="eager",
