@@ -34,7 +34,6 @@ import datetime
 import json
 import math
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -52,6 +51,7 @@ from sglang_eagle_ext.demo.distill import LAYOUT_SETTINGS, DistillSettings, buil
 from sglang_eagle_ext.demo.run import DemoFailure, plain_greedy, serve_greedy  # noqa: E402
 from sglang_eagle_ext.corpus import prompts as corpus_prompts  # noqa: E402
 from sglang_eagle_ext.demo.tiny_target import TinyTargetSettings, build_tiny_target  # noqa: E402
+from sglang_eagle_ext.drafter.model_dir import staged_directory, write_json  # noqa: E402
 from sglang_eagle_ext.drafter.producer_export import LayoutMismatch  # noqa: E402
 from sglang_eagle_ext.errors import DrafterError  # noqa: E402
 
@@ -137,7 +137,6 @@ def target_rows(folder: str, settings: TinyTargetSettings, layouts, prompts: lis
         edit = row["stock_check"].get("built_with")
         if edit:  # stock refuses the architecture: also serve it as a user who edits config.json would
             arms.insert(1, ("stock_edited", with_config_edit(path, json.loads(edit)), False))
-            row["stock_edit"] = f"{edit} written into the drafter's config.json"
         for arm, drafter, plugin in arms:
             row[arm] = served(target, drafter, plugin, expected, prompts, args)
             print(os.path.basename(folder), label, arm, row[arm], flush=True)
@@ -146,17 +145,16 @@ def target_rows(folder: str, settings: TinyTargetSettings, layouts, prompts: lis
 
 
 def with_config_edit(drafter: str, edit: dict) -> str:
-    """A copy of ``drafter`` beside it with ``edit`` written into its config.json (the other files linked)."""
-    copy = drafter.rstrip("/") + "-config-edited"
-    shutil.rmtree(copy, ignore_errors=True)
-    os.makedirs(copy)
-    for name in os.listdir(drafter):
-        if name != "config.json":
-            os.symlink(os.path.join(os.path.abspath(drafter), name), os.path.join(copy, name))
+    """A copy of ``drafter`` beside it with ``edit`` written into its config.json (the other files
+    linked), written atomically."""
     with open(os.path.join(drafter, "config.json"), encoding="utf-8") as handle:
         config = json.load(handle)
-    with open(os.path.join(copy, "config.json"), "w", encoding="utf-8") as handle:
-        json.dump({**config, **edit}, handle, indent=1)
+    copy = drafter.rstrip("/") + "-config-edited"
+    with staged_directory(copy) as staging:
+        for name in os.listdir(drafter):
+            if name != "config.json":
+                os.symlink(os.path.join(os.path.abspath(drafter), name), os.path.join(staging, name))
+        write_json(os.path.join(staging, "config.json"), {**config, **edit})
     return copy
 
 

@@ -3,7 +3,8 @@
 Token ``t + 1`` follows the pair ``(x[t-2], x[t-1])``: each pair has one likely successor (drawn
 with probability ``likely``) and one rare one, both chosen at random; the current token ``x[t]``
 plays no part. This is what makes the tiny target's aux layers matter. An EAGLE-3 drafter at
-position ``i`` holds the target's hidden states at ``i`` and the token ``x[i+1]``, and predicts ``x[i+2]``, the successor of ``(x[i-1], x[i])``:
+position ``i`` holds the target's hidden states at ``i`` and the token ``x[i+1]``, and predicts
+``x[i+2]``, the successor of ``(x[i-1], x[i])``:
 ``x[i]`` is in every layer's residual stream (it is the position's own token), but ``x[i-1]``
 reaches position ``i`` only through the target's attention, so only the layers after the one that
 moves it carry it. For every ``x[i]`` the likely successors over the 16 (or K) possible ``x[i-1]``
