@@ -44,7 +44,7 @@ class DistillSettings:
     num_layers: int = 2
     aux_indices: tuple[int, ...] | None = None  # hidden-state indices; None: (2, N//2, N-3)
     intermediate_size: int = 256
-    attention_bias: bool = False  # HF Llama's: biases on q/k/v and o_proj
+    attention_bias: bool = False  # biases on q/k/v and o_proj (HF Llama's and NeMo's draft attention)
     fc_norm: bool = False  # EAGLE 3.1: one RMSNorm per aux chunk before fc
     carry_normed_state: bool = False  # the next draft step gets the final-normed hidden state
     later_layer_norm: str = "input_layernorm"  # or "hidden_norm": what layers >= 1 normalise with

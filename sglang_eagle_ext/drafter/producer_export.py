@@ -127,7 +127,8 @@ def _nemo(spec, tensors, target):
                        ("attention_bias", spec.attention_bias), ("mlp_bias", spec.mlp_bias)):
         taken = target.get(key, False if key.endswith("_bias") else None)  # LlamaConfig's bias default
         _require("nemo", taken == value, f"the draft takes the target's {key} ({taken}, this drafter has {value})")
-    # NeMo's draft layer is HF Llama's: attention_bias gives o_proj a bias too
+    # NeMo's Eagle3LlamaAttention builds o_proj with attention_bias too (NVIDIA-NeMo/Automodel@fb2f0e4e
+    # nemo_automodel/components/speculative/eagle/draft_llama.py)
     _require("nemo", spec.o_proj_bias == spec.attention_bias,
              f"attention_bias {spec.attention_bias} means an o_proj bias in NeMo's draft "
              f"(this drafter: {spec.o_proj_bias})")
