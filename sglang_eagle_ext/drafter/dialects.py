@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sglang_eagle_ext.drafter.spec import (REQUIRED, AuxLayers, Dialect, DrafterSpec, IdConvention,
-                                           Key, Place, declarations, default_of)
+                                           Key, Place, aux_ids_fix, declarations, default_of)
 from sglang_eagle_ext.errors import Problem
 
 PARALLEL_DRAFTING_ARCHITECTURES = frozenset({
@@ -329,25 +329,34 @@ def _ids(raw: Any, path: str, result: ConfigValues, problems: list[Problem]) -> 
 
 
 def _aux_layers(found, places, result, problems):
-    """Nested ids are SGLang / SpecForge / ModelOpt / NeMo's (output of layer j = index j+1);
-    top-level ids are vLLM's (speculators and vLLM-converted checkpoints: indices as they are)."""
+    """Each key's integers read with that key's convention (:attr:`Key.ids`): nested ids are
+    SGLang / SpecForge / ModelOpt / NeMo's (output of layer j = index j+1), top-level
+    ``eagle_aux_hidden_state_layer_ids`` are vLLM's (speculators and vLLM-converted checkpoints:
+    indices as they are), AngelSlim's ``aux_hidden_states_layer_ids`` are layer outputs (its
+    trainer taps ``hidden_states[id + 1]``). Several keys must name the same hidden states."""
     if result.values["use_aux_hidden_state"] is False:  # ModelOpt writes [] for heads without aux states
         found = [(key, raw) for key, raw in found if raw != []]
-    ids = {key.place: _ids(raw, key.path(result.dialect), result, problems) for key, raw in found}
-    nested, top_level = ids.get(Place.EAGLE), ids.get(Place.TOP)
-    nested_field = "eagle_config.eagle_aux_hidden_state_layer_ids"
-    if nested is not None and top_level is not None and tuple(j + 1 for j in nested) != top_level:
-        problems.append(Problem(
-            result.file, "eagle_aux_hidden_state_layer_ids",
-            f"the top-level ids (vLLM convention: hidden-state indices) and {nested_field} "
-            "(SGLang convention: output of layer j = index j+1) name different hidden states",
-            "keep only the ids the drafter was trained with",
-            expected=f"top-level {[j + 1 for j in nested]}", found=f"top-level {list(top_level)}"))
-    if nested is not None:
-        return AuxLayers(nested, IdConvention.LAYER_OUTPUT, nested_field)
-    if top_level is not None:
-        return AuxLayers(top_level, IdConvention.HIDDEN_STATE_INDEX, "eagle_aux_hidden_state_layer_ids")
-    return default_of(declarations()["aux_layers"], result.values)
+    read = [(key, ids) for key, raw in found
+            for ids in [_ids(raw, key.path(result.dialect), result, problems)] if ids is not None]
+    if not read:
+        return default_of(declarations()["aux_layers"], result.values)
+    layers = [AuxLayers(ids, key.ids, key.path(result.dialect)) for key, ids in read]
+    first = layers[0]
+    for other in layers[1:]:
+        if first.hidden_state_indices() != other.hidden_state_indices():
+            problems.append(Problem(
+                result.file, other.source,
+                f"{first.source} ({_convention_words(first.convention)}) and {other.source} "
+                f"({_convention_words(other.convention)}) name different hidden states",
+                "keep only the ids the drafter was trained with; " + aux_ids_fix(),
+                expected=f"hidden states {list(first.hidden_state_indices())}",
+                found=f"hidden states {list(other.hidden_state_indices())}"))
+    return first
+
+
+def _convention_words(convention: IdConvention) -> str:
+    return ("id j = output of layer j = hidden state j+1" if convention is IdConvention.LAYER_OUTPUT
+            else "id k = hidden state k, the input of layer k")
 
 
 def _norm_before_residual(found, places, result, problems):
@@ -456,7 +465,12 @@ def _check_unknown_keys(places: _Places, config_file: str, problems: list[Proble
             if not isinstance(key, str) or key in known:
                 continue
             near = difflib.get_close_matches(key, sorted(declared), n=1, cutoff=_CLOSE_MATCH)
-            if near and near[0] not in places.dicts[place]:
+            if near and near[0] in _id_key_names():
+                problems.append(Problem(config_file, prefix + key, "unknown key, close to an aux-layer-id key: "
+                                        "not read, so the target would capture the default layers",
+                                        aux_ids_fix(_listed_ints(places.dicts[place][key])),
+                                        found=prefix + key))
+            elif near and near[0] not in places.dicts[place]:
                 problems.append(Problem(config_file, prefix + key, "unknown key: no producer writes it, "
                                         "so the setting it was meant for would silently take its default",
                                         f"did you mean {prefix + near[0]!r}? rename the key",
@@ -466,3 +480,12 @@ def _check_unknown_keys(places: _Places, config_file: str, problems: list[Proble
                 ignored.append(key + (f" (did you mean {near[0]!r}?)" if near else ""))
         if ignored:
             notes.append(f"keys no engine reads, ignored: {prefix}" + f", {prefix}".join(ignored))
+
+
+def _id_key_names() -> set[str]:
+    """Names of the keys whose integers mean layers by a convention of their place."""
+    return {key.name for declaration in declarations().values() for key in declaration.keys if key.ids}
+
+
+def _listed_ints(value: Any) -> list[int] | None:
+    return value if isinstance(value, list) and all(isinstance(v, int) for v in value) else None

@@ -97,6 +97,17 @@ class AuxLayers:
         return None if indices is None else tuple(i - 1 for i in indices)
 
 
+def aux_ids_fix(ids: tuple[int, ...] | list[int] | None = None) -> str:
+    """The fix of every problem that asks for aux layer ids: the two places a config may hold
+    them, each with what its integers mean. Never a bare "write the ids" or "rename the key": the
+    same integers written in the other place tap the neighbouring layers without a word."""
+    shown = "the ids" if ids is None else str(list(ids))
+    return (f"write {shown} as eagle_config.eagle_aux_hidden_state_layer_ids if id j names the output of "
+            "target layer j, i.e. hidden_states[j + 1] (SGLang, SpecForge, ModelOpt, NeMo, AngelSlim), or "
+            "as top-level eagle_aux_hidden_state_layer_ids if id k names the input of layer k, i.e. "
+            "hidden_states[k] (vLLM, speculators); the trainer's hidden-state capture code says which")
+
+
 # Gated-MLP activations every engine serves (SGLang's SiluAndMul / GeluAndMul).
 GATED_ACTIVATIONS = ("silu", "gelu", "gelu_pytorch_tanh")
 
@@ -123,11 +134,13 @@ class Place(str, enum.Enum):
 @dataclass(frozen=True)
 class Key:
     """One place a fact may be written; ``name`` may be dotted (``rope_parameters.rope_theta``).
-    ``dialects`` limits it to those producers (None: every dialect)."""
+    ``dialects`` limits it to those producers (None: every dialect); ``ids`` is what the integers
+    of an aux-layer-id key mean there (the same name means different layers in different places)."""
 
     place: Place
     name: str
     dialects: frozenset[Dialect] | None = None
+    ids: IdConvention | None = None
 
     def path(self, dialect: Dialect) -> str:
         """The key as a user finds it in the file."""
@@ -146,12 +159,12 @@ def layer(name: str, *, only: set[Dialect] | None = None, skip: set[Dialect] = f
     return Key(Place.LAYER, name, None if dialects == frozenset(Dialect) else dialects)
 
 
-def top(name: str) -> Key:
-    return Key(Place.TOP, name)
+def top(name: str, *, only: set[Dialect] | None = None, ids: IdConvention | None = None) -> Key:
+    return Key(Place.TOP, name, None if only is None else frozenset(only), ids)
 
 
-def eagle(name: str) -> Key:
-    return Key(Place.EAGLE, name)
+def eagle(name: str, *, ids: IdConvention | None = None) -> Key:
+    return Key(Place.EAGLE, name, None, ids)
 
 
 REQUIRED = object()  # no default: the config must state it
@@ -287,9 +300,12 @@ class DrafterSpec:
         "aux hidden states concatenated into fc (A; 1 without aux states)", top("num_aux_hidden_states"),
         default=_num_aux, written=top("num_aux_hidden_states"), tensors="fc's width / T; every statement must agree")
     aux_layers: AuxLayers = declare(
-        "which target hidden states feed fc", eagle("eagle_aux_hidden_state_layer_ids"),
-        top("eagle_aux_hidden_state_layer_ids"), default=_default_taps,
-        written=eagle("eagle_aux_hidden_state_layer_ids"))
+        "which target hidden states feed fc",
+        eagle("eagle_aux_hidden_state_layer_ids", ids=IdConvention.LAYER_OUTPUT),
+        top("eagle_aux_hidden_state_layer_ids", ids=IdConvention.HIDDEN_STATE_INDEX),
+        # AngelSlim's trainer taps hidden_states[id + 1] (see the dialect's notes in dialects.py)
+        top("aux_hidden_states_layer_ids", only={Dialect.ANGELSLIM}, ids=IdConvention.LAYER_OUTPUT),
+        default=_default_taps, written=eagle("eagle_aux_hidden_state_layer_ids", ids=IdConvention.LAYER_OUTPUT))
     target_hidden_size: int = declare("width of one target hidden state (T)", top("target_hidden_size"),
                                       default=_hidden, written=top("target_hidden_size"))
     fc_bias: bool = declare("fc carries a bias", top("bias"), default=False, written=top("bias"))

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from sglang_eagle_ext.errors import DrafterError, Problem
-from sglang_eagle_ext.drafter.spec import DrafterSpec
+from sglang_eagle_ext.drafter.spec import DrafterSpec, aux_ids_fix
 from sglang_eagle_ext.drafter.tensors import JSON_FILE_LIMIT
 
 
@@ -123,20 +123,19 @@ def check_against_target(spec: DrafterSpec, target: TargetInfo) -> list[Problem]
             problems.append(Problem(
                 config, spec.aux_layers.source,
                 f"aux hidden states {bad} do not exist in a {target.num_layers}-layer target",
-                "this drafter was trained for a different target; use the target it was trained "
-                "on or fix the layer ids",
+                "this drafter was trained for a different target: use the target it was trained "
+                "on (if the ids are wrong, not the target: " + aux_ids_fix() + ")",
                 expected=f"hidden-state indices in [0, {target.num_layers}]", found=str(list(indices))))
         elif len(set(indices)) != len(indices):
             problems.append(Problem(
                 config, spec.aux_layers.source,
                 f"the aux hidden states collide in a {target.num_layers}-layer target: it would "
-                "capture fewer states than fc takes", "write distinct trained layer ids into the "
-                "drafter config", expected="distinct indices", found=str(list(indices))))
+                "capture fewer states than fc takes", aux_ids_fix(), expected="distinct indices", found=str(list(indices))))
         elif len(indices) != spec.num_aux_hidden_states:
             problems.append(Problem(
                 config, "eagle_aux_hidden_state_layer_ids",
                 "the default aux layers are three, but fc takes a different number",
-                "write the trained layer ids into the drafter config",
+                aux_ids_fix(),
                 expected=f"{spec.num_aux_hidden_states} ids", found=str(list(indices))))
     if spec.target_hidden_size != target.hidden_size:
         problems.append(Problem(

@@ -8,7 +8,7 @@ from typing import Any
 
 from sglang_eagle_ext.drafter import weight_names
 from sglang_eagle_ext.drafter.dialects import ConfigValues
-from sglang_eagle_ext.drafter.spec import DrafterSpec, LaterLayerNorm
+from sglang_eagle_ext.drafter.spec import DrafterSpec, LaterLayerNorm, aux_ids_fix
 from sglang_eagle_ext.drafter.tensors import TensorIndex
 from sglang_eagle_ext.errors import DrafterError, Problem
 
@@ -149,7 +149,7 @@ def check_aux_layers_named(spec: DrafterSpec, values: ConfigValues, config_file:
         problems.append(Problem(
             config_file, "eagle_aux_hidden_state_layer_ids",
             f"fc takes {spec.num_aux_hidden_states} aux hidden states but the config names no "
-            "layers, and the default taps are three", "write the trained layer ids into the config"))
+            "layers, and the default taps are three", aux_ids_fix()))
 
 
 def _shape_differs(found: tuple[int, ...], expected: tuple[int, ...]) -> bool:

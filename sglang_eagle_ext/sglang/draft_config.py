@@ -18,7 +18,7 @@ import os
 from typing import Any
 
 from sglang_eagle_ext.errors import DrafterError, Problem
-from sglang_eagle_ext.drafter.spec import DrafterSpec
+from sglang_eagle_ext.drafter.spec import DrafterSpec, aux_ids_fix
 from sglang_eagle_ext.drafter.config_json import SERVED_ARCHITECTURE, canonical_config
 from sglang_eagle_ext.drafter.dialects import is_drafter_config
 from sglang_eagle_ext.drafter.target import TargetInfo
@@ -70,13 +70,13 @@ def capture_layer_ids(spec: DrafterSpec, target: TargetInfo | None) -> tuple[int
         problems.append(Problem(
             config, field, "the aux layers repeat, so SGLang would capture fewer hidden states "
             "than fc takes", "list each trained aux layer once (with no ids written, the default "
-            "taps collide on a target this shallow: write the trained ids)",
+            "taps collide on a target this shallow): " + aux_ids_fix(),
             expected=f"{spec.num_aux_hidden_states} distinct layers",
             found=f"hidden-state indices {list(indices)}"))
     if len(indices) != spec.num_aux_hidden_states:
         problems.append(Problem(
             config, field, "the number of aux layers differs from what fc takes",
-            "write the trained layer ids into the drafter config",
+            aux_ids_fix(),
             expected=str(spec.num_aux_hidden_states), found=str(len(indices))))
     if n is not None and n in indices and target.model_type not in _TARGETS_CAPTURING_LAST_OUTPUT:
         problems.append(Problem(

@@ -16,6 +16,7 @@ import torch
 
 from sglang_eagle_ext.drafter.reader import read_drafter
 from sglang_eagle_ext.drafter.target import TargetInfo
+from sglang_eagle_ext.reference.drafter import DraftCache, ReferenceDrafter
 
 CONTEXT = 64  # KV slots: enough for the prefill and the decode step
 TOKENS = 5  # prefill length
@@ -95,27 +96,35 @@ def build_draft(directory: str, target: TargetInfo):
     return model
 
 
-def worker_inputs(model, checkpoint, gen):
-    """What SGLang's EAGLE worker gives a loaded draft (the target's embedding, and its lm_head where
-    the draft asks for it: seeded stand-ins here), the reference drafter on the same tensors, and
-    seeded prompt ids (``TOKENS + 1``) and aux states (``TOKENS``) for a prefill and one decode step."""
-    import torch
+def worker_inputs(checkpoint, gen):
+    """The target's embedding and lm_head as SGLang's EAGLE worker hands them to a loaded draft, the
+    reference drafter on the same tensors, and seeded prompt ids (``TOKENS + 1``) and aux states
+    (``TOKENS``) for a prefill and one decode step: ``(reference, embed, head, ids, aux)``.
 
-    from sglang_eagle_ext.reference.drafter import ReferenceDrafter
-
+    The target's tensors are seeded stand-ins, except the embedding of a drafter that carries its
+    own ``embed_tokens``: producers copy the target's and keep it frozen, so that copy is what the
+    worker's sharing puts in its place (the head is shared only with a drafter that has none).
+    Everything runs in float32, as SGLang's model does on the CPU, whatever dtype the checkpoint
+    was saved in (SpecForge and AngelSlim save bf16)."""
+    tensors = checkpoint.load_tensors(torch.float32)
     spec = checkpoint.spec
-    target_embed = torch.randn(spec.vocab_size, spec.hidden_size, generator=gen) * 0.5
-    target_head = torch.randn(spec.vocab_size, spec.hidden_size, generator=gen) * 0.3
-    if getattr(model, "load_lm_head_from_target", False):
-        model.set_embed_and_head(target_embed, target_head)
-    else:
-        model.set_embed(target_embed)
-    reference = ReferenceDrafter.from_tensors(spec, checkpoint.load_tensors(),
-                                              target_embed=target_embed, target_lm_head=target_head)
+    embed = torch.randn(spec.vocab_size, spec.hidden_size, generator=gen) * 0.5
+    head = torch.randn(spec.vocab_size, spec.hidden_size, generator=gen) * 0.3
+    embed = tensors.get("embed_tokens.weight", embed)
+    reference = ReferenceDrafter.from_tensors(spec, tensors, target_embed=embed, target_lm_head=head)
     width = spec.fc_in_features if spec.use_aux_hidden_state else spec.hidden_size
     ids = torch.randint(0, spec.vocab_size, (TOKENS + 1,), generator=gen)
     aux = torch.randn(TOKENS, width, generator=gen)
-    return reference, ids, aux
+    return reference, embed, head, ids, aux
+
+
+def share_target_tensors(model, embed: torch.Tensor, head: torch.Tensor) -> None:
+    """What SGLang's EAGLE worker does once the draft is loaded: the target's embedding, and its
+    lm_head where the draft asks for it, replace the draft's."""
+    if getattr(model, "load_lm_head_from_target", False):
+        model.set_embed_and_head(embed, head)
+    else:
+        model.set_embed(embed)
 
 
 def assert_forward_matches_reference(directory: str, target: TargetInfo, seed: int) -> None:
@@ -124,13 +133,12 @@ def assert_forward_matches_reference(directory: str, target: TargetInfo, seed: i
     random input comes from ``seed``."""
     from sglang.srt.model_executor.forward_batch_info import ForwardMode
 
-    from sglang_eagle_ext.reference.drafter import DraftCache
-
     attention_kit()  # before anything is built
     checkpoint = read_drafter(directory, target=target)
     spec = checkpoint.spec
     model = build_draft(directory, target)
-    reference, ids, aux = worker_inputs(model, checkpoint, torch.Generator().manual_seed(seed))
+    reference, embed, head, ids, aux = worker_inputs(checkpoint, torch.Generator().manual_seed(seed))
+    share_target_tensors(model, embed, head)
     runner = DraftRunner(spec)
     prefill = runner.forward(model, ForwardMode.EXTEND, ids[:TOKENS], aux, prefix=0)
     cache = DraftCache()

@@ -4,6 +4,7 @@ transposed, of the wrong dtype, overwritten), either read as a description or ar
 package's error, every problem naming a file, a field and a fix."""
 
 import json
+import shutil
 import os
 import random
 import string
@@ -176,7 +177,6 @@ def test_wrong_types_name_the_key(tmp_path, key, value, field, expected):
 
 @pytest.mark.parametrize("wrong, right", [
     ("norm_before_residul", "norm_before_residual"),
-    ("eagle_aux_hidden_state_layer_id", "eagle_aux_hidden_state_layer_ids"),
     ("draft_vocab_sise", "draft_vocab_size"),
 ])
 def test_misspelt_keys_are_errors_that_name_the_nearest_key(tmp_path, wrong, right):
@@ -214,3 +214,100 @@ def test_layer_count_disagreement_names_the_config_and_the_weights(tmp_path):
     (problem,) = error.value.problems
     assert problem.field == "transformer_layer_config.num_hidden_layers"
     assert "says 2 draft layer(s), the weights hold 1" in problem.message and "layer_types" not in problem.field
+
+
+# --- every fix a problem names, applied: it must give the drafter as written, never a misread --
+
+def _misspelt(key: str) -> str:
+    return key[:-1] if key.endswith("s") else key + "s"
+
+
+def _config_keys(config: dict) -> list[tuple[str, ...]]:
+    """Paths of the declared keys a config states (nested objects one level down)."""
+    from sglang_eagle_ext.drafter.spec import declarations
+
+    names = {key.name.split(".")[0] for declaration in declarations().values() for key in declaration.keys}
+    paths = []
+    for key, value in config.items():
+        if isinstance(value, dict) and key in ("eagle_config", "transformer_layer_config"):
+            paths += [(key, inner) for inner in value if inner in names]
+        elif key in names and key != "architectures":
+            paths.append((key,))
+    return paths
+
+
+def _moved(config: dict, path: tuple[str, ...], new_name: str) -> dict:
+    edited = json.loads(json.dumps(config))
+    holder = edited if len(path) == 1 else edited[path[0]]
+    holder[new_name] = holder.pop(path[-1])
+    return edited
+
+
+_WRITER = {"F1-specforge": "SpecForge", "F2-angelslim": "AngelSlim", "F3-modelopt": "ModelOpt",
+           "F7-speculators-2-layers": "speculators"}
+
+
+_COMPARED = ("num_layers", "hidden_size", "draft_vocab_size", "norm_before_residual", "norm_before_fc",
+             "norm_output", "fc_norm", "rope_theta", "tie_word_embeddings", "num_aux_hidden_states", "use_aux_hidden_state")
+
+
+def _assert_same_reading(spec, truth, path) -> None:
+    assert spec.aux_layers.hidden_state_indices(12) == truth.aux_layers.hidden_state_indices(12), path
+    for name in _COMPARED:
+        assert getattr(spec, name) == getattr(truth, name), (path, name)
+
+
+@pytest.mark.parametrize("layout", sorted(_WRITER))
+def test_following_a_misspelt_keys_fix_gives_the_drafter_as_written(tmp_path, layout):
+    """Each declared key a producer's config states, misspelt: either the drafter reads the same
+    (the key held its default) or a problem names the key, and its fix applied as it reads restores
+    the same description. A rename is applied as named; the aux-id fix, which names the place per
+    producer, is followed for the producer that wrote the file. A fix that led to a different
+    description would be a silent misread."""
+    original = fixtures.build(layout, str(tmp_path / "original"))
+    truth = load_drafter(original).spec
+    config = json.load(open(os.path.join(original, "config.json")))
+    fixes_followed = 0
+    for path in _config_keys(config):
+        directory = str(tmp_path / "_".join(path))
+        shutil.copytree(original, directory)
+        config_file = os.path.join(directory, "config.json")
+        wrong = _misspelt(path[-1])
+        json.dump(_moved(config, path, wrong), open(config_file, "w"))
+        try:
+            _assert_same_reading(load_drafter(directory).spec, truth, path)
+            continue
+        except DrafterError as error:
+            (problem,) = [p for p in error.problems if p.field.endswith(wrong)]
+        if "did you mean" in problem.fix:
+            fixed = _moved(config, path, wrong)
+            holder = fixed if len(path) == 1 else fixed[path[0]]
+            holder[problem.expected.split(".")[-1]] = holder.pop(wrong)
+        else:  # the aux-id fix: one place per convention, each naming its producers
+            clause = next(c for c in problem.fix.split(", or as ") if _WRITER[layout] in c)
+            fixed = _moved(config, path, "_removed")
+            ids = (fixed if len(path) == 1 else fixed[path[0]]).pop("_removed")
+            if "eagle_config." in clause:
+                fixed.setdefault("eagle_config", {})["eagle_aux_hidden_state_layer_ids"] = ids
+            else:
+                fixed["eagle_aux_hidden_state_layer_ids"] = ids
+        json.dump(fixed, open(config_file, "w"))
+        _assert_same_reading(load_drafter(directory).spec, truth, path)
+        fixes_followed += 1
+    assert fixes_followed >= 1
+
+
+def test_the_aux_id_fix_names_each_place_with_its_meaning():
+    """Followed for the producer named, each clause puts the ids where they are read as that
+    producer's trainer taps them (checked against the declarations, the one owner of the fact)."""
+    from sglang_eagle_ext.drafter.spec import IdConvention, aux_ids_fix, declarations
+
+    conventions = {(key.place.value, key.name): key.ids for key in declarations()["aux_layers"].keys}
+    nested, top_level = aux_ids_fix([1, 5, 8]).split(", or as ")
+    assert "eagle_config.eagle_aux_hidden_state_layer_ids" in nested and "hidden_states[j + 1]" in nested
+    assert conventions[("eagle", "eagle_aux_hidden_state_layer_ids")] is IdConvention.LAYER_OUTPUT
+    assert "top-level eagle_aux_hidden_state_layer_ids" in top_level and "hidden_states[k]" in top_level
+    assert conventions[("top", "eagle_aux_hidden_state_layer_ids")] is IdConvention.HIDDEN_STATE_INDEX
+    for producer in ("SpecForge", "ModelOpt", "NeMo", "AngelSlim"):
+        assert producer in nested and producer not in top_level
+    assert "speculators" in top_level and "speculators" not in nested
