@@ -89,14 +89,15 @@ def _print_text(spec: DrafterSpec | None, problems: list[Problem], plan: dict | 
             print(f"  hidden-state indices (input of target layer k): {plan['hidden_state_indices']}"
                   + ("" if target else "  [pass --target to resolve defaults]"))
             print(f"  written for SGLang as eagle_config ids: {plan['sglang_eagle_config_ids']}")
+    if problems:
+        print(f"problems ({len(problems)}):")
+        for problem in problems:
+            print(f"  - {problem}")
     if stock is not None:
         indices = None if plan is None else plan.get("hidden_state_indices")
         for line in stock_check.describe(stock, indices, None if spec is None or problems else spec.num_layers):
             print(line)
     if problems:
-        print(f"problems ({len(problems)}):")
-        for problem in problems:
-            print(f"  - {problem}")
         print("status: REJECTED")
     elif spec is not None:
         print("status: OK")
@@ -121,8 +122,8 @@ def run(args: argparse.Namespace) -> int:
         problems = exc.problems
     if located is not None and not args.no_stock_check:
         if spec is None:  # stock's loader reads files unbounded: never hand it ones that failed validation
-            stock = {"checked": False, "reason": "its files failed this package's validation (above), so stock's "
-                                                 "loader was not run on them"}
+            stock = {"checked": False, "reason": "its files failed this package's validation (the problems above), "
+                                                 "so stock's loader was not run on them"}
         elif remote:
             stock = {"checked": False, "reason": "the drafter's weights are on the hub (only headers were read)"}
         else:

@@ -114,12 +114,12 @@ def describe(report: dict[str, Any], our_indices: list[int] | None, our_depth: i
     for error in report.get("load_errors", []):
         lines.append(f"  load_weights fails on {error}")
     if report.get("never_loaded"):
-        lines.append(f"  never loads {len(report['never_loaded'])} parameters: {_listed(report['never_loaded'])}")
+        lines.append(f"  never loads {_count(report['never_loaded'], 'parameter')}: {_listed(report['never_loaded'])}")
     if report.get("uninitialised"):
         lines.append(f"  {len(report['uninitialised'])} of them hold uninitialised memory on a server "
                      "(NaN in this check's forward)")
     if report.get("dropped"):
-        lines.append(f"  drops {len(report['dropped'])} checkpoint tensors: {_listed(report['dropped'])}")
+        lines.append(f"  drops {_count(report['dropped'], 'checkpoint tensor')}: {_listed(report['dropped'])}")
     if "weights" in report:
         lines.append(f"  weights: {report['weights']}")
     if "target_captures" in report:
@@ -148,6 +148,10 @@ def describe(report: dict[str, Any], our_indices: list[int] | None, our_depth: i
                                   "serves it as the reference" if our_depth is not None else "stock serves it "
                                   "differently", None: "not fully checked"}[same])
     return lines
+
+
+def _count(items: list, noun: str) -> str:
+    return f"{len(items)} {noun}{'' if len(items) == 1 else 's'}"
 
 
 def max_of(a: float | str, b: float | str) -> float | str:

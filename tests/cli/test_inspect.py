@@ -70,3 +70,22 @@ def test_target_mismatch_exits_non_zero_but_still_describes(tmp_path, capsys):
     assert report["status"] == "rejected"
     assert report["description"]["dialect"] == "flat"
     assert {p["field"] for p in report["problems"]} == {"vocab_size"}
+
+
+def test_problems_come_before_the_stock_line_that_refers_to_them(tmp_path, capsys):
+    """A drafter this package refuses: the problems are listed, then the stock line that says
+    stock's loader was not run on those files ("the problems above"), then the status."""
+    fixtures.build("F13-peagle-speculators", str(tmp_path / "d"), seed=4)
+    assert main(["inspect", str(tmp_path / "d")]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    problems = next(i for i, line in enumerate(lines) if line.startswith("problems ("))
+    stock = next(i for i, line in enumerate(lines) if line.startswith("stock SGLang: not checked"))
+    assert problems < stock < lines.index("status: REJECTED") and "the problems above" in lines[stock]
+
+
+def test_counts_are_spelt_in_the_singular_for_one():
+    report = {"checked": True, "sglang": "0.5.23", "loads": True, "built_class": "X", "depth": 1,
+              "never_loaded": ["model.norm.weight"], "dropped": ["a", "b"], "forward": {}}
+    lines = stock_check.describe(report, None, 1)
+    assert "  never loads 1 parameter: model.norm.weight" in lines
+    assert "  drops 2 checkpoint tensors: a, b" in lines

@@ -92,3 +92,23 @@ def test_without_a_target_the_embedding_stock_takes_from_it_is_not_called_never_
     assert report["never_loaded"] == [] and report["shared_from_target"] == ["model.embed_tokens.weight"]
     assert stock_check.same_as_plugin(report, None) is None
     assert stock_check.describe(report, None, 1)[-1] == "  verdict: not fully checked"
+
+
+def test_a_failure_on_this_packages_side_is_not_checked_never_stocks(tmp_path, monkeypatch, no_grad):
+    """When the reference drafter (this package's side of the forward check) raises, the forward is
+    "not checked" with the cause, stock's forward is not run, and the verdict blames no one."""
+    from sglang_eagle_ext.testing import sglang_forward
+
+    def broken(checkpoint, gen):
+        raise RuntimeError("expected m1 and m2 to have the same dtype")
+
+    monkeypatch.setattr(sglang_forward, "worker_inputs", broken)
+    directory = fixtures.build("F1-specforge", str(tmp_path / "specforge"), seed=3)
+    target = dict(source="<config object>", model_type="llama", num_layers=fixtures.TARGET_LAYERS,
+                  hidden_size=64, vocab_size=fixtures.target_config()["vocab_size"])
+    report = stock_check.stock_report(directory, target)
+    forward = report["forward"]
+    assert forward["compared"] is False and forward["reason"].startswith("not checked: this package's side")
+    assert "same dtype" in forward["reason"]
+    lines = stock_check.describe(report, None, 1)
+    assert lines[-1] == "  verdict: not fully checked" and not any("WRONGLY" in line for line in lines)
