@@ -55,6 +55,29 @@ def test_logits_after_each_token_are_its_class_profile(seed, hidden, dtype, atol
     torch.testing.assert_close(logits, expected, atol=atol, rtol=0)
 
 
+def test_tensor_parallel_shards_hold_the_whole_models_rows():
+    """Under tensor parallelism each rank's embedding and lm_head hold a slice of the vocabulary
+    (SGLang's ``shard_indices``, padded rows after it): the shards rewritten rank by rank are the
+    unsharded rewrite's rows, and the padding is left alone."""
+    vocab, hidden, seed, ranks = 3000, 64, 7, 2
+    whole = dummy_llama(vocab, hidden, layers=1)
+    zipf_target.shape_target(whole, seed)
+    per_rank, padded = vocab // ranks, vocab // ranks + 8
+    for rank in range(ranks):
+        start, end = rank * per_rank, (rank + 1) * per_rank
+        indices = SimpleNamespace(org_vocab_start_index=start, org_vocab_end_index=end)
+        layers = {name: SimpleNamespace(weight=torch.full((padded, hidden), 5.0), shard_indices=indices)
+                  for name in ("embed", "head")}
+        model = SimpleNamespace(config=SimpleNamespace(vocab_size=vocab), lm_head=layers["head"],
+                                model=SimpleNamespace(embed_tokens=layers["embed"], norm=SimpleNamespace(
+                                    weight=torch.zeros(hidden))))
+        zipf_target.shape_target(model, seed)
+        torch.testing.assert_close(layers["embed"].weight[:per_rank], whole.model.embed_tokens.weight[start:end])
+        torch.testing.assert_close(layers["head"].weight[:per_rank], whole.lm_head.weight[start:end])
+        assert (layers["head"].weight[per_rank:] == 5.0).all() and (layers["embed"].weight[per_rank:] == 5.0).all()
+        assert (model.model.norm.weight == 1.0).all()
+
+
 def test_profile_stats_match_a_float64_recount():
     hidden, vocab, seed, temperature = 64, 5000, 5, 0.7
     stats = zipf_target.profile_stats(hidden, vocab, seed=seed, temperature=temperature, device="cpu")

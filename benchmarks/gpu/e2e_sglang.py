@@ -3,7 +3,7 @@
 Run from the repository root on a GPU machine where SGLang is installed and this package is
 importable with its entry point registered (``benchmarks/gpu/run_e2e.sh`` does both)::
 
-    python benchmarks/gpu/e2e_sglang.py --out DIR [--throughput] [--only TASKS]
+    python benchmarks/gpu/e2e_sglang.py --out DIR [--throughput] [--only TASKS] [--tp N]
 
 * A tiny random bf16 Llama target (8 layers, H=256, head_dim 64) is built in ``DIR/models``. Its
   lm_head is drawn with std 2.0, so next-token logits are tens of units apart and bf16 rounding
@@ -26,6 +26,11 @@ importable with its entry point registered (``benchmarks/gpu/run_e2e.sh`` does b
   and host noise does not swamp a 2 % difference; the drafter is a real checkpoint of that width,
   loaded by the class under test. Output tokens per second at batch 1 and batch 32, the arms
   measured in rotating order for ``SPEED_ROUNDS`` rounds; per-round ratios and their median.
+* ``--tp N`` (N > 1): the baseline and every row run with tensor parallelism over N GPUs, and a
+  ``baseline_tp1`` task (the same non-speculative engine at TP 1, with its top-2 log probabilities)
+  runs beside them. Losslessness is judged against the TP-N baseline (the same engine layout); each
+  row and the TP-N baseline are also compared with the TP-1 baseline under the same near-tie rule
+  (``vs_tp1``), so that a digest that differs from TP 1's is classified rather than just different.
 """
 
 from __future__ import annotations
@@ -55,7 +60,8 @@ PROMPTS = [
     "the cat sat on", "rain fell over the hills",
 ]
 TREE_KERNELS_SWITCH = "SGLANG_EAGLE_EXT_TREE_KERNELS"
-TASK_TIMEOUT_S = 400
+TASK_TIMEOUT_S = int(os.environ.get("E2E_TASK_TIMEOUT", "400"))  # the side-by-side engines' deadline
+TP_SIZE = 1  # --tp: every task's engine over this many GPUs (baseline_tp1 excepted)
 SPEED_TIMEOUT_S = 540  # three engines of a 7e9-parameter target: start-up, graph capture, 2 x 45 measurements
 
 
@@ -131,10 +137,13 @@ def start_engine(target: str, drafter: str | None = None, row: Row | None = None
     # Several engines share the GPU. SGLang sizes the KV pool as the memory free after loading
     # minus (1 - mem_fraction_static) of the memory free at start; a high fraction keeps that
     # positive while other engines allocate, and max_total_tokens keeps each pool small.
-    return sglang.Engine(**engine_kwargs(
-        model_path=target, dtype="bfloat16", attention_backend="triton", sampling_backend="pytorch",
-        mem_fraction_static=0.7, max_total_tokens=65536, max_running_requests=64,
-        context_length=1024, graph_bs=list(graph_bs), log_level="error", **spec, **extra))
+    options = dict(model_path=target, dtype="bfloat16", attention_backend="triton", sampling_backend="pytorch",
+                   mem_fraction_static=0.7, max_total_tokens=65536, max_running_requests=64,
+                   context_length=1024, log_level="error", **spec)
+    if TP_SIZE > 1:
+        options["tp_size"] = TP_SIZE
+    options.update(extra)  # a caller's value wins (tp_size, max_total_tokens, ...)
+    return sglang.Engine(**engine_kwargs(graph_bs=list(graph_bs), **options))
 
 
 def greedy(engine, prompts, max_new_tokens=MAX_NEW_TOKENS, top2=False):
@@ -260,8 +269,8 @@ def run_task(task: str, out: str) -> dict:
     from sglang_eagle_ext.testing.matched_drafter import build_matched_drafter
 
     target = os.path.join(out, "models", "speed_target" if task == "speed" else "target")
-    if task == "baseline":
-        engine = start_engine(target)
+    if task in ("baseline", "baseline_tp1"):
+        engine = start_engine(target, **({"tp_size": 1} if task == "baseline_tp1" else {}))
         outputs = greedy(engine, PROMPTS, top2=True)
         engine.shutdown()
         return {"outputs": [{"output_ids": o["output_ids"], "output_top_logprobs": [
@@ -302,7 +311,7 @@ def row_environment(row: Row) -> dict:
 
 def launch(task: str, out: str, environment: dict) -> subprocess.Popen:
     log = open(os.path.join(out, "logs", f"{task}.log"), "w")
-    return subprocess.Popen([sys.executable, __file__, "--out", out, "--task", task],
+    return subprocess.Popen([sys.executable, __file__, "--out", out, "--task", task, "--tp", str(TP_SIZE)],
                             env={**os.environ, **environment}, stdout=log, stderr=subprocess.STDOUT)
 
 
@@ -324,11 +333,26 @@ def main() -> int:
     parser.add_argument("--throughput", action="store_true", help="add the speed task")
     parser.add_argument("--only", help="comma-separated tasks (baseline,row0,...,speed)")
     parser.add_argument("--task", help="internal: run one engine's task in this process")
+    parser.add_argument("--tp", type=int, default=1,
+                        help="tensor-parallel size of every task's engine; above 1 adds the baseline_tp1 task")
+    parser.add_argument("--dry-run", action="store_true", help="print the tasks and engine options, start nothing")
     args = parser.parse_args()
+    global TP_SIZE
+    TP_SIZE = args.tp
     os.makedirs(os.path.join(args.out, "logs"), exist_ok=True)
     if args.task:
         record = run_task(args.task, args.out)
         save_json(os.path.join(args.out, f"{args.task}.json"), record)
+        return 0
+
+    tasks = ["baseline"] + [f"row{i}" for i in range(len(ROWS))] + (["speed"] if args.throughput else [])
+    if args.only:
+        tasks = args.only.split(",")
+    if TP_SIZE > 1 and "baseline" in tasks and "baseline_tp1" not in tasks:
+        tasks.insert(1, "baseline_tp1")
+    if args.dry_run:
+        print(json.dumps({"tp_size": TP_SIZE, "tasks": tasks, "environments": {
+            t: row_environment(ROWS[int(t[3:])]) for t in tasks if t.startswith("row")}}))
         return 0
 
     import sglang
@@ -342,18 +366,20 @@ def main() -> int:
     results = {"sglang": sglang.__version__, "device": torch.cuda.get_device_name(0),
                "torch": torch.__version__, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                "commit": os.environ.get("E2E_COMMIT", "unknown"), "near_tie_nats": NEAR_TIE,
-               "max_new_tokens": MAX_NEW_TOKENS, "rows": []}
-    tasks = ["baseline"] + [f"row{i}" for i in range(len(ROWS))] + (["speed"] if args.throughput else [])
-    if args.only:
-        tasks = args.only.split(",")
+               "max_new_tokens": MAX_NEW_TOKENS, "tp_size": TP_SIZE, "rows": []}
     if "speed" in tasks:
         write_speed_target(os.path.join(args.out, "models", "target"), os.path.join(args.out, "models", "speed_target"))
     engines = [t for t in tasks if t != "speed"]
     deadline = time.monotonic() + TASK_TIMEOUT_S
-    running = {t: launch(t, args.out, {} if t == "baseline" else row_environment(ROWS[int(t[3:])]))
+    running = {t: launch(t, args.out, row_environment(ROWS[int(t[3:])]) if t.startswith("row") else {})
                for t in engines}
     records = {t: finish(t, args.out, p, deadline) for t, p in running.items()}
     baseline = records.get("baseline", {}).get("outputs")
+    baseline_tp1 = records.get("baseline_tp1", {}).get("outputs")
+    if baseline is not None and baseline_tp1 is not None:
+        ids = [o["output_ids"] for o in baseline]
+        results["baseline_vs_tp1"] = {"digest": digest(ids), "digest_tp1": digest([o["output_ids"] for o in baseline_tp1]),
+                                      **compare(ids, baseline_tp1)}
     for task in engines:
         record = records[task]
         if task.startswith("row"):
@@ -363,6 +389,8 @@ def main() -> int:
                 record["output_digest"] = digest(outputs)
                 if baseline is not None:
                     record.update(compare(outputs, baseline))
+                if baseline_tp1 is not None:
+                    record["vs_tp1"] = compare(outputs, baseline_tp1)
             results["rows"].append(record)
         print("TASK", task, json.dumps({k: v for k, v in record.items() if k != "outputs"}), flush=True)
     save_json(os.path.join(args.out, "results.json"), results)

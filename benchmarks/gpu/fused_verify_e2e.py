@@ -24,7 +24,7 @@ ratio fused / stock of output tokens per second, and its median.
 
 usage (repository root; SGLang and this package installed, see ``stage_package.sh``):
   python3 benchmarks/gpu/fused_verify_e2e.py OUTDIR [--trees 0,1,2] [--batches 1,16,64] [--rounds 8]
-                                             [--new-tokens 64] [--control]
+                                             [--new-tokens 64] [--control] [--tp 2]
   python3 benchmarks/gpu/fused_verify_e2e.py OUTDIR --smoke   # CPU, a tiny target: the plumbing only
 Results accumulate in ``OUTDIR/results.json`` (one entry per tree), logs in ``OUTDIR/logs``.
 """
@@ -69,6 +69,7 @@ SMOKE = dict(target=dict(LLAMA_31_8B, hidden_size=128, intermediate_size=256, nu
                          max_position_embeddings=2048, torch_dtype="float32", bos_token_id=1, eos_token_id=2),
              draft_vocab=1024, trees=[TREES[0]], batches=[1, 4], modes=["greedy"], rounds=1, new_tokens=8)
 READY_TIMEOUT_S = 480
+TP_SIZE = 1  # --tp: every engine over this many GPUs
 
 
 def build_models(out: str, target_config: dict, draft_vocab: int, device: str, layers: int = 1) -> tuple[str, str]:
@@ -126,7 +127,8 @@ def engine_options(tree: tuple, batches: list[int], smoke: bool) -> dict:
                          speculative_num_draft_tokens=draft_tokens, load_format="dummy",
                          speculative_draft_load_format="auto", skip_tokenizer_init=True, random_seed=SEED,
                          max_total_tokens=16384, max_running_requests=max(batches), context_length=1024,
-                         disable_radix_cache=True, log_level="error", **device)
+                         disable_radix_cache=True, log_level="error", **device,
+                         **({"tp_size": TP_SIZE} if TP_SIZE > 1 else {}))
 
 
 def host(connection, target: str, drafter: str, options: dict, batches: list[int], modes: list[str], switch: str,
@@ -265,7 +267,10 @@ def main() -> int:
     parser.add_argument("--smoke", action="store_true", help="CPU, tiny target: check the plumbing")
     parser.add_argument("--control", action="store_true",
                         help="A/A: a third engine, stock again, in the same rounds; its ratios into control.json")
+    parser.add_argument("--tp", type=int, default=1, help="tensor-parallel size of every engine")
     args = parser.parse_args()
+    global TP_SIZE
+    TP_SIZE = args.tp
     out = os.path.abspath(args.out)
     os.makedirs(os.path.join(out, "logs"), exist_ok=True)
     if args.smoke:
@@ -298,6 +303,7 @@ def main() -> int:
     files = {kind: json.load(open(path)) if os.path.exists(path) else {"trees": {}} for kind, path in paths.items()}
     for kind, data in files.items():
         data.update(sglang=sglang.__version__, torch=torch.__version__, commit=os.environ.get("E2E_COMMIT", "unknown"),
+                    tp_size=TP_SIZE,
                     device=torch.cuda.get_device_name(0) if device == "cuda" else "cpu", driver=driver(device),
                     flashinfer_renorm=flashinfer_renorm_requested(),
                     switches=switches if kind == "results" else {"stock": "0", "fused": "0"},

@@ -41,24 +41,39 @@ def profiles_and_basis(hidden: int, vocab: int, seed: int, device) -> tuple[torc
     return profiles, basis
 
 
+def _rows(layer: torch.nn.Module, vocab: int) -> tuple[int, int]:
+    """The vocabulary rows ``[start, end)`` this rank's shard of ``layer`` holds (its first
+    ``end - start`` rows; rows past them are the shard's padding): the whole vocabulary without tensor
+    parallelism, else SGLang's ``VocabParallelEmbedding.shard_indices``."""
+    indices = getattr(layer, "shard_indices", None)
+    if layer.weight.shape[0] == vocab or indices is None:
+        return 0, vocab
+    return indices.org_vocab_start_index, indices.org_vocab_end_index
+
+
 @torch.no_grad()
 def shape_target(model: torch.nn.Module, seed: int) -> None:
     embed, norm, head = model.model.embed_tokens.weight, model.model.norm.weight, model.lm_head.weight
-    vocab, hidden = head.shape
-    if embed.shape != (vocab, hidden) or norm.shape != (hidden,):
+    hidden = head.shape[1]
+    config = getattr(model, "config", None)
+    vocab = getattr(config, "vocab_size", None) or head.shape[0]
+    (e_start, e_end), (h_start, h_end) = _rows(model.model.embed_tokens, vocab), _rows(model.lm_head, vocab)
+    if (embed.shape[1] != hidden or norm.shape != (hidden,) or embed.shape[0] < e_end - e_start
+            or head.shape[0] < h_end - h_start):
         raise ValueError(f"zipf_target: unexpected shapes embed {tuple(embed.shape)}, norm {tuple(norm.shape)}, "
-                         f"lm_head {tuple(head.shape)} (tensor parallelism is not supported)")
+                         f"lm_head {tuple(head.shape)} for vocabulary {vocab}")
+    # every rank draws the whole vocabulary's profiles (same seed, same numbers) and keeps its rows
     profiles, basis = profiles_and_basis(hidden, vocab, seed, head.device)
-    token_class = torch.arange(vocab, device=head.device) % CLASSES
-    embed.copy_(basis.T[token_class] * math.sqrt(hidden))
+    token_class = torch.arange(e_start, e_end, device=head.device) % CLASSES
+    embed[:e_end - e_start].copy_(basis.T[token_class] * math.sqrt(hidden))
     norm.fill_(1.0)
-    head.copy_(profiles.T @ basis.T / math.sqrt(hidden))
+    head[:h_end - h_start].copy_(profiles.T[h_start:h_end] @ basis.T / math.sqrt(hidden))
     del profiles, basis
     if head.is_cuda:
         torch.cuda.empty_cache()  # the ~4 GB of fp32 temporaries go back before SGLang sizes its KV cache
     # printed, not logged: the engines log at level error
     print(f"zipf_target: lm_head, embeddings and final norm rewritten (seed {seed}, {CLASSES} classes, "
-          f"vocab {vocab}, hidden {hidden})", file=sys.stderr, flush=True)
+          f"vocab {vocab}, hidden {hidden}, rows {h_start}-{h_end})", file=sys.stderr, flush=True)
 
 
 def profile_stats(hidden: int, vocab: int, seed: int, temperature: float, device) -> dict:
