@@ -263,7 +263,7 @@ def write_variant(out_dir: str, variant: str, aux_ids, draft_vocab: int, rope_th
                             "fed back as hidden_states on the next training-time-test step: "
                             f"{src['carried']}, {src['carried_is_prenorm']}"),
                 "trained_rope": {
-                    "base": used_base, "config_rope_theta": rope_theta,
+                    "rope_type": "default", "rope_theta": used_base, "config_rope_theta": rope_theta,
                     "config_rope_parameters": written_config.get("rope_parameters"),
                     "why": ("LlamaAttention._init_rope builds LlamaRotaryEmbedding(head_dim, "
                             "max_position_embeddings) without base= whether config.rope_scaling is None or "

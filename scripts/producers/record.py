@@ -84,8 +84,12 @@ def write_record(variant_dir: str, *, producer: str, package: str, variant: str,
     (what the producer's docs say to serve); ``written_by``: the producer's function or command
     that wrote it; ``sources``: ``repo-or-package@version path:line`` citations of the producer code
     that decides each convention the record states; ``forward``: ``{"module": ..., "dtype": ...,
-    "carried": ...}`` and any producer train/serve difference (e.g. ``"trained_rope"``);
-    ``expect``: facts the package must read (``dialect``, ``num_layers``, ...).
+    "carried": ...}`` and any producer train/serve difference: ``"trained_rope"`` is the RoPE the
+    module computed with where the written config says otherwise, as HF writes RoPE settings
+    (``rope_type``, ``rope_theta``, the scaling keys), with ``why`` and ``config_*`` keys as evidence;
+    ``expect``: facts the package must read (``dialect``, ``num_layers``, ...), or
+    ``{"refused": FIELD}`` for a drafter no engine serves as its producer trained it, whose refusal
+    must name ``FIELD``.
     """
     _atomic_write(os.path.join(variant_dir, "target", "config.json"),
                   lambda p: open(p, "w").write(json.dumps(tiny_target_config(), indent=2) + "\n"))

@@ -172,8 +172,7 @@ VARIANTS = {
     "norm_output_false": dict(extra={"norm_output": False}, seed=14, notes=[
         f"norm_output false in SpecForge: lm_head reads the un-normed backbone output ({C.norm_output}, {C.logits_raw}); the final norm is saved but unused",
         f"SGLang 0.5.14 always applies the final norm before lm_head ({SGLANG_NORM_OUTPUT}), so no stock engine serves this as trained",
-        "sglang_eagle_ext refuses this config (norm_output: false in the flat layout); kept under refused/ so the "
-        "producer-files tests, which expect every variant to load, do not collect it",
+        "no engine serves it as trained, so it must be refused (expect.refused)",
     ]),
 }
 
@@ -333,7 +332,8 @@ def write_variant(out_root: str, name: str, spec: dict) -> None:
                                 f"({C.capture_setter} -> {SGLANG_CAPTURE_PLUS_ONE}, {SGLANG_CAPTURE_LOOP})"),
             "lm_head_input": "norm(h)" if normed_logits else "h (un-normed)",
         },
-        expect={"dialect": "flat", "architecture": "LlamaForCausalLMEagle3", "num_layers": 1,
+        expect={"refused": REFUSED[name]} if name in REFUSED else {
+                "dialect": "flat", "architecture": "LlamaForCausalLMEagle3", "num_layers": 1,
                 "hidden_size": TINY["hidden_size"], "draft_vocab_size": TINY["draft_vocab_size"],
                 "vocab_size": TINY["vocab_size"], "has_vocab_map": True, "tie_word_embeddings": False,
                 "embed_tokens_from_target": True, "lm_head_from_target": False,
@@ -344,17 +344,16 @@ def write_variant(out_root: str, name: str, spec: dict) -> None:
     print(f"wrote {variant_dir}: aux ids {ids} -> hidden_states {indices}")
 
 
-# Variants this package refuses by design (its reader raises): written one level deeper,
-# under refused/, so that tests/test_producer_files.py (which reads */*/record.json and expects
-# every variant to load) does not collect them; the record states the refusal's reason.
-REFUSED = {"norm_output_false"}
+# Variants no engine serves as SpecForge trained them: the record's expect names the config field
+# the package's refusal must name (record.py: expect["refused"]).
+REFUSED = {"norm_output_false": "norm_output"}
 
 
 def main() -> None:
     out_root = os.path.abspath(sys.argv[1])
     os.makedirs(out_root, exist_ok=True)
     for name, spec in VARIANTS.items():
-        write_variant(os.path.join(out_root, "refused") if name in REFUSED else out_root, name, spec)
+        write_variant(out_root, name, spec)
 
 
 if __name__ == "__main__":

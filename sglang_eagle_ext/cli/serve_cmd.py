@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import importlib.util
+import json
 import os
 import shlex
 import signal
@@ -45,6 +46,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", choices=SERVING_DEVICES, default="auto",
                         help="auto: the GPU when one is visible, else the CPU (float32, Triton's "
                              "interpreter, SGLang's CPU flags added unless given after --)")
+    parser.add_argument("--cpu-kv-tokens", type=positive_int, default=cpu.DEFAULT_KV_TOKENS,
+                        help="on a CPU host, tokens of SGLang's KV pool (its --max-total-tokens; without it "
+                             "SGLang takes most of the host's memory); the memory it takes is printed")
     parser.add_argument("--export-dir", default=None,
                         help="where legacy checkpoints are exported (default: <user cache>/exports)")
     parser.add_argument("--stock-check", action="store_true",
@@ -82,8 +86,37 @@ def build_command(args, model_dir: str, device: str) -> list[str]:
     if extra and extra[0] == "--":
         extra = extra[1:]
     if device == "cpu":
-        command += cpu.server_flags(extra)
+        command += cpu.server_flags(extra, args.cpu_kv_tokens)
     return command + extra
+
+
+def kv_pool_line(args, spec, device: str) -> list[str]:
+    """The KV pool a CPU server takes, target and drafter (the target's config read where it is a
+    local directory); nothing on a GPU, where SGLang sizes the pool by --mem-fraction-static."""
+    if device != "cpu":
+        return []
+    extra = list(args.extra)
+    if any(arg == "--max-total-tokens" or arg.startswith("--max-total-tokens=") for arg in extra):
+        return ["kv pool:        as --max-total-tokens after -- says"]
+    tokens = args.cpu_kv_tokens
+    draft = cpu.kv_pool_bytes(spec.num_layers, spec.num_key_value_heads, spec.head_dim, tokens)
+    target = _target_kv_bytes(args.target, tokens)
+    size = "" if target is None else f"target {target / 2**20:,.0f} MiB + "
+    return [f"kv pool:        {tokens:,} tokens, float32: {size}drafter {draft / 2**20:,.0f} MiB "
+            "(--cpu-kv-tokens sets it)"]
+
+
+def _target_kv_bytes(target: str, tokens: int) -> int | None:
+    config_file = os.path.join(target, "config.json")
+    try:
+        with open(config_file, encoding="utf-8") as handle:
+            config = json.load(handle)
+        heads = config["num_attention_heads"]
+        head_dim = config.get("head_dim") or config["hidden_size"] // heads
+        return cpu.kv_pool_bytes(config["num_hidden_layers"], config.get("num_key_value_heads", heads),
+                                 head_dim, tokens)
+    except (OSError, ValueError, KeyError, TypeError, ZeroDivisionError):
+        return None  # a hub id, or a config of another shape: the drafter's share is still shown
 
 
 def run(args) -> int:
@@ -118,6 +151,7 @@ def run(args) -> int:
                                                   "the target were skipped)"),
              f"target capture: {capture}"]
     lines += [f"note:           {note}" for note in spec.notes] + [f"device:         {device}"]
+    lines += kv_pool_line(args, spec, device)
     # On a CPU the server needs the shims' variables too: the printed line runs as printed in a shell.
     variables = cpu.process_variables(dict(os.environ)) if device == "cpu" else {}
     command_line = "command:        " + " ".join([f"{name}={shlex.quote(value)}" for name, value in variables.items()]

@@ -41,6 +41,13 @@ _MODELOPT_EAGLE_KEYS = frozenset({"use_input_layernorm_in_first_layer", "next_la
                                   "parallel_draft_heads_num_layers"})
 _PARALLEL_DRAFTING_KEYS = ("mask_token_id", "pard_token", "ptd_token_id")
 
+# Producers whose trainers concatenate the aux states in the order the ids are written (SGLang and
+# vLLM capture them in layer order), with the line that does it.
+WRITTEN_ORDER_TRAINERS = {
+    Dialect.ANGELSLIM: "AngelSlim's trainer (angelslim==0.5.0 angelslim/compressor/speculative/train/models/"
+                       "target/target_model_wrapper.py:627)",
+}
+
 PEAGLE_FIX = ("P-EAGLE (parallel drafting) heads cannot be served by SGLang's EAGLE3 worker; "
               "serve this head with vLLM (parallel drafting), or train a plain EAGLE-3 drafter")
 
@@ -342,6 +349,14 @@ def _aux_layers(found, places, result, problems):
         return default_of(declarations()["aux_layers"], result.values)
     layers = [AuxLayers(ids, key.ids, key.path(result.dialect)) for key, ids in read]
     first = layers[0]
+    if result.dialect in WRITTEN_ORDER_TRAINERS and list(first.declared) != sorted(first.declared):
+        problems.append(Problem(
+            result.file, first.source, f"{WRITTEN_ORDER_TRAINERS[result.dialect]} concatenates the aux hidden "
+            f"states into fc in the order the ids are written ({list(first.declared)}), but SGLang's target "
+            "captures them in layer order, so fc would take its inputs permuted",
+            "serve a drafter trained with the ids in ascending order (this package does not reorder fc's "
+            "weights, and reordering the ids alone would feed fc the wrong states)",
+            expected="ascending ids", found=str(list(first.declared))))
     for other in layers[1:]:
         if first.hidden_state_indices() != other.hidden_state_indices():
             problems.append(Problem(

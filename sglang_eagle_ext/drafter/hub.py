@@ -25,6 +25,17 @@ _SNAPSHOT_FILES = ("config.json", "*.safetensors", "*.safetensors.index.json", "
 _RANGE_TIMEOUT_S = 30.0
 
 
+def transport_error() -> type[Exception]:
+    """The base HTTP error of the client huggingface_hub's session is built on: httpx up to
+    huggingface_hub 1.x, httpx2 from 2.0 (which does not install httpx). Asked of the session
+    itself, so that neither client is imported by name."""
+    import importlib
+
+    from huggingface_hub import get_session
+
+    return importlib.import_module(type(get_session()).__module__.split(".")[0]).HTTPError
+
+
 @dataclass(frozen=True)
 class HubFile:
     """One file of a hub repository at a fixed commit, read by HTTP range requests."""
@@ -36,7 +47,6 @@ class HubFile:
         return self.length
 
     def read(self, offset: int, length: int) -> bytes:
-        import httpx
         from huggingface_hub import get_session
         from huggingface_hub.errors import HfHubHTTPError
         from huggingface_hub.utils import build_hf_headers, hf_raise_for_status
@@ -49,7 +59,7 @@ class HubFile:
                 if response.status_code != 206:  # a server that ignores ranges would send the whole file
                     raise OSError(f"{self.url} answered a range request with status {response.status_code}")
                 data = response.read()
-        except (httpx.HTTPError, HfHubHTTPError) as exc:
+        except (transport_error(), HfHubHTTPError) as exc:
             raise OSError(f"{self.url}: {exc}") from None
         if len(data) != length:
             raise OSError(f"{self.url} sent {len(data)} bytes for a range of {length}")
@@ -135,7 +145,6 @@ def _snapshot(repo_id: str, patterns: tuple[str, ...]) -> str:
 @contextlib.contextmanager
 def _hub_errors(repo_id: str) -> Iterator[None]:
     """huggingface_hub's failures as the package's errors, each with what to do."""
-    import httpx
     from huggingface_hub.errors import (EntryNotFoundError, HfHubHTTPError, LocalEntryNotFoundError,
                                         OfflineModeIsEnabled, RepositoryNotFoundError, RevisionNotFoundError)
 
@@ -152,6 +161,6 @@ def _hub_errors(repo_id: str) -> Iterator[None]:
     except (RepositoryNotFoundError, RevisionNotFoundError):
         raise DrafterError([Problem(repo_id, "<hub>", "no such repository on the Hugging Face hub (or it is "
                                     "private)", "check the id, or log in with huggingface-cli login")]) from None
-    except (HfHubHTTPError, httpx.HTTPError, OSError) as exc:
+    except (HfHubHTTPError, transport_error(), OSError) as exc:
         raise DrafterError([Problem(repo_id, "<hub>", f"cannot be fetched ({exc})",
                                     "retry, or download it into a local directory and pass that")]) from None

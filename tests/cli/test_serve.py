@@ -188,7 +188,38 @@ def test_cpu_serving_without_extra_flags(shared_target, shared_drafter, tmp_path
             "temperature": 0, "max_new_tokens": 12, "ignore_eos": True}})
     assert reply["output_ids"] == plain_greedy(shared_target, 12)[0]
     assert reply["meta_info"]["spec_verify_ct"] < 12  # drafts were accepted: EAGLE-3 ran
-    assert "drafts served by sglang_eagle_ext.sglang.model" in (tmp_path / "server.log").read_text()
+    log = (tmp_path / "server.log").read_text()
+    assert "drafts served by sglang_eagle_ext.sglang.model" in log
+    # the KV pool is the bounded default, not what the host's free memory would allow
+    assert f"max_total_num_tokens={cpu.DEFAULT_KV_TOKENS}," in log
+
+
+def test_cpu_kv_pool_is_bounded_and_its_memory_said(tmp_path, target, capsys, monkeypatch):
+    """On a CPU host the command bounds SGLang's KV pool (--max-total-tokens) and the pre-flight
+    says what it takes, from the target's and the drafter's geometry in float32; --cpu-kv-tokens
+    sets it; a --max-total-tokens after -- wins."""
+    draft = fixtures.build("F7-speculators-2-layers", str(tmp_path / "d"))
+    spec = read_drafter(draft).spec
+    config = fixtures.target_config()
+
+    def served(*options):
+        assert main(["serve", "--target", target, "--draft", draft, "--device", "cpu", "--print-only", *options]) == 0
+        lines = capsys.readouterr().out.splitlines()
+        return next(line for line in lines if line.startswith("command:")), \
+            next(line for line in lines if line.startswith("kv pool:"))
+
+    command, kv = served()
+    assert f"--max-total-tokens {cpu.DEFAULT_KV_TOKENS}" in command
+    heads = config["num_attention_heads"]
+    per_token = 2 * 4 * config["num_hidden_layers"] * config.get("num_key_value_heads", heads) * \
+        config.get("head_dim", config["hidden_size"] // heads)
+    draft_per_token = 2 * 4 * spec.num_layers * spec.num_key_value_heads * spec.head_dim
+    assert f"target {per_token * cpu.DEFAULT_KV_TOKENS / 2**20:,.0f} MiB" in kv
+    assert f"drafter {draft_per_token * cpu.DEFAULT_KV_TOKENS / 2**20:,.0f} MiB" in kv
+    command, kv = served("--cpu-kv-tokens", "4096")
+    assert "--max-total-tokens 4096" in command and kv.startswith("kv pool:        4,096 tokens")
+    command, kv = served("--", "--max-total-tokens", "99")
+    assert command.count("--max-total-tokens") == 1 and "--max-total-tokens 99" in command
 
 
 def test_launch_forwards_signals(tmp_path):

@@ -127,12 +127,25 @@ def process_variables(env: dict) -> dict:
     return {name: value for name, value in process_environment(env).items() if env.get(name) != value}
 
 
-def server_flags(given: list[str]) -> list[str]:
-    """:data:`ENGINE_OPTIONS` as ``sglang.launch_server`` flags, leaving out any in ``given``."""
+def server_flags(given: list[str], kv_tokens: int) -> list[str]:
+    """:data:`ENGINE_OPTIONS` and a KV pool of ``kv_tokens`` as ``sglang.launch_server`` flags,
+    leaving out any in ``given``. Without ``--max-total-tokens`` SGLang sizes the pool from the
+    host's free memory (a CPU server of the demo's tiny models took 6.4 million tokens, about 15 GB
+    of a 24 GB machine)."""
     flags = []
-    for name, value in ENGINE_OPTIONS.items():
+    for name, value in {**ENGINE_OPTIONS, "max_total_tokens": kv_tokens}.items():
         flag = "--" + name.replace("_", "-")
         if any(arg == flag or arg.startswith(flag + "=") for arg in given):
             continue
         flags += [flag] if value is True else [flag, str(value)]
     return flags
+
+
+# KV-pool tokens a CPU server gets unless told otherwise: several requests of a few thousand tokens.
+DEFAULT_KV_TOKENS = 16384
+FLOAT32_BYTES = 4
+
+
+def kv_pool_bytes(layers: int, kv_heads: int, head_dim: int, tokens: int) -> int:
+    """Bytes of one model's float32 KV pool: keys and values of every layer for ``tokens``."""
+    return 2 * layers * kv_heads * head_dim * tokens * FLOAT32_BYTES

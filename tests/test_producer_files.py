@@ -1,0 +1,116 @@
+"""Checkpoints written by the producers' own installed code, read as each producer meant them.
+
+``tests/producer_files/<producer>/<variant>/`` was written by ``scripts/producers/<producer>.sh``:
+the producer's own save/export path wrote ``drafter/``, and the producer's own module, run on
+seeded inputs, wrote ``forward.safetensors`` (format: ``scripts/producers/record.py``). Nothing
+there was written by this package, so the producer's code is the judge: the description must hold
+the taps the producer's trainer uses, both the reference drafter and the SGLang model class (CPU)
+must compute the producer's logits and carried state from the same inputs, and a drafter that
+SGLang cannot feed as it was trained must be refused, never served.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from sglang_eagle_ext.drafter.reader import read_drafter
+from sglang_eagle_ext.drafter.train_serve import producer_warnings
+from sglang_eagle_ext.errors import DrafterError
+from tests.script_module import load_siblings
+
+files, = load_siblings("scripts", "producer_files")
+RECORDS = files.records()
+TOLERANCE = dict(rtol=files.TOLERANCE, atol=files.TOLERANCE)
+
+
+def fed_in_layer_order(record: dict) -> bool:
+    """SGLang's target captures the aux states in layer order; a trainer that concatenated them in
+    another order trained fc on permuted inputs."""
+    taps = record["aux_hidden_state_indices"]
+    return taps == sorted(taps)
+
+
+def servable(record: dict) -> bool:
+    return "refused" not in record["expect"] and fed_in_layer_order(record)
+
+
+SERVED = [path for path in RECORDS if servable(json.load(open(path)))]
+OUT_OF_ORDER = [path for path in RECORDS if not fed_in_layer_order(json.load(open(path)))]
+REFUSED = [path for path in RECORDS if "refused" in json.load(open(path))["expect"]]
+
+
+def test_every_producer_wrote_files():
+    producers = {json.load(open(path))["producer"] for path in RECORDS}
+    assert set(files.PRODUCERS) <= producers, producers
+
+
+@pytest.mark.parametrize("record_path", SERVED, ids=files.variant_name)
+def test_read_with_the_producers_conventions(record_path):
+    variant = files.load_variant(record_path)
+    spec = read_drafter(variant.directory, target=variant.target).spec
+    assert spec.aux_layers.hidden_state_indices(variant.target.num_layers) == \
+        tuple(variant.record["aux_hidden_state_indices"])
+    described = spec.to_dict()
+    for name, value in variant.record["expect"].items():
+        if name in described:
+            assert described[name] == value, name
+
+
+@pytest.mark.parametrize("record_path", REFUSED, ids=files.variant_name)
+def test_a_drafter_no_engine_serves_as_trained_is_refused_naming_the_field(record_path):
+    variant = files.load_variant(record_path)
+    with pytest.raises(DrafterError) as error:
+        read_drafter(variant.directory, target=variant.target)
+    assert any(p.field.endswith(variant.record["expect"]["refused"]) for p in error.value.problems), error.value
+
+
+@pytest.mark.parametrize("record_path", OUT_OF_ORDER, ids=files.variant_name)
+def test_taps_concatenated_out_of_layer_order_are_refused(record_path):
+    variant = files.load_variant(record_path)
+    with pytest.raises(DrafterError) as error:
+        read_drafter(variant.directory, target=variant.target)
+    problem, = [p for p in error.value.problems if "order" in p.message]
+    assert "ascending" in problem.fix and "sort" not in problem.fix  # sorting the ids would permute fc silently
+
+
+@pytest.mark.parametrize("record_path", SERVED, ids=files.variant_name)
+def test_reference_drafter_computes_the_producers_forward(record_path):
+    """As the producer's module trained it; where the export serves otherwise (a train/serve
+    difference the record states with the producer's code), the served description differs by
+    that alone, its forward differs from training, and the package warns about it."""
+    variant = files.load_variant(record_path)
+    served = read_drafter(variant.directory, target=variant.target).spec
+    trained = variant.trained(served)
+    out = files.reference_forward(variant, trained)
+    torch.testing.assert_close(out.logits, variant.forward["logits"], **TOLERANCE)
+    if "carried" in variant.forward:
+        torch.testing.assert_close(out.carried, variant.forward["carried"], **TOLERANCE)
+    warnings = producer_warnings(served)
+    if trained != served:
+        as_served = files.reference_forward(variant, served)
+        assert not torch.allclose(as_served.logits, variant.forward["logits"], **TOLERANCE)
+        assert len(warnings) == 1 and variant.record["package"].split("==")[1] in warnings[0]
+    else:
+        assert warnings == []
+
+
+@pytest.mark.parametrize("record_path", SERVED, ids=files.variant_name)
+def test_sglang_model_class_computes_the_producers_forward(record_path, sglang_dist, no_grad):
+    """Our SGLang class loaded the way SGLang loads it (CPU, SGLang's own attention test kit): a
+    prefill on the producer's inputs gives the producer's last-position logits and every carried
+    state. A drafter whose export serves otherwise than it trained is served as its config says:
+    there the class must compute the reference drafter of that description."""
+    variant = files.load_variant(record_path)
+    served = read_drafter(variant.directory, target=variant.target).spec
+    if variant.trained(served) == served:
+        expected_logits, expected_carried = variant.forward["logits"], variant.forward.get("carried")
+    else:
+        as_served = files.reference_forward(variant, served)
+        expected_logits, expected_carried = as_served.logits, as_served.carried
+    logits, carried = files.sglang_forward(variant)
+    torch.testing.assert_close(logits, expected_logits[0, -1], **TOLERANCE)
+    if expected_carried is not None:
+        torch.testing.assert_close(carried, expected_carried[0], **TOLERANCE)
