@@ -32,6 +32,7 @@ from sglang_eagle_ext.drafter.locate import locate_drafter  # noqa: E402
 from sglang_eagle_ext.drafter.reader import read_drafter  # noqa: E402
 from sglang_eagle_ext.drafter.spec import DrafterSpec  # noqa: E402
 from sglang_eagle_ext.drafter.target import TargetInfo, read_target  # noqa: E402
+from sglang_eagle_ext.errors import DrafterError  # noqa: E402
 from sglang_eagle_ext.reference.drafter import ReferenceDrafter  # noqa: E402
 
 FILES = os.path.join(ROOT, "tests", "producer_files")
@@ -125,7 +126,11 @@ def row(record_path: str) -> dict:
     record = variant.record
     entry = {"variant": variant_name(record_path), "producer": record["producer"], "package": record["package"],
              "written_by": record["written_by"]}
-    served = read_drafter(variant.directory, target=variant.target).spec
+    try:
+        served = read_drafter(variant.directory, target=variant.target).spec
+    except DrafterError as exc:  # what the record expects is asserted in tests/test_producer_files.py
+        problem = exc.problems[0]
+        return {**entry, "refused": f"`{problem.field}`: {problem.message}"}
     trained = variant.trained(served)
     taps = served.aux_layers.hidden_state_indices(variant.target.num_layers)
     entry.update(dialect=served.dialect.value, layers=served.num_layers, taps_read=list(taps),

@@ -50,6 +50,7 @@ FUSED_VERIFY_E2E = FUSED_VERIFY / "e2e_h200_sglang-0.5.23.json"
 FUSED_VERIFY_CONTROL = FUSED_VERIFY / "e2e_h200_sglang-0.5.23_control.json"
 STEP_PROFILE = RESULTS / "step_profile" / "h200_sglang-0.5.23.json"
 SPEED_RUN = E2E_RAW / "v0.5.16-speed-8b.json"
+PRODUCER_FILES = RESULTS / "cpu" / "producer_files.json"  # from scripts/producer_files.py
 STOCK_VS_PLUGIN = RESULTS / "cpu"  # stock_vs_plugin_sglang-<release>.json, from scripts/stock_vs_plugin.py
 STOCK_VS_PLUGIN_GPU = RESULTS / "gpu"  # stock_vs_plugin_acceptance_sglang-<release>_<target>.json (tree drafting)
 
@@ -596,6 +597,35 @@ def eval_table() -> str:
     return "\n\n```\n" + "\n".join(lines) + "\n```\n\n"
 
 
+def _diff(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0e}".replace("e-0", "e-")
+
+
+def producer_files_table() -> str:
+    """The README's table of the drafters the producers' own code wrote, per variant: the producer
+    package and version, how this package reads it, how far its forwards are from the producer's
+    module, and stock SGLang's verdict (``scripts/producer_files.py``)."""
+    result = json.loads(PRODUCER_FILES.read_text())
+    lines = ["| producer (its code wrote the files) | variant | read as | taps (hidden states) | max abs diff of "
+             "logits vs the producer's module: reference / SGLang class | stock SGLang |",
+             "|---|---|---|---|---|---|"]
+    for row in result["rows"]:
+        name = row["variant"].split("/", 1)[1]
+        if "refused" in row:
+            lines.append(f"| `{row['package']}` | `{name}` | refused: {row['refused']} | - | - | - |")
+            continue
+        read = f"{row['dialect']}, {row['layers']} layer{'' if row['layers'] == 1 else 's'}"
+        if row["warnings"]:
+            read += "; warns: trained otherwise than its config serves"
+        diffs = f"{_diff(row['reference_max_abs_diff'])} / {_diff(row.get('sglang_max_abs_diff'))}"
+        if "as_served_max_abs_diff" in row:
+            diffs += f" (as its config serves: {_diff(row['as_served_max_abs_diff'])})"
+        lines.append(f"| `{row['package']}` | `{name}` | {read} | {row['taps_read']} | {diffs} | "
+                     f"{row['stock_verdict']} |")
+    return (f"\n\n" + "\n".join(lines) + f"\n\n{result['machine']}, {result['date']}, commit `{result['commit']}`, "
+            f"`{relative(PRODUCER_FILES)}` (`{result['command']}`).\n\n")
+
+
 def layouts_table() -> str:
     """The README's "Drafter layouts" table, from the declared producer layouts."""
     from sglang_eagle_ext.testing.producer_layouts import markdown_table
@@ -776,6 +806,7 @@ def stock_summary() -> str:
 
 BLOCKS: dict = {
     "layouts": layouts_table,
+    "producer-files": producer_files_table,
     "stock-vs-plugin": stock_vs_plugin_table,
     "stock-summary": stock_summary,
     "stock-acceptance": stock_acceptance,

@@ -12,6 +12,7 @@ SGLang cannot feed as it was trained must be refused, never served.
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 import torch
@@ -114,3 +115,19 @@ def test_sglang_model_class_computes_the_producers_forward(record_path, sglang_d
     torch.testing.assert_close(logits, expected_logits[0, -1], **TOLERANCE)
     if expected_carried is not None:
         torch.testing.assert_close(carried, expected_carried[0], **TOLERANCE)
+
+
+@pytest.mark.parametrize("record_path", SERVED, ids=files.variant_name)
+def test_inspect_shows_the_train_serve_difference_with_its_evidence(record_path, capsys):
+    """`sglang-eagle inspect` on the path a user gives: status OK, and a warning citing the
+    producer's code exactly where the producer's module computed otherwise than the config serves."""
+    from sglang_eagle_ext.cli import main
+
+    variant = files.load_variant(record_path)
+    assert main(["inspect", "--no-stock-check", variant.given, "--target", os.path.join(
+        os.path.dirname(record_path), variant.record["target"]), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    served = read_drafter(variant.directory, target=variant.target).spec
+    differs = variant.trained(served) != served
+    assert bool(report["warnings"]) == differs
+    assert all(variant.record["package"] in warning for warning in report["warnings"])

@@ -18,6 +18,7 @@ from sglang_eagle_ext.errors import DrafterError, Problem
 from sglang_eagle_ext.drafter.locate import locate_drafter, read_named_target
 from sglang_eagle_ext.drafter.spec import DrafterSpec
 from sglang_eagle_ext.drafter.target import TargetInfo, check_against_target
+from sglang_eagle_ext.drafter.train_serve import producer_warnings
 from sglang_eagle_ext.sglang import stock_check
 
 
@@ -73,6 +74,11 @@ def _print_text(spec: DrafterSpec | None, problems: list[Problem], plan: dict | 
             print("notes:")
             for note in spec.notes:
                 print(f"  - {note}")
+        warnings = producer_warnings(spec)
+        if warnings:
+            print("warnings (its producer trained it otherwise than its config says to serve it):")
+            for warning in warnings:
+                print(f"  - {warning}")
     if target is not None:
         print(f"target: {target.source} ({target.model_type}, {target.num_layers} layers, "
               f"hidden {target.hidden_size}, vocab {target.vocab_size})")
@@ -132,6 +138,7 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps({
             "status": "rejected" if problems else "ok",
             "description": None if spec is None else spec.to_dict(),
+            "warnings": [] if spec is None else producer_warnings(spec),
             "read_by_range": sorted(remote),
             "target": None if target is None else vars(target),
             "capture": plan,

@@ -23,6 +23,7 @@ import sys
 
 from sglang_eagle_ext.cli.options import SERVING_DEVICES, device_problem, positive_int, serving_device
 from sglang_eagle_ext.drafter.locate import Located, locate_drafter, read_named_target
+from sglang_eagle_ext.drafter.train_serve import producer_warnings
 from sglang_eagle_ext.errors import DrafterError
 from sglang_eagle_ext.sglang.compat import SUPPORTED, cpu
 
@@ -150,7 +151,8 @@ def run(args) -> int:
              f"target:         {args.target}" + ("" if target else " (config not fetched: checks that need "
                                                   "the target were skipped)"),
              f"target capture: {capture}"]
-    lines += [f"note:           {note}" for note in spec.notes] + [f"device:         {device}"]
+    lines += [f"note:           {note}" for note in spec.notes]
+    lines += [f"WARNING:        {warning}" for warning in producer_warnings(spec)] + [f"device:         {device}"]
     lines += kv_pool_line(args, spec, device)
     # On a CPU the server needs the shims' variables too: the printed line runs as printed in a shell.
     variables = cpu.process_variables(dict(os.environ)) if device == "cpu" else {}
