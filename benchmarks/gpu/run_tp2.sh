@@ -70,6 +70,16 @@ case "$MODE" in
       python3 -c "import sglang, torch; print('sglang', sglang.__version__, 'torch', torch.__version__, 'gpus', torch.cuda.device_count())" | tee -a "$ROOT/device.txt"
     fi
     echo "# $(date -u +%FT%TZ) commit $E2E_COMMIT phases: $PHASES" | tee "$ROOT/status.txt"
+    # tiny targets built on the CPU machine and carried (their build takes minutes of CPU time):
+    # target_std2.0 is e2e_sglang's (rows, and the speed task's tokenizer), target_std1.0 the server check's;
+    # build_tiny_target reuses a directory built with the same settings
+    PREBUILT="${TP2_PREBUILT:-.tp2/prebuilt}"
+    for pair in rows:target_std2.0 speed:target_std2.0 server:target_std1.0; do
+      if [ -e "$PREBUILT/${pair#*:}/config.json" ] && [ ! -e "$ROOT/${pair%%:*}/models/target" ]; then
+        mkdir -p "$ROOT/${pair%%:*}/models" && cp -r "$PREBUILT/${pair#*:}" "$ROOT/${pair%%:*}/models/target" \
+          && echo "# carried tiny target ${pair#*:} -> ${pair%%:*}/models/target" | tee -a "$ROOT/status.txt"
+      fi
+    done
     if [ -z "${TP2_DRY:-}" ] && [[ " $PHASES " == *acceptance* ]] && [ ! -e "$DEMO_MODELS/drafter-2layer/config.json" ]; then
       # the demo's models, built here in the demo's pinned CPU process while the first phases run
       export TP2_DEMO_MODELS="$ROOT/demo"
