@@ -125,7 +125,7 @@ VARIANTS = [
     ("hf-1layer-default", 1, None, None, 11),
     ("hf-2layer-default", 2, None, None, 22),
     ("hf-2layer-no-rope-injection", 2, None, {}, 22),
-    ("hf-1layer-aux-explicit-unsorted", 1, [7, 0, 3], None, 33),
+    ("hf-1layer-aux-explicit-unsorted", 1, [6, 0, 3], None, 33),
 ]
 
 
@@ -255,9 +255,10 @@ def write_variant(name: str, layers: int, aux_ids, export_rope, seed: int) -> di
                      "(a set: 3 distinct ids only from n = 7; fc is sized len(ids)*H, modeling_eagle.py:60-64)")
     else:
         notes.append(f"explicit ids written as {aux_ids} (config.json keeps that order); the hooks fire in layer "
-                     f"order so fc sees hidden_states {indices}; id {N - 1} taps the last target layer's output "
-                     f"before the final norm, which is NOT HF output_hidden_states[{N}] (post-norm in "
-                     f"{TF}) although the index convention names it {N}")
+                     f"order so fc sees hidden_states {indices}")
+        notes.append(f"id {N - 1} (not written here: SGLang's Llama target cannot capture it) would tap the last "
+                     "target layer's output before the final norm, which is NOT HF output_hidden_states"
+                     f"[{N}] (post-norm in {TF}) although the index convention names it {N}")
 
     tensors = {"input_ids": inputs["input_ids"], "positions": inputs["positions"], "aux": inputs["aux"],
                "target_embed": model._base_model_embeddings.weight.detach().float(),

@@ -27,6 +27,9 @@ PARALLEL_DRAFTING_ARCHITECTURES = frozenset({
 MLA_ARCHITECTURES = frozenset({"Eagle3DeepseekV2ForCausalLM", "Eagle3DeepseekV3ForCausalLM"})
 FLAT_ARCHITECTURES = frozenset({"LlamaForCausalLMEagle3", "LlamaForCausalLM", "Eagle3Qwen3ForCausalLM",
                                 "LlamaForCausalLMEagle3Deep"})  # the last: ModelOpt's Megatron multi-layer export
+# ModelOpt's Megatron export: its training normalises layer 0's hidden input once (megatron_eagle.py's
+# TransformerLayer input_layernorm), unlike its HF EAGLE module.
+MEGATRON_ARCHITECTURES = frozenset({"LlamaForCausalLMEagle3Deep"})
 # `model_type`s of MLA targets: NeMo saves their MLA drafters under its Llama drafter's name.
 MLA_MODEL_TYPES = frozenset({"deepseek_v2", "deepseek_v3", "kimi_k2", "kimi_k3", "kimi_k25"})
 # `architectures[0]` -> dialect, for the producers that name their own class.
@@ -386,6 +389,16 @@ def _norm_before_residual(found, places, result, problems):
     return False
 
 
+def _hidden_input_layernorm(found, places, result, problems):
+    if found:
+        return _first_checked(found, bool, result, problems)
+    if result.dialect is Dialect.MODELOPT and result.values["architecture"] not in MEGATRON_ARCHITECTURES:
+        result.notes.append("layer 0's hidden input is normalised by input_layernorm, then hidden_norm, as "
+                            "ModelOpt's HF EAGLE module trains it (stock SGLang applies hidden_norm alone)")
+        return True
+    return False
+
+
 def _norm_output(found, places, result, problems):
     """Whether the carried state is the final-normed one (see the field's declaration): the
     package's own ``carry_normed_state`` wherever written; ``norm_output`` as its producer means
@@ -453,6 +466,7 @@ _SPECIAL = {
     "num_aux_hidden_states": _int_claim,
     "draft_vocab_size": _int_claim,
     "norm_before_residual": _norm_before_residual,
+    "hidden_input_layernorm": _hidden_input_layernorm,
     "norm_output": _norm_output,
 }
 

@@ -17,7 +17,8 @@ producer's code at the commit this package's layout fixtures cite
   (NVIDIA-NeMo/Automodel@36044ad3 nemo_automodel/recipes/llm/train_eagle3.py);
 * ``modelopt-hf``: ModelOpt's HF export, ``eagle_config`` with layer-output ids, ``d2t`` without
   ``t2d``, later layers plain Llama decoder layers (NVIDIA/Model-Optimizer@a2fbac7b
-  modelopt/torch/export/plugins/hf_spec_export.py);
+  modelopt/torch/export/plugins/hf_spec_export.py); a drafter not trained with ModelOpt's layer-0
+  double norm (``hidden_input_layernorm``) also gets that key, false;
 * ``modelopt-megatron``: ModelOpt's Megatron export of a deep head, ``LlamaForCausalLMEagle3Deep``,
   ``midlayer.{i}.*``, later layers normalised by ``hidden_norm``
   (NVIDIA/Model-Optimizer@a2fbac7b modelopt/torch/export/unified_export_megatron.py).
@@ -150,6 +151,10 @@ def _modelopt_hf(spec, tensors, target):
     _modelopt("modelopt-hf", spec, LaterLayerNorm.INPUT_LAYERNORM)
     config = dict(_llama_keys(spec), architectures=["LlamaForCausalLMEagle3"], draft_vocab_size=spec.draft_vocab_size,
                   eagle_config=dict(_MODELOPT_EAGLE, eagle_aux_hidden_state_layer_ids=_layer_output_ids(spec)))
+    if not spec.hidden_input_layernorm:
+        # ModelOpt's module always trains layer 0 on hidden_norm(input_layernorm(h)); a drafter trained
+        # without it says so in the one key this package reads for it (stock SGLang ignores the key)
+        config["hidden_input_layernorm"] = False
     return config, {name: t for name, t in tensors.items() if name != "t2d"}
 
 

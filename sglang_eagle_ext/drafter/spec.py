@@ -317,6 +317,14 @@ class DrafterSpec:
     norm_before_residual: bool = declare(
         "layer 0's residual is hidden_norm(fc(aux)) instead of fc(aux)", top("norm_before_residual"),
         default=False, written=top("norm_before_residual"))
+    hidden_input_layernorm: bool = declare(
+        "layer 0 normalises its hidden input with input_layernorm and then hidden_norm (the embedding with "
+        "input_layernorm alone), as ModelOpt's HF EAGLE module trains it: transformers' LlamaDecoderLayer "
+        "applies input_layernorm to fc's output before attention, and ModelOpt's attention pre-hook applies "
+        "hidden_norm to that (nvidia-modelopt==0.47.0 modelopt/torch/speculative/plugins/modeling_eagle.py:"
+        "114-127; checked against its module in tests/producer_files/modelopt). True by default in the "
+        "ModelOpt layout; SGLang's and vLLM's classes apply hidden_norm alone",
+        top("hidden_input_layernorm"), default=False, written=top("hidden_input_layernorm"))
     norm_output: bool = declare(
         "the hidden state carried to the next draft step is the final-normed one (logits always read "
         "the final-normed state). This is what `norm_output: true` means to speculators "

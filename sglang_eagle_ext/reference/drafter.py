@@ -2,10 +2,11 @@
 
 The module tree mirrors the canonical tensor names of :mod:`sglang_eagle_ext.drafter.weight_names`, so
 ``state_dict()`` *is* a canonical checkpoint and ``load_state_dict`` takes
-``DrafterCheckpoint.load_tensors()`` unchanged. Forward semantics (all engines agree)::
+``DrafterCheckpoint.load_tensors()`` unchanged. Forward semantics::
 
     layer 0   r = fc(aux)            (decode steps: r = carried hidden, no fc)
-              h = hidden_norm(r);  r = h if norm_before_residual
+              h = hidden_norm(input_layernorm(r) if hidden_input_layernorm else r)
+              r = h if norm_before_residual
               r = r + attn(cat[input_layernorm(embed(x)), h]);  r = r + mlp(post_norm(r))
     layer i   r = r + attn(norm_i(r));  r = r + mlp(post_norm(r))
     out       logits = lm_head(norm(r));  carried = norm(r) if norm_output else r
@@ -179,6 +180,7 @@ class DraftLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(h, eps)
         self.mlp = MLP(spec)
         self.norm_before_residual = spec.norm_before_residual
+        self.hidden_input_layernorm = spec.hidden_input_layernorm
         # Which norm feeds attention in layers >= 1 (a name, not a second reference to the
         # module, which would duplicate its weight in state_dict).
         self.later_norm = (None if first else "input_layernorm"
@@ -186,7 +188,7 @@ class DraftLayer(nn.Module):
 
     def forward(self, residual, embeds, cos, sin, positions, cache, attend):
         if self.index == 0:
-            hidden = self.hidden_norm(residual)
+            hidden = self.hidden_norm(self.input_layernorm(residual) if self.hidden_input_layernorm else residual)
             if self.norm_before_residual:
                 residual = hidden
             x = torch.cat([self.input_layernorm(embeds), hidden], dim=-1)

@@ -12,8 +12,9 @@ returns ``(hidden_for_logits, [hidden_for_next_step])``, ``hot_token_id`` comes 
 Data flow of one forward (``L`` layers; ``x`` = the token embedding)::
 
     h = fc(fc_norm(input_norm(aux)))   (first draft step; later steps feed the draft's own h)
-    layer 0: r = hidden_norm(h) if norm_before_residual else h
-             a = attn([input_layernorm(x) ; hidden_norm(h)]);  h, r = post_norm(a, r); h = mlp(h)
+    layer 0: n = hidden_norm(input_layernorm(h) if hidden_input_layernorm else h)
+             r = n if norm_before_residual else h
+             a = attn([input_layernorm(x) ; n]);  h, r = post_norm(a, r); h = mlp(h)
     layer i: h, r = later_norm(h, r);  a = attn(h);  h, r = post_norm(a, r);  h = mlp(h)
     out, pre = norm(h, r)   -> logits from out; next step carries out if norm_output else pre
 """
@@ -131,6 +132,7 @@ class DraftDecoderLayer(nn.Module):
         h, eps = spec.hidden_size, spec.rms_norm_eps
         self.is_input_layer = layer_id == 0
         self.norm_before_residual = spec.norm_before_residual and self.is_input_layer
+        self.hidden_input_layernorm = spec.hidden_input_layernorm and self.is_input_layer
         self.self_attn = DraftAttention(spec, layer_id, 2 * h if self.is_input_layer else h,
                                         quant_config, _prefix(prefix, "self_attn"))
         self.mlp = DraftMLP(spec, quant_config, _prefix(prefix, "mlp"))
@@ -145,7 +147,8 @@ class DraftDecoderLayer(nn.Module):
 
     def forward(self, positions, embeds, hidden_states, forward_batch, residual):
         if self.is_input_layer:
-            normed = self.hidden_norm(hidden_states)
+            normed = self.hidden_norm(self.input_layernorm(hidden_states) if self.hidden_input_layernorm
+                                      else hidden_states)
             residual = normed if self.norm_before_residual else hidden_states
             hidden_states = torch.cat([self.input_layernorm(embeds), normed], dim=-1)
         else:

@@ -188,10 +188,7 @@ def test_cpu_serving_without_extra_flags(shared_target, shared_drafter, tmp_path
             "temperature": 0, "max_new_tokens": 12, "ignore_eos": True}})
     assert reply["output_ids"] == plain_greedy(shared_target, 12)[0]
     assert reply["meta_info"]["spec_verify_ct"] < 12  # drafts were accepted: EAGLE-3 ran
-    log = (tmp_path / "server.log").read_text()
-    assert "drafts served by sglang_eagle_ext.sglang.model" in log
-    # the KV pool is the bounded default, not what the host's free memory would allow
-    assert f"max_total_num_tokens={cpu.DEFAULT_KV_TOKENS}," in log
+    assert "drafts served by sglang_eagle_ext.sglang.model" in (tmp_path / "server.log").read_text()
 
 
 def test_cpu_kv_pool_is_bounded_and_its_memory_said(tmp_path, target, capsys, monkeypatch):
