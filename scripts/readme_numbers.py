@@ -51,6 +51,7 @@ FUSED_VERIFY_CONTROL = FUSED_VERIFY / "e2e_h200_sglang-0.5.23_control.json"
 STEP_PROFILE = RESULTS / "step_profile" / "h200_sglang-0.5.23.json"
 SPEED_RUN = E2E_RAW / "v0.5.16-speed-8b.json"
 PRODUCER_FILES = RESULTS / "cpu" / "producer_files.json"  # from scripts/producer_files.py
+TP_RESULTS = RESULTS / "tp"  # run_tp2.sh's other files: server_*, acceptance_*, speed_*, fused_e2e_* (two GPUs)
 STOCK_VS_PLUGIN = RESULTS / "cpu"  # stock_vs_plugin_sglang-<release>.json, from scripts/stock_vs_plugin.py
 STOCK_VS_PLUGIN_GPU = RESULTS / "gpu"  # stock_vs_plugin_acceptance_sglang-<release>_<target>.json (tree drafting)
 
@@ -256,6 +257,30 @@ def gpu_rows_cell(runs: list[dict]) -> str:
     return f"{lossless}/{len(run['rows'])} rows lossless, digest {digests}; {where(run)}{earlier}"
 
 
+def tp2_cell(runs: list[dict], release: str) -> str:
+    """The TP=2 column: the rows at TP 2 (lossless against the TP-2 baseline), how the TP-2 baseline's
+    outputs compare with TP 1's (``baseline_vs_tp1``), and, from ``benchmarks/results/tp/``, the
+    fused-verify server check and the demo drafter's acceptance at TP 1 and TP 2 of the same release."""
+    run = newest(runs)
+    lossless = sum(row_is_lossless(row) for row in run["rows"])
+    digests = ", ".join(sorted({row["output_digest"] for row in run["rows"]}))
+    text = f"{lossless}/{len(run['rows'])} rows lossless, digest {digests}"
+    versus = run.get("baseline_vs_tp1")
+    if versus:
+        elsewhere = f", {len(versus['mismatch'])} elsewhere" if versus["mismatch"] else ""
+        text += (f" (against TP 1's baseline: {versus['exact']}/{versus['prompts']} prompts equal, "
+                 f"{versus['near_tie']} first differ at a bf16 near-tie{elsewhere})")
+    for path in sorted(TP_RESULTS.glob(f"server_*_sglang-{release}.json")):
+        server = read_json(path)
+        text += f"; fused-verify server {sum(server['identical'].values())}/{8 * len(server['identical'])} identical"
+    for path in sorted(TP_RESULTS.glob(f"acceptance_*_sglang-{release}.json")):
+        accepted = read_json(path)["long"]
+        text += (f"; demo drafter acceptance {accepted['tp1']['accept_length']:.2f} at TP 1, "
+                 f"{accepted['tp2']['accept_length']:.2f} at TP 2")
+    earlier = f" ({len(runs)} runs, newest shown)" if len(runs) > 1 else ""
+    return f"{text}; {run['device']} x{run['tp_size']}, {run['date'][:10]}, `{run['commit']}`{earlier}"
+
+
 def gpu_demo_runs() -> list[dict]:
     """The committed GPU demo transcripts: header line (date, device, release, commit) and results."""
     header = re.compile(r"^# (?P<date>\d{4}-\d\d-\d\d)T\S*, (?P<device>[^,]+), [^,]+, sglang (?P<sglang>[\d.]+), "
@@ -399,7 +424,7 @@ def versions_table() -> str:
         cells = [
             cpu_tests_cell(of(tests)) if of(tests) else not_run_reason(release, "cpu"),
             gpu_rows_cell(of(gpu_rows)) if of(gpu_rows) else not_run_reason(release, "gpu"),
-            gpu_rows_cell(of(tp2)) if of(tp2) else "not run",
+            tp2_cell(of(tp2), release) if of(tp2) else "not run",
             gpu_demo_cell(of(demos)) if of(demos) else not_run_reason(release, "gpu"),
             fused_verify_cell(release),
         ]
@@ -413,7 +438,9 @@ def versions_table() -> str:
             "each prompt's greedy output equals the non-speculative engine's token by token, or first "
             "differs where that engine's top-1/top-2 log-probability margin is at most "
             f"{value_or_range(near_tie, 1)} nats (a bf16 near-tie); the digest is the rows' output "
-            "digest. TP=2 lists raw files with `\"tp_size\": 2`.\n\n")
+            "digest. TP=2 lists raw files with `\"tp_size\": 2` (rows and baseline over two GPUs, judged against "
+            "the TP-2 baseline) and, from `benchmarks/results/tp/`, the fused-verify server check and the demo "
+            "drafter's acceptance (10 prompts, 64 tokens) at TP 1 and TP 2.\n\n")
 
 
 # ---------------------------------------------------------------------------------------------

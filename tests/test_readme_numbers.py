@@ -66,3 +66,23 @@ def test_a_suite_log_becomes_a_record():
     assert record["sglang"] == "0.5.23" and "559 s" in record["note"]
     with pytest.raises(ValueError, match="summary"):
         script.suite_record("collected 3 items\ninterrupted\n", "0.5.23")
+
+
+def test_the_tp2_cell_shows_rows_the_tp1_comparison_server_and_acceptance(tmp_path, monkeypatch):
+    """The versions table's TP=2 cell: rows judged against the TP-2 baseline, the TP-2 baseline against
+    TP 1's, and the server check and acceptance pair from benchmarks/results/tp/ of that release only."""
+    import json
+
+    script = load_script()
+    row = {"output_digest": "abc", "exact": 4, "near_tie": 4, "mismatch": [], "prompts": 8}
+    run = {"rows": [row, dict(row)], "tp_size": 2, "device": "GPU", "date": "2026-11-26 22:21 UTC", "commit": "c0ffee",
+           "baseline_vs_tp1": {"exact": 1, "near_tie": 6, "mismatch": [{"prompt": 3}], "prompts": 8}}
+    (tmp_path / "server_x_sglang-0.5.23.json").write_text(json.dumps({"identical": {"greedy": 8, "sampled": 7}}))
+    (tmp_path / "server_x_sglang-0.5.21.json").write_text(json.dumps({"identical": {"greedy": 0}}))
+    (tmp_path / "acceptance_x_sglang-0.5.23.json").write_text(json.dumps(
+        {"long": {"tp1": {"accept_length": 2.571}, "tp2": {"accept_length": 2.5}}}))
+    monkeypatch.setattr(script, "TP_RESULTS", tmp_path)
+    assert script.tp2_cell([run], "0.5.23") == (
+        "2/2 rows lossless, digest abc (against TP 1's baseline: 1/8 prompts equal, 6 first differ at a bf16 "
+        "near-tie, 1 elsewhere); fused-verify server 15/16 identical; demo drafter acceptance 2.57 at TP 1, "
+        "2.50 at TP 2; GPU x2, 2026-11-26, `c0ffee`")
