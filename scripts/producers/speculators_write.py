@@ -356,8 +356,10 @@ def expect_for(model, *, embed_from_target: bool) -> dict:
         "lm_head_from_target": False, "num_aux_hidden_states": 3,
         "norm_before_fc": cfg.norm_before_fc, "fc_norm": cfg.fc_norm,
         "norm_before_residual": cfg.norm_before_residual, "norm_output": cfg.norm_output,
-        "rope_theta": TINY["rope_theta"], "later_layer_norm": "input_layernorm",
+        "rope_theta": TINY["rope_theta"],
     }
+    if tl.num_hidden_layers > 1:  # transformers' LlamaDecoderLayer: input_layernorm first
+        expect["later_layer_norm"] = "input_layernorm"
     if "sliding_attention" in layer_types:
         expect["sliding_window"] = tl.sliding_window
         expect["layer_types"] = layer_types
