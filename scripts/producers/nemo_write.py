@@ -155,6 +155,12 @@ COMMON_NOTES = [
     "run for 2 optimizer steps (4 synthetic chat examples, micro_batch_size 2, ttt_steps 2); the final checkpoint "
     f"is the recipe's end-of-run save ({C.final_ckpt}) through save_checkpoint -> checkpointer.save_model "
     f"({C.save_model}), consolidated HF safetensors ({C.consolidated}) under epoch_1_step_2/model/consolidated/",
+    "one stand-in: the frozen target is loaded by transformers' AutoModelForCausalLM (HF LlamaForCausalLM, "
+    "float32) in place of NeMoAutoModelForCausalLM.from_pretrained, which is CUDA-only (it builds its "
+    "infrastructure on torch.device('cuda', torch.cuda.current_device()) and moves the model there: "
+    f"{PACKAGE} nemo_automodel/_transformers/auto_model.py:770, nemo_automodel/_transformers/infrastructure.py:825); "
+    "the target only supplies supervision, nothing of it is written into the drafter; NeMo's own "
+    "HFEagle3TargetModel wraps it and captures the aux states",
     "the drafter's config.json is the TARGET's config with the recipe's draft keys over it "
     f"({C.draft_config_copy}, {C.draft_arch}, {C.draft_vocab_cfg}, {C.draft_fc_norm}, {C.draft_norm_output}, "
     f"{C.draft_parallel}): num_hidden_layers is the target's depth (8), the draft has one layer ({C.single_layer})",
