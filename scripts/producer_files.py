@@ -148,7 +148,7 @@ def row(record_path: str) -> dict:
         entry["sglang_max_abs_diff"] = _max_diff(logits, variant.forward["logits"][0, -1])
         if "carried" in variant.forward:
             entry["sglang_carried_max_abs_diff"] = _max_diff(carried, variant.forward["carried"][0])
-    stock, = stock_check.check_many([(variant.directory, dataclasses.asdict(variant.target))])
+    stock, = stock_check.check_many([(variant.directory, variant.target)])
     verdict = stock_check.describe(stock, list(taps), served.num_layers)[-1].strip()
     entry["stock_verdict"] = verdict.removeprefix("verdict: ")
     return entry

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 
 import pytest
 import torch
+import yaml
 
 from sglang_eagle_ext.drafter.reader import read_drafter
 from sglang_eagle_ext.drafter.train_serve import producer_warnings
@@ -131,3 +133,48 @@ def test_inspect_shows_the_train_serve_difference_with_its_evidence(record_path,
     differs = variant.trained(served) != served
     assert bool(report["warnings"]) == differs
     assert all(variant.record["package"] in warning for warning in report["warnings"])
+
+
+NEMO_TRAINED_IDS = os.path.join(files.FILES, "nemo", "aux_ids", "record.json")
+
+
+def _nemo_copy(tmp_path):
+    """NeMo's aux_ids variant (trained with aux_layer_ids [1, 3, 5] in its run config only), copied."""
+    variant = files.load_variant(NEMO_TRAINED_IDS)
+    step = os.path.dirname(os.path.dirname(variant.directory))  # epoch_*_step_*/ above model/consolidated/
+    copy = shutil.copytree(step, tmp_path / "step")
+    return variant, str(copy), str(copy / os.path.relpath(variant.directory, step))
+
+
+def test_nemo_without_its_run_config_is_refused_and_the_fix_followed_reads_its_taps(tmp_path):
+    """The trained ids live only in NeMo's config.yaml: weights moved away from it are refused with
+    the reason; writing the run's ids where the fix says NeMo's belong (layer outputs) then reads
+    the taps NeMo's trainer used."""
+    variant, step, model_dir = _nemo_copy(tmp_path)
+    run_config = yaml.safe_load(open(os.path.join(step, "config.yaml")))
+    os.remove(os.path.join(step, "config.yaml"))
+    with pytest.raises(DrafterError) as error:
+        read_drafter(model_dir, target=variant.target)
+    problem, = error.value.problems
+    assert "config.yaml" in problem.message and "recipe_args.aux_layer_ids" in problem.message
+    clause = next(c for c in problem.fix.split(", or as ") if "NeMo" in c)
+    assert "eagle_config.eagle_aux_hidden_state_layer_ids" in clause
+    config_file = os.path.join(model_dir, "config.json")
+    config = json.load(open(config_file))
+    config["eagle_config"] = {"eagle_aux_hidden_state_layer_ids": run_config["recipe_args"]["aux_layer_ids"]}
+    json.dump(config, open(config_file, "w"))
+    spec = read_drafter(model_dir, target=variant.target).spec
+    assert list(spec.aux_layers.hidden_state_indices(variant.target.num_layers)) == \
+        variant.record["aux_hidden_state_indices"]
+
+
+def test_nemo_config_naming_other_taps_than_its_run_config_is_refused(tmp_path):
+    variant, step, model_dir = _nemo_copy(tmp_path)
+    config_file = os.path.join(model_dir, "config.json")
+    config = json.load(open(config_file))
+    config["eagle_config"] = {"eagle_aux_hidden_state_layer_ids": [1, 3, 4]}  # NeMo's defaults, not trained
+    json.dump(config, open(config_file, "w"))
+    with pytest.raises(DrafterError) as error:
+        read_drafter(model_dir, target=variant.target)
+    problem, = error.value.problems
+    assert "run config" in problem.message and problem.expected == "hidden states [2, 4, 6]"

@@ -49,6 +49,8 @@ _PARALLEL_DRAFTING_KEYS = ("mask_token_id", "pard_token", "ptd_token_id")
 WRITTEN_ORDER_TRAINERS = {
     Dialect.ANGELSLIM: "AngelSlim's trainer (angelslim==0.5.0 angelslim/compressor/speculative/train/models/"
                        "target/target_model_wrapper.py:627)",
+    Dialect.NEMO: "NeMo Automodel's trainer (nemo-automodel==0.7.0 nemo_automodel/components/speculative/eagle/"
+                  "target.py:361)",
 }
 
 PEAGLE_FIX = ("P-EAGLE (parallel drafting) heads cannot be served by SGLang's EAGLE3 worker; "
@@ -352,14 +354,7 @@ def _aux_layers(found, places, result, problems):
         return default_of(declarations()["aux_layers"], result.values)
     layers = [AuxLayers(ids, key.ids, key.path(result.dialect)) for key, ids in read]
     first = layers[0]
-    if result.dialect in WRITTEN_ORDER_TRAINERS and list(first.declared) != sorted(first.declared):
-        problems.append(Problem(
-            result.file, first.source, f"{WRITTEN_ORDER_TRAINERS[result.dialect]} concatenates the aux hidden "
-            f"states into fc in the order the ids are written ({list(first.declared)}), but SGLang's target "
-            "captures them in layer order, so fc would take its inputs permuted",
-            "serve a drafter trained with the ids in ascending order (this package does not reorder fc's "
-            "weights, and reordering the ids alone would feed fc the wrong states)",
-            expected="ascending ids", found=str(list(first.declared))))
+    check_concatenation_order(result.dialect, first, result.file, problems)
     for other in layers[1:]:
         if first.hidden_state_indices() != other.hidden_state_indices():
             problems.append(Problem(
@@ -370,6 +365,19 @@ def _aux_layers(found, places, result, problems):
                 expected=f"hidden states {list(first.hidden_state_indices())}",
                 found=f"hidden states {list(other.hidden_state_indices())}"))
     return first
+
+
+def check_concatenation_order(dialect: Dialect, layers: AuxLayers, file: str, problems: list[Problem]) -> None:
+    """A trainer that concatenated the aux states in the order its ids are written trained fc on
+    permuted inputs wherever that order is not ascending (SGLang captures in layer order)."""
+    if dialect in WRITTEN_ORDER_TRAINERS and list(layers.declared) != sorted(layers.declared):
+        problems.append(Problem(
+            file, layers.source, f"{WRITTEN_ORDER_TRAINERS[dialect]} concatenates the aux hidden "
+            f"states into fc in the order the ids are written ({list(layers.declared)}), but SGLang's target "
+            "captures them in layer order, so fc would take its inputs permuted",
+            "serve a drafter trained with the ids in ascending order (this package does not reorder fc's "
+            "weights, and reordering the ids alone would feed fc the wrong states)",
+            expected="ascending ids", found=str(list(layers.declared))))
 
 
 def _convention_words(convention: IdConvention) -> str:

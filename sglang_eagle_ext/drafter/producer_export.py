@@ -40,6 +40,7 @@ from safetensors.torch import save_file
 from sglang_eagle_ext.drafter.config_json import canonical_config
 from sglang_eagle_ext.drafter.model_dir import membership_mask, staged_directory, write_json
 from sglang_eagle_ext.drafter.reader import read_drafter
+from sglang_eagle_ext.drafter.run_config import NEMO_RUN_CONFIG, nemo_run_config_text
 from sglang_eagle_ext.drafter.spec import DrafterSpec, LaterLayerNorm
 
 # Fields that say where a checkpoint came from, not what it computes.
@@ -191,6 +192,9 @@ def write_in_layout(directory: str, layout: str, spec: DrafterSpec, tensors: dic
         write_json(os.path.join(staging, "config.json"), config)
         for name, content in (extra_files or {}).items():
             write_json(os.path.join(staging, name), content)
+        if layout == "nemo":  # NeMo keeps the trained taps only in its run config (layer-output ids)
+            with open(os.path.join(staging, NEMO_RUN_CONFIG), "w", encoding="utf-8") as handle:
+                handle.write(nemo_run_config_text(list(spec.aux_layers.sglang_layer_ids(target["num_hidden_layers"]))))
         checkpoint = read_drafter(staging, target=target_dir)
         read = checkpoint.spec
         differing = [f.name for f in dataclasses.fields(spec) if f.name not in _PROVENANCE

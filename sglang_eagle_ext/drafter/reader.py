@@ -18,8 +18,10 @@ from typing import Any, Iterator, Mapping
 import torch
 
 from sglang_eagle_ext.drafter import tensor_facts, vocabulary, weight_names
-from sglang_eagle_ext.drafter.dialects import PEAGLE_FIX, read_config_values, weight_quirks
-from sglang_eagle_ext.drafter.spec import GATED_ACTIVATIONS, DrafterSpec
+from sglang_eagle_ext.drafter.dialects import (PEAGLE_FIX, ConfigValues, check_concatenation_order,
+                                               read_config_values, weight_quirks)
+from sglang_eagle_ext.drafter.run_config import nemo_aux_layers
+from sglang_eagle_ext.drafter.spec import GATED_ACTIVATIONS, Dialect, DrafterSpec, aux_ids_fix
 from sglang_eagle_ext.drafter.target import TargetInfo, check_against_target, read_target
 from sglang_eagle_ext.drafter.tensors import JSON_FILE_LIMIT, FileBytes, TensorIndex
 from sglang_eagle_ext.errors import DrafterError, Problem
@@ -185,6 +187,30 @@ def _weight_files(directory: str, problems: list[Problem], remote: Mapping[str, 
     return []
 
 
+def _read_run_config(directory: str, values: ConfigValues, problems: list[Problem]) -> str | None:
+    """NeMo's trained aux ids from the run config beside its weights into ``values`` (config.json,
+    the target's, names none); returns the run config's path where one was read."""
+    if values.dialect is not Dialect.NEMO:
+        return None
+    stated = "aux_layers" in values.stated
+    layers, path = nemo_aux_layers(directory, values.file, stated, problems)
+    if layers is None:
+        if path is not None and not stated:
+            values.notes.append(f"{path} names no aux_layer_ids: NeMo's default taps (the run set none)")
+        return path
+    if stated and values.values["aux_layers"].hidden_state_indices() != layers.hidden_state_indices():
+        problems.append(Problem(values.file, values.stated["aux_layers"], "names other aux layers than the run "
+                                f"config NeMo trained with ({path}: {layers.source})", aux_ids_fix(layers.declared)
+                                + "; NeMo's run config holds the ids it trained with (layer outputs)",
+                                expected=f"hidden states {list(layers.hidden_state_indices())}",
+                                found=f"hidden states {list(values.values['aux_layers'].hidden_state_indices())}"))
+        return path
+    check_concatenation_order(values.dialect, layers, path, problems)
+    values.values["aux_layers"] = layers
+    values.stated["aux_layers"] = layers.source
+    return path
+
+
 def _read(directory: str, remote: Mapping[str, FileBytes] | None = None) -> DrafterCheckpoint:
     """Read and validate ``directory`` (config + weight headers + vocab map); files in ``remote``
     are read through it instead of from disk."""
@@ -194,6 +220,7 @@ def _read(directory: str, remote: Mapping[str, FileBytes] | None = None) -> Draf
     values = read_config_values(_read_config(directory), config_file, problems)
     if values is None:
         raise DrafterError(problems)
+    run_config = _read_run_config(directory, values, problems)
     files = _weight_files(directory, problems, remote)
     index = TensorIndex()
     for file in files:
@@ -221,7 +248,7 @@ def _read(directory: str, remote: Mapping[str, FileBytes] | None = None) -> Draf
     spec_values["embed_tokens_from_target"] = "embed_tokens.weight" not in names
     spec_values["lm_head_from_target"] = "lm_head.weight" not in names and not spec_values["tie_word_embeddings"]
     spec_values.update(path=directory, dialect=values.dialect,
-                       files=tuple([config_file] + files + ([meta[0]] if meta else [])))
+                       files=tuple([config_file] + files + [path for path in (meta and meta[0], run_config) if path]))
     if problems:
         raise DrafterError(problems)
     spec = DrafterSpec.from_values(**spec_values)

@@ -84,7 +84,10 @@ class DraftAttention(nn.Module):
         sliding = spec.layer_types[layer_id] == "sliding_attention" and spec.sliding_window
         window = runtime.draft_window_size()  # the server's draft window wins, as upstream
         if window is None:
-            window = spec.sliding_window if sliding else -1
+            # HF's sliding_window counts the query's own token (a query sees itself and window-1
+            # before it); SGLang's sliding_window_size counts only the tokens before it (gemma2.py
+            # passes config.sliding_window - 1)
+            window = spec.sliding_window - 1 if sliding else -1
         self.attn = RadixAttention(
             self.num_heads, spec.head_dim, spec.head_dim ** -0.5, num_kv_heads=self.num_kv_heads,
             layer_id=layer_id, sliding_window_size=window,

@@ -15,8 +15,8 @@ from typing import Callable
 
 import torch
 
-from sglang_eagle_ext.testing.fixtures import (TARGET_LAYERS, Geometry, canonical_tensors, rename, shrink,
-                                               template, write_checkpoint)
+from sglang_eagle_ext.testing.fixtures import (NEMO_DEFAULT_RUN, TARGET_LAYERS, Geometry, canonical_tensors, rename,
+                                               shrink, template, write_checkpoint)
 
 # Keys NeMo Automodel's TrainEagle3Recipe writes over the target's config dict
 # (nemo_automodel/recipes/llm/train_eagle3.py:544-580).
@@ -72,7 +72,7 @@ def nemo_gpt_oss(d: str, seed: int) -> str:
     target.architectures = ["GptOssForCausalLM"]
     config = _nemo_saved_config(target, g)
     tensors = _add_biases(canonical_tensors(g, seed), g, seed, o_proj=True, mlp=False)
-    return write_checkpoint(d, config, rename(tensors, model_prefix=True))
+    return write_checkpoint(d, config, rename(tensors, model_prefix=True), run_config=NEMO_DEFAULT_RUN)
 
 
 def nemo_llama_biases(d: str, seed: int) -> str:
@@ -85,7 +85,7 @@ def nemo_llama_biases(d: str, seed: int) -> str:
     target.architectures = ["LlamaForCausalLM"]
     config = _nemo_saved_config(target, g)
     tensors = _add_biases(canonical_tensors(g, seed), g, seed, o_proj=True, mlp=True)
-    return write_checkpoint(d, config, rename(tensors, model_prefix=True))
+    return write_checkpoint(d, config, rename(tensors, model_prefix=True), run_config=NEMO_DEFAULT_RUN)
 
 
 def nemo_gemma4_gelu(d: str, seed: int) -> str:
@@ -101,7 +101,8 @@ def nemo_gemma4_gelu(d: str, seed: int) -> str:
     target["rope_theta"] = target["rope_parameters"]["full_attention"]["rope_theta"]
     target.update(rope_parameters=None, rope_scaling=None, partial_rotary_factor=1.0)
     config = _nemo_draft_config(target, g)
-    return write_checkpoint(d, config, rename(canonical_tensors(g, seed), model_prefix=True))
+    return write_checkpoint(d, config, rename(canonical_tensors(g, seed), model_prefix=True),
+                            run_config=NEMO_DEFAULT_RUN)
 
 
 def _angelslim(d: str, seed: int, embed: bool) -> str:
@@ -192,7 +193,8 @@ def nemo_eagle31(d: str, seed: int) -> str:
     target = LlamaConfig(**_tiny(g), max_position_embeddings=256, rope_theta=1000000.0)
     target.architectures = ["LlamaForCausalLM"]
     config = _nemo_saved_config(target, g, fc_norm=True, norm_output=True)
-    return write_checkpoint(d, config, rename(canonical_tensors(g, seed), model_prefix=True))
+    return write_checkpoint(d, config, rename(canonical_tensors(g, seed), model_prefix=True),
+                            run_config=NEMO_DEFAULT_RUN)
 
 
 def longcat_flash_target(layers: int = TARGET_LAYERS, hidden: int = 64, vocab: int = 512) -> dict:

@@ -21,6 +21,7 @@ from typing import Callable
 import torch
 from safetensors.torch import save_file
 
+from sglang_eagle_ext.drafter.run_config import NEMO_RUN_CONFIG, nemo_run_config_text
 from sglang_eagle_ext.drafter.model_dir import membership_mask, staged_directory, write_json
 
 TARGET_LAYERS = 12
@@ -136,9 +137,10 @@ def rename(tensors: dict[str, torch.Tensor], *, midlayer=False, model_prefix=Fal
 
 
 def write_checkpoint(directory: str, config: dict, tensors: dict[str, torch.Tensor],
-                     weights_file: str = "model.safetensors") -> str:
+                     weights_file: str = "model.safetensors", run_config: str | None = None) -> str:
     """Write ``config.json`` and one weights file (safetensors, or a torch pickle for
-    ``.bin``/``.pt``) as a fresh ``directory``."""
+    ``.bin``/``.pt``) as a fresh ``directory``; ``run_config``: the text of the trainer's run
+    config written beside them (NeMo's ``config.yaml``)."""
     tensors = {k: v.contiguous() for k, v in tensors.items()}
     with staged_directory(directory) as staging:
         weights = os.path.join(staging, weights_file)
@@ -147,7 +149,14 @@ def write_checkpoint(directory: str, config: dict, tensors: dict[str, torch.Tens
         else:
             torch.save(tensors, weights)
         write_json(os.path.join(staging, "config.json"), config)
+        if run_config is not None:
+            with open(os.path.join(staging, NEMO_RUN_CONFIG), "w", encoding="utf-8") as handle:
+                handle.write(run_config)
     return directory
+
+
+# NeMo's run config of a run that kept its default aux ids (it writes none then)
+NEMO_DEFAULT_RUN = nemo_run_config_text(None)
 
 
 def speculators_config(layer_template: dict, g: Geometry, **top) -> dict:
@@ -286,7 +295,8 @@ def f12_nemo(d, seed):
                   num_hidden_layers=TARGET_LAYERS, target_hidden_size=g.target_hidden,
                   fc_norm=True, norm_output=True, parallel_drafting=False,
                   tie_word_embeddings=False)
-    return write_checkpoint(d, config, rename(canonical_tensors(g, seed), model_prefix=True))
+    return write_checkpoint(d, config, rename(canonical_tensors(g, seed), model_prefix=True),
+                            run_config=NEMO_DEFAULT_RUN)
 
 
 def f13_peagle(d, seed):

@@ -93,7 +93,8 @@ def _legacy(tmp_path):
     mask[selected] = True
     torch.save({"global_step": 10, "epoch": 1, "selected_token_ids": selected,
                 "selected_token_mask": mask}, legacy / "eagle_meta.pt")
-    (legacy / "config.json").write_text((tmp_path / "nemo" / "config.json").read_text())
+    for name in ("config.json", "config.yaml"):  # the step folder keeps NeMo's run config too
+        (legacy / name).write_text((tmp_path / "nemo" / name).read_text())
     return str(legacy), tensors, d2t
 
 

@@ -159,7 +159,8 @@ def test_legacy_draft_model_pt(tmp_path):
     tensors = rename(canonical_tensors(g, seed=9), model_prefix=True)
     config = shrink(template("sgl-project__SpecForge-configs-qwen3-8b-eagle3"), g)
     config.update(architectures=["LlamaEagle3DraftModel"], num_hidden_layers=fixtures.TARGET_LAYERS)
-    fixtures.write_checkpoint(str(tmp_path), config, tensors, weights_file="draft_model.pt")
+    fixtures.write_checkpoint(str(tmp_path), config, tensors, weights_file="draft_model.pt",
+                              run_config=fixtures.NEMO_DEFAULT_RUN)
     spec = read_drafter(tmp_path).spec
     assert spec.dialect is Dialect.NEMO and spec.num_layers == 1
     assert any("target's depth" in note for note in spec.notes)
