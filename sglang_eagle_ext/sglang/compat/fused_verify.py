@@ -27,8 +27,8 @@ Switch: ``SGLANG_EAGLE_EXT_FUSED_VERIFY`` on (serve sampled verify fused) or off
 spelling :mod:`sglang_eagle_ext.env` takes (``1``/``0``, ``yes``/``no``, ...).
 Unset, it is on where it has run end to end on a GPU: the releases in :data:`DEFAULT_ON` (outputs
 as stock's, tokens/s at or above stock's within the rounds' spread:
-``benchmarks/results/fused_verify.md``) at tensor-parallel size 1; under tensor parallelism and on
-other releases it is opt-in until it has run there. Both are rows of :mod:`.releases`.
+``benchmarks/results/fused_verify.md``) at tensor-parallel size 1; under tensor parallelism (run at TP 2 on
+one tree: ``benchmarks/results/tp/``) and on other releases it is opt-in. Both are rows of :mod:`.releases`.
 
 The binding is the ``fused-verify`` row of the patch table (:data:`PATCH`), applied once SGLang's
 scheduler is loaded, after the ``tree-kernels`` row (the dispatcher wraps the greedy op bound then).
@@ -200,7 +200,9 @@ def _hand_back_reason(context: VerifyContext, verify_input, batch, logits_output
     if str(logits.dtype).removeprefix("torch.") not in _SAMPLER_DTYPES or logits.dim() != 2 or logits.stride(-1) != 1:
         return f"logits {logits.dtype} {tuple(logits.shape)}"
     if not context.turned_on and context.tp_group().world_size > 1:
-        return f"tensor parallelism: the fused sampler is opt-in there until it has run on GPUs ({ENV_SWITCH}=1)"
+        return (f"tensor parallelism: the fused sampler is opt-in there ({ENV_SWITCH}=1); at TP 2 on SGLang 0.5.23 "
+                "its outputs equalled stock's and its speed stayed within the A/A spread, but on one tree only "
+                "(benchmarks/results/tp/), where default-on at TP 1 rests on three")
     return None
 
 
