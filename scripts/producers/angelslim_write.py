@@ -77,13 +77,8 @@ ROOT, FACTORY, LLAMA_EAGLE3, OFFLINE, WRAPPER_MOD = _import_angelslim()
 
 
 def cite(relative: str, needle: str, occurrence: int = 1) -> str:
-    """``angelslim==0.5.0 angelslim/<relative>:<line>`` of the ``occurrence``-th line holding
-    ``needle`` in the installed file (fails if the code moved: the citation is checked, not typed)."""
-    with open(os.path.join(ROOT, relative)) as handle:
-        hits = [n for n, line in enumerate(handle, 1) if needle in line]
-    if len(hits) < occurrence:
-        raise SystemExit(f"citation not found: {needle!r} in angelslim/{relative}")
-    return f"{PACKAGE} angelslim/{relative}:{hits[occurrence - 1]}"
+    """``angelslim==0.5.0 angelslim/<relative>:<line>`` of the installed file (record.cite)."""
+    return record.cite(os.path.dirname(ROOT), PACKAGE, "angelslim/" + relative, needle, occurrence)
 
 
 DRAFT = "compressor/speculative/train/models/draft/llama_eagle3.py"

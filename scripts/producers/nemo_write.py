@@ -47,17 +47,8 @@ import nemo_automodel  # noqa: E402
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(nemo_automodel.__file__)))
 
 
-def cite(path: str, snippet: str, nth: int = 1) -> str:
-    """``nemo-automodel==0.7.0 <path>:<line>`` of the ``nth`` line of the installed file containing
-    ``snippet`` (raises when absent, so a citation never points at the wrong line)."""
-    seen = 0
-    with open(os.path.join(ROOT, path), encoding="utf-8") as handle:
-        for number, line in enumerate(handle, 1):
-            if snippet in line:
-                seen += 1
-                if seen == nth:
-                    return f"{PACKAGE} {path}:{number}"
-    raise LookupError(f"{path}: {snippet!r} (occurrence {nth}) not found")
+def cite(path: str, snippet: str, nth: int = 1, span: int = 0) -> str:
+    return record.cite(ROOT, PACKAGE, path, snippet, nth, span)
 
 
 RECIPE = "nemo_automodel/recipes/llm/train_eagle3.py"
@@ -235,18 +226,7 @@ def synthetic_data(work: str, seed: int, rows: int = 4) -> str:
 
 
 def perturb(model: torch.nn.Module, seed: int) -> None:
-    """Seeded draft weights (the frozen target embedding copy stays as NeMo copied it): norms at
-    1 + 0.3 * noise so that skipping or misplacing a norm changes the output."""
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, param in sorted(model.named_parameters()):
-            if name == "model.embed_tokens.weight":
-                continue
-            noise = torch.randn(param.shape, generator=gen)
-            if "norm" in name:
-                param.copy_(1.0 + 0.3 * noise)
-            else:
-                param.copy_(noise / param.shape[-1] ** 0.5)
+    record.perturb(model, seed, keep=lambda name, param: name == "model.embed_tokens.weight")
 
 
 def cpu_target_loader() -> None:

@@ -102,3 +102,32 @@ def write_record(variant_dir: str, *, producer: str, package: str, variant: str,
               "expect": expect or {}, "notes": notes or []}
     _atomic_write(os.path.join(variant_dir, "record.json"),
                   lambda p: open(p, "w").write(json.dumps(record, indent=2) + "\n"))
+
+
+def cite(root: str, package: str, path: str, snippet: str, nth: int = 1, span: int = 0) -> str:
+    """``<package> <path>:<line>`` (``:<line>-<line+span>``) of the ``nth`` line of the installed file
+    ``root/path`` holding ``snippet``; raises when absent, so a citation is checked, never typed."""
+    seen = 0
+    with open(os.path.join(root, path), encoding="utf-8") as handle:
+        for number, line in enumerate(handle, 1):
+            if snippet in line:
+                seen += 1
+                if seen == nth:
+                    return f"{package} {path}:{number}" + (f"-{number + span}" if span else "")
+    raise LookupError(f"{path}: {snippet!r} (occurrence {nth}) not found")
+
+
+def perturb(model: torch.nn.Module, seed: int, keep) -> None:
+    """Stand-in for training: every parameter ``keep(name, param)`` does not hold drawn from
+    ``seed``; RMSNorm weights at 1 + 0.3 * noise so that skipping or misplacing a norm changes the
+    output, matrices scaled by 1/sqrt(fan-in)."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, param in sorted(model.named_parameters()):
+            if keep(name, param):
+                continue
+            noise = torch.randn(param.shape, generator=gen)
+            if "norm" in name:
+                param.copy_(1.0 + 0.3 * noise)
+            else:
+                param.copy_(noise / param.shape[-1] ** 0.5)

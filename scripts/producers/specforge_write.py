@@ -63,17 +63,8 @@ SGLANG_CAPTURE_LOOP = f"{SGLANG} sglang/srt/models/llama.py:407-409"  # before l
 SGLANG_NORM_OUTPUT = f"{SGLANG} sglang/srt/models/llama_eagle3.py:183,241-242"  # carries the normed state
 
 
-def cite(path: str, snippet: str, nth: int = 1) -> str:
-    """``specforge==0.2.0 <path>:<line>`` of the ``nth`` line of the installed file containing
-    ``snippet`` (raises when absent, so a citation never points at the wrong line)."""
-    seen = 0
-    with open(os.path.join(ROOT, path), encoding="utf-8") as handle:
-        for number, line in enumerate(handle, 1):
-            if snippet in line:
-                seen += 1
-                if seen == nth:
-                    return f"{PACKAGE} {path}:{number}"
-    raise LookupError(f"{path}: {snippet!r} (occurrence {nth}) not found")
+def cite(path: str, snippet: str, nth: int = 1, span: int = 0) -> str:
+    return record.cite(ROOT, PACKAGE, path, snippet, nth, span)
 
 
 DRAFT = "specforge/modeling/draft/llama3_eagle.py"
@@ -185,18 +176,7 @@ def aux_ids(config: dict) -> list[int]:
 
 
 def seeded_weights(model: torch.nn.Module, seed: int) -> None:
-    """Stand-in for training: every trainable tensor drawn from ``seed``; RMSNorm weights at
-    1 + 0.3 * noise so that skipping or misplacing a norm changes the output."""
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, param in sorted(model.named_parameters()):
-            if not param.requires_grad:
-                continue
-            noise = torch.randn(param.shape, generator=gen)
-            if "norm" in name:
-                param.copy_(1.0 + 0.3 * noise)
-            else:
-                param.copy_(noise / param.shape[-1] ** 0.5)
+    record.perturb(model, seed, keep=lambda name, param: not param.requires_grad)
 
 
 def vocab_mapping(work: str, seed: int) -> str:

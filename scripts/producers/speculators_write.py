@@ -73,16 +73,7 @@ SPECFORGE_INPUT = os.path.join(REPO, "tests", "producer_files", "specforge", "ea
 
 
 def cite(path: str, snippet: str, nth: int = 1, span: int = 0) -> str:
-    """``speculators==0.9.0 <path>:<line>`` (``:<line>-<line+span>``) of the ``nth`` line of the
-    installed file containing ``snippet`` (raises when absent: a citation never points elsewhere)."""
-    seen = 0
-    with open(os.path.join(ROOT, path), encoding="utf-8") as handle:
-        for number, line in enumerate(handle, 1):
-            if snippet in line:
-                seen += 1
-                if seen == nth:
-                    return f"{PACKAGE} {path}:{number}" + (f"-{number + span}" if span else "")
-    raise LookupError(f"{path}: {snippet!r} (occurrence {nth}) not found")
+    return record.cite(ROOT, PACKAGE, path, snippet, nth, span)
 
 
 CORE = "speculators/models/eagle3/core.py"
@@ -232,19 +223,7 @@ COMMON_NOTES = [
 
 
 def seeded_weights(model: torch.nn.Module, seed: int) -> None:
-    """Stand-in for training: every trainable tensor drawn from ``seed``; RMSNorm weights at
-    1 + 0.3 * noise so that skipping or misplacing a norm changes the output. Frozen tensors
-    (embed_tokens, lm_head, verifier_*) keep what the producer loaded from the verifier."""
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, param in sorted(model.named_parameters()):
-            if not param.requires_grad:
-                continue
-            noise = torch.randn(param.shape, generator=gen)
-            if "norm" in name:
-                param.copy_(1.0 + 0.3 * noise)
-            else:
-                param.copy_(noise / param.shape[-1] ** 0.5)
+    record.perturb(model, seed, keep=lambda name, param: not param.requires_grad)
 
 
 def write_target(work: str, seed: int, embed: torch.Tensor | None = None) -> str:
