@@ -113,11 +113,11 @@ def prompts(count: int, vocab: int) -> list[list[int]]:
 
 def engine_options(tree: tuple, batches: list[int], smoke: bool) -> dict:
     from sglang_eagle_ext.demo.run import gpu_attention_backend
-    from sglang_eagle_ext.sglang.compat import cpu
+    from sglang_eagle_ext.sglang.compat import cpu, installed_release
 
     topk, steps, draft_tokens = tree
     if smoke:
-        device = dict(cpu.ENGINE_OPTIONS)
+        device = cpu.engine_options(installed_release())
     else:
         # two engines share the GPU: a high static fraction keeps SGLang's KV sizing positive while the
         # other engine loads, and max_total_tokens keeps each pool small

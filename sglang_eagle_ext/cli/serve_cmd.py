@@ -5,14 +5,16 @@ supported dialect (SafeAILab, SpecForge, AngelSlim, ModelOpt, speculators, NeMo)
 checkpoint folder epoch_<E>_step_<S>/ (its model/ or model/consolidated/ is used, or the legacy
 draft_model.pt it holds) or a legacy draft_model.pt + config.json folder (exported once into a
 model directory). It is validated against the target before anything starts; this package's
-SGLang plugin then serves it with the right capture layers. Arguments after -- go to
-python -m sglang.launch_server unchanged.
+SGLang plugin then serves it with the right capture layers. The server is started as each
+release recommends (``sglang serve``, with no option the release deprecates); arguments after --
+go to it unchanged.
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+import importlib.metadata
 import importlib.util
 import json
 import os
@@ -25,7 +27,7 @@ from sglang_eagle_ext.cli.options import SERVING_DEVICES, device_problem, positi
 from sglang_eagle_ext.drafter.locate import Located, locate_drafter, read_named_target
 from sglang_eagle_ext.drafter.train_serve import producer_warnings
 from sglang_eagle_ext.errors import DrafterError
-from sglang_eagle_ext.sglang.compat import SUPPORTED, cpu
+from sglang_eagle_ext.sglang.compat import SUPPORTED, cpu, launcher, releases
 
 INSTALL_HINT = ("SGLang is not installed in this Python environment. With a GPU:\n"
                 f"    pip install 'sglang{SUPPORTED}'\n"
@@ -59,7 +61,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--print-only", action="store_true",
                         help="write nothing; print the command and the paths a launch would use")
     parser.add_argument("extra", nargs=argparse.REMAINDER,
-                        help="-- followed by arguments for sglang.launch_server")
+                        help="-- followed by arguments for SGLang's server (sglang serve)")
 
 
 def cache_dir() -> str:
@@ -74,10 +76,21 @@ def export_directory(located: Located, export_dir: str | None) -> str:
                         f"{os.path.basename(located.directory.rstrip(os.sep))}-{digest}")
 
 
+def serving_release():
+    """The SGLang release the command is written for: the installed one, else the newest supported
+    (what installing SGLang as the install hint says gives)."""
+    try:
+        return releases.installed_release()
+    except importlib.metadata.PackageNotFoundError:
+        return releases.NEWEST
+
+
 def build_command(args, model_dir: str, device: str) -> list[str]:
     draft_tokens = args.num_draft_tokens or (
         args.num_steps + 1 if args.topk == 1 else args.topk * args.num_steps + 1)
-    command = [sys.executable, "-m", "sglang.launch_server", "--model-path", args.target,
+    release = serving_release()
+    installed = importlib.util.find_spec("sglang") is not None
+    command = [*launcher.server_command(installed), "--model-path", args.target,
                "--speculative-algorithm", args.algorithm,
                "--speculative-draft-model-path", model_dir,
                "--speculative-num-steps", str(args.num_steps),
@@ -87,7 +100,7 @@ def build_command(args, model_dir: str, device: str) -> list[str]:
     if extra and extra[0] == "--":
         extra = extra[1:]
     if device == "cpu":
-        command += cpu.server_flags(extra, args.cpu_kv_tokens)
+        command += cpu.server_flags(extra, args.cpu_kv_tokens, release)
     return command + extra
 
 
@@ -155,7 +168,8 @@ def run(args) -> int:
     lines += [f"WARNING:        {warning}" for warning in producer_warnings(spec)] + [f"device:         {device}"]
     lines += kv_pool_line(args, spec, device)
     # On a CPU the server needs the shims' variables too: the printed line runs as printed in a shell.
-    variables = cpu.process_variables(dict(os.environ)) if device == "cpu" else {}
+    environment = server_environment(dict(os.environ), device)
+    variables = {name: value for name, value in environment.items() if os.environ.get(name) != value}
     command_line = "command:        " + " ".join([f"{name}={shlex.quote(value)}" for name, value in variables.items()]
                                                 + [shlex.join(command)])
     hidden_state_indices = None if ids is None else [i + 1 for i in ids]
@@ -174,9 +188,7 @@ def run(args) -> int:
             return 1
     lines += _stock_lines(args, served_from, target, spec, hidden_state_indices, exported=True) + [command_line]
     print("\n".join(lines), file=sys.stderr, flush=True)
-    if device == "cpu":
-        return launch(command, cpu.process_environment(dict(os.environ)))
-    return launch(command)
+    return launch(command, environment if variables else None)
 
 
 def _stock_lines(args, served_from: str, target, spec, hidden_state_indices, exported: bool) -> list[str]:
@@ -191,6 +203,26 @@ def _stock_lines(args, served_from: str, target, spec, hidden_state_indices, exp
     else:
         report = stock_check.check(served_from, target)
     return stock_check.describe(report, hidden_state_indices, spec.num_layers)
+
+
+# The folder this package is imported from: a source checkout (or any folder outside the
+# interpreter's site-packages) goes on the server's PYTHONPATH, since the `sglang` script, unlike
+# `python -m` run from the checkout, would otherwise load whichever copy is installed.
+PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def server_environment(env: dict, device: str) -> dict:
+    """``env`` for the server's process tree: the CPU shims' variables on a CPU; this package's
+    folder on ``PYTHONPATH`` where it is not an installed one."""
+    import site
+
+    if device == "cpu":
+        env = cpu.process_environment(env)
+    installed = {os.path.abspath(path) for path in [*site.getsitepackages(), site.getusersitepackages()]}
+    paths = [path for path in env.get("PYTHONPATH", "").split(os.pathsep) if path]
+    if PACKAGE_ROOT not in installed and PACKAGE_ROOT not in paths:
+        env = {**env, "PYTHONPATH": os.pathsep.join([*paths, PACKAGE_ROOT])}
+    return env
 
 
 def launch(command: list[str], env: dict | None = None) -> int:

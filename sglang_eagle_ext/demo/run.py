@@ -26,7 +26,7 @@ from sglang_eagle_ext.cli.options import SERVING_DEVICES, device_problem, positi
 from sglang_eagle_ext.cli.serve_cmd import INSTALL_HINT, cache_dir
 from sglang_eagle_ext.demo.build import TARGET_DIR, build_models, drafter_dir
 from sglang_eagle_ext.drafter.producer_export import LAYOUTS
-from sglang_eagle_ext.sglang.compat import cpu
+from sglang_eagle_ext.sglang.compat import cpu, installed_release
 from sglang_eagle_ext.sglang.plugin import SWITCH
 
 PROMPTS = ["The old sailor counts", "A curious child waits for"]
@@ -70,7 +70,7 @@ def gpu_attention_backend() -> str:
 def engine_options(device: str, attention_backend: str, batch: int = len(PROMPTS)) -> dict:
     """SGLang engine arguments for a greedy demo run of ``batch`` prompts on ``device``."""
     if device == "cpu":
-        return dict(cpu.ENGINE_OPTIONS)
+        return cpu.engine_options(installed_release())
     from sglang_eagle_ext.sglang.compat.runtime import decode_graph_options
 
     backend = gpu_attention_backend() if attention_backend == "auto" else attention_backend

@@ -132,6 +132,11 @@ class ReleaseSource:
                     break
         return self._trees[module]
 
+    def text(self, path: str) -> str | None:
+        """The text of the wheel's file ``path`` (e.g. ``sglang-<release>.dist-info/entry_points.txt``);
+        None when the wheel lacks it."""
+        return self._zip.read(path).decode("utf-8-sig") if path in self._files else None
+
     def module(self, module: str) -> ast.Module | None:
         parsed = self._parsed(module)
         return parsed[0] if parsed else None

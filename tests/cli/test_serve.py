@@ -14,7 +14,7 @@ from tests.http_server import post, serving
 from sglang_eagle_ext.drafter.reader import read_drafter
 from sglang_eagle_ext.cli import main, serve_cmd
 from sglang_eagle_ext.drafter.export import export_legacy
-from sglang_eagle_ext.sglang.compat import cpu
+from sglang_eagle_ext.sglang.compat import cpu, launcher
 from sglang_eagle_ext.testing import fixtures
 
 
@@ -148,19 +148,21 @@ def test_launch_builds_flags_and_returns_exit_code(tmp_path, target, monkeypatch
     assert main(["serve", "--target", target, "--draft", draft, "--topk", "2", "--device", "cpu",
                  "--", "--dtype", "bfloat16"]) == 3
     command, env = seen[0]
-    assert command[1:3] == ["-m", "sglang.launch_server"]
+    assert command[:2] == [launcher.console_script(), "serve"]
     assert command[command.index("--speculative-draft-model-path") + 1] == draft
     assert command[command.index("--speculative-num-draft-tokens") + 1] == "7"
     # on CPU: SGLang's CPU flags, except one the user gave, and the shims in every SGLang process
-    assert command[command.index("--device") + 1] == "cpu" and "--disable-cuda-graph" in command
+    assert command[command.index("--device") + 1] == "cpu" and "--disable-cuda-graph" not in command
+    assert command[command.index("--cuda-graph-backend-decode") + 1] == "disabled"  # SGLang 0.5.14+
     assert command.count("--dtype") == 1 and command[command.index("--dtype") + 1] == "bfloat16"
     assert env["TRITON_INTERPRET"] == "1" and env["PYTHONPATH"].split(os.pathsep)[0] == cpu.SITE_DIR
 
 
 def test_print_only_cpu_command_runs_as_printed(tmp_path, target, capsys, monkeypatch):
     """The printed CPU command carries the variables SGLang's processes need: run in a shell from an
-    environment without them, the line up to the launcher starts the CPU shims and Triton's
-    interpreter (and imports torchvision where one is installed)."""
+    environment without them, the line up to the launcher (this environment's ``sglang`` script)
+    starts, in the interpreter that script runs, the CPU shims and Triton's interpreter (and imports
+    torchvision where one is installed)."""
     import shlex
     import subprocess
 
@@ -168,11 +170,18 @@ def test_print_only_cpu_command_runs_as_printed(tmp_path, target, capsys, monkey
     draft = fixtures.build("F7-speculators-2-layers", str(tmp_path / "d"))
     assert main(["serve", "--target", target, "--draft", draft, "--device", "cpu", "--print-only"]) == 0
     printed = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("command:"))
-    before_launcher, _, _ = printed.removeprefix("command:").strip().partition(" -m sglang.launch_server ")
-    assert shlex.split(before_launcher)[-1] == sys.executable
+    before_launcher, _, _ = printed.removeprefix("command:").strip().partition(" serve ")
+    *variables, script = shlex.split(before_launcher)
+    assert script == launcher.console_script()
+    with open(script, encoding="utf-8") as handle:
+        shebang = handle.readline()
+    assert shebang.startswith("#!") and not shebang.startswith("#!/bin/sh"), shebang
+    interpreter = shebang[2:].strip()
+    before_launcher = shlex.join([*variables, interpreter])
     probe = ("import os, sys, importlib.util; assert os.environ['TRITON_INTERPRET'] == '1'; "
              "importlib.util.find_spec('torchvision') and __import__('torchvision'); "
-             "assert 'sglang_eagle_ext' in sys.modules, 'the CPU shims did not start'")
+             "assert 'sglang_eagle_ext' in sys.modules, 'the CPU shims did not start'; "
+             f"assert sys.prefix == {sys.prefix!r}, sys.prefix")
     ran = subprocess.run(["bash", "-c", f"{before_launcher} -c {shlex.quote(probe)}"], capture_output=True,
                          text=True, cwd=tmp_path)
     assert ran.returncode == 0, ran.stderr
@@ -189,7 +198,11 @@ def test_cpu_serving_without_extra_flags(shared_target, shared_drafter, tmp_path
             "temperature": 0, "max_new_tokens": 12, "ignore_eos": True}})
     assert reply["output_ids"] == plain_greedy(shared_target, 12)[0]
     assert reply["meta_info"]["spec_verify_ct"] < 12  # drafts were accepted: EAGLE-3 ran
-    assert "drafts served by sglang_eagle_ext.sglang.model" in (tmp_path / "server.log").read_text()
+    log = (tmp_path / "server.log").read_text()
+    assert "drafts served by sglang_eagle_ext.sglang.model" in log
+    # started as the release recommends, with none of its deprecated options
+    assert "recommended entrypoint" not in log and "--disable-cuda-graph" not in log
+    assert "is deprecated and will be removed" not in log  # SGLang's words for any deprecated flag
 
 
 def test_cpu_kv_pool_is_bounded_and_its_memory_said(tmp_path, target, capsys, monkeypatch):

@@ -11,6 +11,7 @@ The wheels (7 - 39 MB) are downloaded once per cache (``SGLANG_EAGLE_EXT_WHEEL_C
 locally and fails the test under CI (``CI`` set).
 """
 
+import ast
 import dataclasses
 import importlib
 import os
@@ -23,7 +24,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from sglang_eagle_ext.sglang import compat
-from sglang_eagle_ext.sglang.compat import fused_verify
+from sglang_eagle_ext.sglang.compat import cpu, fused_verify, launcher, releases
 from sglang_eagle_ext.sglang.compat.patch import Patch, Target
 from sglang_eagle_ext.testing import release_source
 from sglang_eagle_ext.testing.release_source import ReleaseSource, WheelUnavailable
@@ -156,6 +157,61 @@ def test_each_patch_relies_only_on_targets_of_its_releases():
         for release in RELEASES:
             if patch.needed(Version(release)):
                 assert all(target.covers(Version(release)) for target in patch.targets), (patch.name, release)
+
+
+# How `sglang-eagle serve` starts the server (compat/launcher.py, cpu.server_flags): checked on both
+# sides of the CUDA graph flags' boundary (0.5.13 | 0.5.14) as well.
+LAUNCH_RELEASES = tuple(sorted({*RELEASES, "0.5.13"}, key=Version))
+
+
+def _calls(tree: ast.AST, name: str):
+    return [node for node in ast.walk(tree) if isinstance(node, ast.Call)
+            and (getattr(node.func, "attr", None) or getattr(node.func, "id", None)) == name]
+
+
+def _text(node) -> str:
+    """A string argument as written (an implicitly concatenated literal is one Constant)."""
+    return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else ""
+
+
+@pytest.mark.parametrize("release", LAUNCH_RELEASES)
+def test_sglang_serve_is_the_recommended_entry_point(sources, release):
+    """``sglang`` is the console script ``sglang.cli.main:main`` and ``python -m
+    sglang.launch_server`` warns that ``sglang serve`` is recommended: every supported release
+    (launcher.SERVE, an EVERY_RELEASE target, says ``serve`` runs the same server)."""
+    source = sources(release)
+    entry_points = source.text(f"sglang-{release}.dist-info/entry_points.txt") or ""
+    assert "sglang = sglang.cli.main:main" in [line.strip() for line in entry_points.splitlines()]
+    warnings = [_text(call.args[0]) for call in _calls(source.module("sglang.launch_server"), "warn") if call.args]
+    assert any("'sglang serve' is the recommended entrypoint" in text for text in warnings), warnings
+    assert all(target.releases is releases.EVERY_RELEASE.releases for target in launcher.SERVE)
+
+
+@pytest.mark.parametrize("release", LAUNCH_RELEASES)
+def test_disable_cuda_graph_is_deprecated_where_the_per_phase_flags_are(sources, release):
+    """``--disable-cuda-graph`` is a ``DeprecatedStoreTrueAction`` naming
+    ``--cuda-graph-backend-{decode,prefill}=disabled`` exactly where ``CUDA_GRAPH_BACKEND_FLAGS``
+    holds, and the fields behind those flags (ServerArgs' own up to 0.5.19, its exec namespace's
+    after) are there too; elsewhere it is a plain flag and they are not."""
+    source = sources(release)
+    arguments = [call for call in _calls(source.module("sglang.srt.server_args"), "add_argument")
+                 if call.args and _text(call.args[0]) == "--disable-cuda-graph"]
+    assert len(arguments) == 1, f"SGLang {release}: {len(arguments)} registrations of --disable-cuda-graph"
+    keywords = {keyword.arg: ast.unparse(keyword.value) for keyword in arguments[0].keywords}
+    deprecated = keywords.get("action") == "DeprecatedStoreTrueAction"
+    fields = set()
+    for module in ("sglang.srt.server_args", "sglang.srt.arg_groups.fields.exec_"):
+        tree = source.module(module)
+        fields |= {node.target.id for node in ast.walk(tree or ast.Module(body=[], type_ignores=[]))
+                   if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)}
+    per_phase = {"cuda_graph_backend_decode", "cuda_graph_backend_prefill"} <= fields
+    holds = releases.CUDA_GRAPH_BACKEND_FLAGS.holds(Version(release))
+    assert (deprecated, per_phase) == (holds, holds), (release, keywords, per_phase)
+    if holds:
+        assert keywords.get("new_flag") == repr("--cuda-graph-backend-{decode,prefill}=disabled")
+        assert set(cpu.NO_CUDA_GRAPHS) <= fields and "disable_cuda_graph" in fields  # the legacy field stays
+    else:
+        assert set(cpu.LEGACY_NO_CUDA_GRAPHS) <= fields
 
 
 # The checker and the download, on a wheel made here (no network).

@@ -25,7 +25,8 @@ import importlib.abc
 import os
 import sys
 
-from sglang_eagle_ext.sglang.compat.patch import after_import
+from sglang_eagle_ext.sglang.compat import releases
+from sglang_eagle_ext.sglang.compat.patch import Target, after_import
 
 # Folder to put on PYTHONPATH so that every SGLang process (spawned schedulers too) installs these.
 SITE_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "cpu_site")
@@ -34,9 +35,15 @@ _TORCHVISION_SCHEMAS = (
     "nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor",
     "qnms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor",
 )
-# SGLang's options for a CPU-only host: its defaults assume CUDA (bf16 kernels, FlashInfer, graphs)
-ENGINE_OPTIONS = dict(device="cpu", dtype="float32", attention_backend="triton", sampling_backend="pytorch",
-                      disable_cuda_graph=True)
+# SGLang's options for a CPU-only host: its defaults assume CUDA (bf16 kernels, FlashInfer, graphs);
+# CUDA graphs off as the release spells it (:func:`engine_options`)
+CPU_OPTIONS = dict(device="cpu", dtype="float32", attention_backend="triton", sampling_backend="pytorch")
+# 0.5.14+: per phase (--disable-cuda-graph is deprecated for these there); before: the one switch
+NO_CUDA_GRAPHS = dict(cuda_graph_backend_decode="disabled", cuda_graph_backend_prefill="disabled")
+LEGACY_NO_CUDA_GRAPHS = dict(disable_cuda_graph=True)
+# The per-phase backends those options select (its DISABLED is "disabled")
+GRAPH_BACKENDS = Target(releases.CUDA_GRAPH_BACKEND_FLAGS.releases, "sglang.srt.model_executor.cuda_graph_config",
+                        "Backend", absent_elsewhere=True)
 _keepalive: list = []  # torch.library registrations live as long as their Library object
 
 
@@ -127,13 +134,20 @@ def process_variables(env: dict) -> dict:
     return {name: value for name, value in process_environment(env).items() if env.get(name) != value}
 
 
-def server_flags(given: list[str], kv_tokens: int) -> list[str]:
-    """:data:`ENGINE_OPTIONS` and a KV pool of ``kv_tokens`` as ``sglang.launch_server`` flags,
-    leaving out any in ``given``. Without ``--max-total-tokens`` SGLang sizes the pool from the
-    host's free memory (a CPU server of the demo's tiny models took 6.4 million tokens, about 15 GB
-    of a 24 GB machine)."""
+def engine_options(release) -> dict:
+    """SGLang's options (``Engine`` keywords, ``ServerArgs`` fields) for a CPU-only host on SGLang
+    ``release``: none it deprecates."""
+    graphs = NO_CUDA_GRAPHS if releases.CUDA_GRAPH_BACKEND_FLAGS.holds(release) else LEGACY_NO_CUDA_GRAPHS
+    return {**CPU_OPTIONS, **graphs}
+
+
+def server_flags(given: list[str], kv_tokens: int, release) -> list[str]:
+    """:func:`engine_options` of ``release`` and a KV pool of ``kv_tokens`` as server flags
+    (``sglang serve``), leaving out any in ``given``. Without ``--max-total-tokens`` SGLang sizes
+    the pool from the host's free memory (a CPU server of the demo's tiny models took 6.4 million
+    tokens, about 15 GB of a 24 GB machine)."""
     flags = []
-    for name, value in {**ENGINE_OPTIONS, "max_total_tokens": kv_tokens}.items():
+    for name, value in {**engine_options(release), "max_total_tokens": kv_tokens}.items():
         flag = "--" + name.replace("_", "-")
         if any(arg == flag or arg.startswith(flag + "=") for arg in given):
             continue

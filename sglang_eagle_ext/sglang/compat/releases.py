@@ -24,6 +24,9 @@ from packaging.version import Version
 
 SUPPORTED = SpecifierSet(">=0.5.11,<0.5.24")
 OLDEST = Version(next(spec.version for spec in SUPPORTED if spec.operator == ">="))
+# The last line SUPPORTED takes: what `pip install 'sglang<SUPPORTED>'` installs, so what a command
+# printed where no SGLang is installed yet is written for
+NEWEST = Version("0.5.23")
 
 
 @dataclass(frozen=True)
@@ -65,6 +68,11 @@ RUNTIME_SERVER_ARGS = _fact("runtime-server-args", ">=0.5.15", "the runtime cont
 RUNTIME_SPEC = _fact("runtime-spec", ">=0.5.17", "the runtime context's get_spec: speculative settings")
 DRAFT_PARALLEL_SPEC = _fact("draft-parallel-spec", ">=0.5.23",
                             "the draft's tensor-parallel layout from a DraftParallelSpec class attribute")
+# How the server is started (every release: `sglang serve`, which launch_server's __main__ recommends)
+CUDA_GRAPH_BACKEND_FLAGS = _fact("cuda-graph-backend-flags", ">=0.5.14",
+                                 "CUDA graphs are switched off per phase, --cuda-graph-backend-{decode,prefill}="
+                                 "disabled (ServerArgs cuda_graph_backend_decode/_prefill); --disable-cuda-graph is "
+                                 "a DeprecatedStoreTrueAction naming them, disable_cuda_graph a legacy no-CLI field")
 # What the stock check (stock_check.py) and the forward harness (testing/sglang_forward.py) run on
 ARCH_SUPPORTED_QUERY = _fact("arch-supported-query", ">=0.5.21",
                              "get_model_architecture asks ModelRegistry.is_arch_supported whether an architecture "
