@@ -15,6 +15,7 @@ from sglang_eagle_ext.drafter.target import TARGET_KEYS, read_target
 from sglang_eagle_ext.errors import DrafterError
 from sglang_eagle_ext.sglang.draft_config import capture_layer_ids
 from sglang_eagle_ext.testing import code_layouts, fixtures
+from tests.conftest import needs_sglang
 
 LONGCAT_LAYERS = 20  # not the fixtures' 12, so that a depth read from elsewhere shows
 
@@ -36,6 +37,7 @@ CLASS_NAMES = ["LongcatFlashConfig", "ChatGLMConfig", "ExaoneConfig", "DbrxConfi
                "GPTJConfig", "BloomConfig", "MptConfig", "GPTNeoConfig", "CodeGenConfig", "GPTBigCodeConfig"]
 
 
+@needs_sglang
 @pytest.mark.parametrize("index", range(len(CLASS_NAMES)), ids=CLASS_NAMES)
 def test_every_spelling_a_config_class_accepts(index):
     cls = _config_classes()[index]
@@ -69,6 +71,7 @@ def _longcat(tmp_path):
     return config, str(path.parent)
 
 
+@needs_sglang
 def test_longcat_flash_depth_is_num_layers_as_in_sglangs_config_class(tmp_path):
     from sglang.srt.configs.longcat_flash import LongcatFlashConfig
 
@@ -79,6 +82,7 @@ def test_longcat_flash_depth_is_num_layers_as_in_sglangs_config_class(tmp_path):
     assert (info.model_type, info.hidden_size, info.vocab_size) == ("longcat_flash", 64, 512)
 
 
+@needs_sglang
 def test_default_taps_come_from_the_longcat_depth(tmp_path):
     """No ids in the drafter: the taps are [2, N//2, N-3] of the LongCat target's N, as SGLang's
     LongcatFlash model computes them (set_eagle3_layers_to_capture)."""
@@ -90,6 +94,7 @@ def test_default_taps_come_from_the_longcat_depth(tmp_path):
     assert capture_layer_ids(spec, read_target(target)) == (1, n // 2 - 1, n - 4)
 
 
+@needs_sglang
 def test_inspect_resolves_taps_against_a_longcat_target(tmp_path, capsys):
     _, target = _longcat(tmp_path)
     drafter = fixtures.build("F1-specforge", str(tmp_path / "drafter"), seed=2)

@@ -10,6 +10,7 @@ from hypothesis import given, settings, strategies as st
 
 from sglang_eagle_ext.reference.drafter import ReferenceDrafter
 from tests.reference.test_drafter import make_spec
+from tests.conftest import needs_sglang
 
 POSITIONS = 64
 
@@ -43,6 +44,7 @@ yarn = st.fixed_dictionaries(
     optional={"beta_fast": st.sampled_from([16.0, 32.0]), "beta_slow": st.sampled_from([0.5, 1.0, 2.0])})
 
 
+@needs_sglang
 @settings(max_examples=25, deadline=None)
 @given(head_dim=st.sampled_from([32, 64, 128]), theta=st.sampled_from([10_000.0, 150_000.0, 1_000_000.0]),
        parameters=yarn)
@@ -52,6 +54,7 @@ def test_yarn_matches_sglang(head_dim, theta, parameters):
                                    rope_scaling=json.dumps({"rope_type": "yarn", **parameters})))
 
 
+@needs_sglang
 @pytest.mark.parametrize("scaling", [
     None,
     {"rope_type": "linear", "factor": 4.0},
