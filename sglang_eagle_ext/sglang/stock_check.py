@@ -144,6 +144,9 @@ def describe(report: dict[str, Any], our_indices: list[int] | None, our_depth: i
     elif forward:
         lines.append(f"  {forward['reason']}")
     same = same_as_plugin(report, our_indices)
+    if report.get("built_with") and same_as_plugin({**report, "built_with": None}, our_indices):
+        return lines + ["  verdict: stock cannot serve it as written; with the config.json edit above, the same "
+                        "as this plugin"]
     lines.append("  verdict: " + {True: "same as this plugin", False: "stock serves it WRONGLY; this plugin "
                                   "serves it as the reference" if our_depth is not None else "stock serves it "
                                   "differently", None: "not fully checked"}[same])

@@ -112,3 +112,21 @@ def test_a_failure_on_this_packages_side_is_not_checked_never_stocks(tmp_path, m
     assert "same dtype" in forward["reason"]
     lines = stock_check.describe(report, None, 1)
     assert lines[-1] == "  verdict: not fully checked" and not any("WRONGLY" in line for line in lines)
+
+
+def test_a_drafter_stock_serves_right_only_after_the_architecture_edit_is_not_called_misread():
+    """AngelSlim's `Eagle3LlamaForCausalLM` resolves to SGLang's Transformers fallback; built as its
+    EAGLE-3 class (the config.json edit) stock computes the reference: the verdict says it cannot
+    serve it as written, not that it serves it wrongly."""
+    report = {"checked": True, "sglang": "0.5.23", "architectures": ["Eagle3LlamaForCausalLM"],
+              "resolves_to": "TransformersForCausalLM (fallback)", "built_with": '{"architectures": ["X"]}',
+              "loads": True, "built_class": "X", "depth": 1, "never_loaded": [], "dropped": [],
+              "target_captures": [2, 4, 5], "eagle_config_ids": None, "forward": {"compared": True, "equal": True}}
+    lines = stock_check.describe(report, [2, 4, 5], 1)
+    assert lines[-1] == ("  verdict: stock cannot serve it as written; with the config.json edit above, the same "
+                         "as this plugin")
+    assert stock_check.same_as_plugin(report, [2, 4, 5]) is False  # as written, stock does not serve it
+    differs = {**report, "forward": {"compared": True, "equal": False, "vocab_map_equal": True,
+                                     "decode_argmax_equal": False, "max_abs_diff": dict.fromkeys(
+                                         ("prefill_logits", "prefill_carried", "decode_logits", "decode_carried"), 0.5)}}
+    assert "WRONGLY" in stock_check.describe(differs, [2, 4, 5], 1)[-1]
