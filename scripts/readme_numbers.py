@@ -649,7 +649,7 @@ def producer_files_table() -> str:
             diffs += f" (as its config serves: {_diff(row['as_served_max_abs_diff'])})"
         lines.append(f"| `{row['package']}` | `{name}` | {read} | {row['taps_read']} | {diffs} | "
                      f"{row['stock_verdict']} |")
-    return (f"\n\n" + "\n".join(lines) + f"\n\n{result['machine']}, {result['date']}, commit `{result['commit']}`, "
+    return ("\n\n" + "\n".join(lines) + f"\n\n{result['machine']}, {result['date']}, commit `{result['commit']}`, "
             f"`{relative(PRODUCER_FILES)}` (`{result['command']}`).\n\n")
 
 

@@ -19,7 +19,6 @@ import importlib.util
 import json
 import os
 import shutil
-import sys
 import tempfile
 
 os.environ.setdefault("TORCHDYNAMO_DISABLE", "1")  # CPU only; ModelOpt's compile is turned off anyway
