@@ -109,8 +109,7 @@ def kv_pool_line(args, spec, device: str) -> list[str]:
     local directory); nothing on a GPU, where SGLang sizes the pool by --mem-fraction-static."""
     if device != "cpu":
         return []
-    extra = list(args.extra)
-    if any(arg == "--max-total-tokens" or arg.startswith("--max-total-tokens=") for arg in extra):
+    if cpu.flag_given("--max-total-tokens", args.extra):
         return ["kv pool:        as --max-total-tokens after -- says"]
     tokens = args.cpu_kv_tokens
     draft = cpu.kv_pool_bytes(spec.num_layers, spec.num_key_value_heads, spec.head_dim, tokens)

@@ -279,6 +279,20 @@ def _poison_uninitialised(model, never_loaded: list[str]) -> list[str]:
     return poisoned
 
 
+def _share_as_stock_does(model, embed, head) -> None:
+    """The worker's sharing (:func:`~sglang_eagle_ext.testing.sglang_forward.share_target_tensors`)
+    run on stock's model: its setters synchronise the device (0.5.11 - 0.5.14: torch.cuda's, which a
+    CPU-only torch refuses); on a CPU host nothing is pending."""
+    import torch
+
+    from sglang_eagle_ext.testing.sglang_forward import share_target_tensors
+
+    no_cuda = contextlib.nullcontext() if torch.cuda.is_available() else \
+        unittest.mock.patch.object(torch.cuda, "synchronize", lambda *args, **kwargs: None)
+    with no_cuda:
+        share_target_tensors(model, embed, head)
+
+
 def _share_target_embedding(model, hf_config, target: dict | None, on_meta: bool) -> list[str]:
     """What SGLang's EAGLE worker does once the draft is loaded: the target's embedding (and,
     for a draft that asks for it, its lm_head) replace the draft's. Seeded stand-ins of the
@@ -293,15 +307,7 @@ def _share_target_embedding(model, hf_config, target: dict | None, on_meta: bool
     embed = torch.nn.Parameter(torch.randn(shape, generator=gen, device="cpu").to(device) * 0.5)
     head = torch.nn.Parameter(torch.randn(shape, generator=gen, device="cpu").to(device) * 0.3)
     before = dict(model.named_parameters(remove_duplicate=False))
-    # stock's setters synchronise the device (0.5.11 - 0.5.14: torch.cuda's, which a CPU-only torch
-    # refuses); on a CPU host nothing is pending
-    no_cuda = contextlib.nullcontext() if torch.cuda.is_available() else \
-        unittest.mock.patch.object(torch.cuda, "synchronize", lambda *args, **kwargs: None)
-    with no_cuda:
-        if getattr(model, "load_lm_head_from_target", False):
-            model.set_embed_and_head(embed, head)
-        else:
-            model.set_embed(embed)
+    _share_as_stock_does(model, embed, head)
     after = dict(model.named_parameters(remove_duplicate=False))
     return sorted(name for name, param in after.items() if param is embed or param is head
                   if before.get(name) is not param)
@@ -344,7 +350,7 @@ def _compare_forward(model, directory: str, target: dict) -> dict[str, Any]:
     from sglang_eagle_ext.errors import DrafterError
     from sglang_eagle_ext.reference.drafter import DraftCache
     from sglang_eagle_ext.sglang.compat import runtime
-    from sglang_eagle_ext.testing.sglang_forward import TOKENS, DraftRunner, share_target_tensors, worker_inputs
+    from sglang_eagle_ext.testing.sglang_forward import TOKENS, DraftRunner, worker_inputs
 
     try:
         checkpoint = read_drafter(directory, target=TargetInfo(**target))
@@ -368,7 +374,7 @@ def _compare_forward(model, directory: str, target: dict) -> dict[str, Any]:
         return {"compared": False, "reason": f"not checked: this package's side of the check failed "
                 f"(reference drafter or harness: {_quote(exc)}); stock's forward was not run"}
 
-    share_target_tensors(model, embed, head)
+    _share_as_stock_does(model, embed, head)
     stock = runner.forward(model, ForwardMode.EXTEND, ids[:TOKENS], aux, prefix=0)
     stock_logits, stock_carried = stock.next_token_logits[0, :vocab], stock.hidden_states
     pairs = {"prefill_logits": (stock_logits, ours_prefill.logits[0, -1]),

@@ -141,6 +141,11 @@ def engine_options(release) -> dict:
     return {**CPU_OPTIONS, **graphs}
 
 
+def flag_given(flag: str, given: list[str]) -> bool:
+    """Whether ``given`` (a user's server arguments) sets ``flag`` (``--flag V`` or ``--flag=V``)."""
+    return any(arg == flag or arg.startswith(flag + "=") for arg in given)
+
+
 def server_flags(given: list[str], kv_tokens: int, release) -> list[str]:
     """:func:`engine_options` of ``release`` and a KV pool of ``kv_tokens`` as server flags
     (``sglang serve``), leaving out any in ``given``. Without ``--max-total-tokens`` SGLang sizes
@@ -149,7 +154,7 @@ def server_flags(given: list[str], kv_tokens: int, release) -> list[str]:
     flags = []
     for name, value in {**engine_options(release), "max_total_tokens": kv_tokens}.items():
         flag = "--" + name.replace("_", "-")
-        if any(arg == flag or arg.startswith(flag + "=") for arg in given):
+        if flag_given(flag, given):
             continue
         flags += [flag] if value is True else [flag, str(value)]
     return flags
