@@ -17,13 +17,14 @@ COMMANDS = {
     "serve": "sglang_eagle_ext.cli.serve_cmd",
     "eval": "sglang_eagle_ext.cli.eval_cmd",
     "demo": "sglang_eagle_ext.demo.run",
+    "prepare-target": "sglang_eagle_ext.cli.prepare_target_cmd",
 }
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="sglang-eagle",
-        description="EAGLE-3 drafters for stock SGLang: inspect, serve, evaluate, demo.",
+        description="EAGLE-3 drafters for stock SGLang: inspect, serve, evaluate, demo, prepare a real target.",
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, module_name in COMMANDS.items():
