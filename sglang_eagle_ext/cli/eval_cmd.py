@@ -26,7 +26,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--draft", required=True, help="drafter: model directory of any supported "
                         "dialect, a training checkpoint folder, or a Hugging Face hub id")
     parser.add_argument("--prompts", type=existing_file,
-                        help="text file, one prompt per line (default: prompts from the demo's corpus)")
+                        help="text file, one prompt per line, or a .jsonl file with a \"prompt\" string "
+                             "in each record (prompts that span lines; e.g. MT-bench's first turns) "
+                             "(default: prompts from the demo's corpus)")
+    parser.add_argument("--chat", action="store_true",
+                        help="format each prompt as a one-turn chat with the target tokenizer's chat "
+                             "template, ready for the answer (an instruction-tuned target)")
     parser.add_argument("--num-prompts", type=positive_int, default=8, help="prompts measured")
     parser.add_argument("--max-new-tokens", type=positive_int, default=48, help="tokens generated per prompt")
     parser.add_argument("--num-steps", type=positive_int, default=3, help="draft steps per verify step")
@@ -48,20 +53,49 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
 
+def _prompt_texts(path: str) -> list[str]:
+    with open(path, encoding="utf-8") as handle:
+        lines = [line.rstrip("\n") for line in handle if line.strip()]
+    if not path.endswith(".jsonl"):
+        return lines
+    texts = []
+    for number, line in enumerate(lines, 1):
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise OptionError(f"--prompts {path}: line {number} is not JSON ({exc.msg})") from None
+        if not isinstance(record, dict) or not isinstance(record.get("prompt"), str):
+            raise OptionError(f"--prompts {path}: line {number} has no \"prompt\" string "
+                              "(a .jsonl file holds one {\"prompt\": ...} record per line)")
+        texts.append(record["prompt"])
+    return texts
+
+
 def _prompts(args, tokenizer) -> list[list[int]]:
     if args.prompts:
-        with open(args.prompts, encoding="utf-8") as handle:
-            texts = [line.rstrip("\n") for line in handle if line.strip()]
+        texts = _prompt_texts(args.prompts)
         if not texts:
             raise OptionError(f"--prompts {args.prompts}: no prompts (one prompt per non-empty line)")
     else:
         from sglang_eagle_ext.corpus import prompts
 
         texts = prompts(args.num_prompts, seed=10_000 + args.seed)
-    ids = [tokenizer(text).input_ids for text in texts[:args.num_prompts]]
+    texts = texts[:args.num_prompts]
+    if args.chat:
+        if not getattr(tokenizer, "chat_template", None):
+            raise OptionError("--chat: the target's tokenizer has no chat template (tokenizer_config.json "
+                              "or chat_template.jinja); leave --chat out to feed the prompts as they are")
+        return [_chat_ids(tokenizer, text) for text in texts]
+    ids = [tokenizer(text).input_ids for text in texts]
     if any(len(i) < 2 for i in ids):
         raise OptionError("--prompts: every prompt must be at least 2 tokens long")
     return ids
+
+
+def _chat_ids(tokenizer, text: str) -> list[int]:
+    encoded = tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
+                                            tokenize=True)
+    return list(encoded["input_ids"] if hasattr(encoded, "keys") else encoded)
 
 
 class OptionError(ValueError):
@@ -188,7 +222,7 @@ def run(args) -> int:
         measured = [(t.indices, _measure(t, drafter, prompts, rows, args, bar)) for t in targets]
     results = measured[0][1]
     report = {"target": args.target, "draft": args.draft, "aux_indices": list(target.indices),
-              "prompts": len(prompts), "rows": results}
+              "prompts": len(prompts), "chat": args.chat, "rows": results}
     if compared is not None:
         report["compared"] = {"aux_indices": list(compared.indices), "rows": measured[1][1]}
     if args.json:

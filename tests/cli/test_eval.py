@@ -74,3 +74,52 @@ def test_table_and_failures(shared_target, shared_drafter, capsys, tmp_path):
     assert "tokens gained per verify step" in out
     assert main(["eval", "--target", shared_target, "--draft", str(tmp_path)]) == 1
     assert "config.json" in capsys.readouterr().err
+
+
+def test_jsonl_prompts_keep_their_line_breaks(shared_target, tmp_path):
+    from transformers import AutoTokenizer
+
+    from sglang_eagle_ext.cli.eval_cmd import _prompts, configure
+
+    texts = ["first line\nsecond line of the same prompt", "another prompt"]
+    path = tmp_path / "prompts.jsonl"
+    path.write_text("".join(json.dumps({"prompt": t, "id": i}) + "\n" for i, t in enumerate(texts)))
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    configure(parser)
+    args = parser.parse_args(["--target", shared_target, "--draft", "x", "--prompts", str(path)])
+    tokenizer = AutoTokenizer.from_pretrained(shared_target)
+    assert _prompts(args, tokenizer) == [tokenizer(t).input_ids for t in texts]
+
+
+def test_chat_prompts_are_formatted_by_the_target_template(smollm2_target, tmp_path):
+    """MT-bench's first turns as SmolLM2 reads them: its own ChatML template, ready for the answer."""
+    import argparse
+
+    from transformers import AutoTokenizer
+
+    from sglang_eagle_ext.cli.eval_cmd import _prompts, configure
+
+    path = tmp_path / "prompts.jsonl"
+    path.write_text(json.dumps({"prompt": "Name a prime number.\nOnly one."}) + "\n")
+    parser = argparse.ArgumentParser()
+    configure(parser)
+    args = parser.parse_args(["--target", str(smollm2_target), "--draft", "x", "--prompts", str(path), "--chat"])
+    tokenizer = AutoTokenizer.from_pretrained(str(smollm2_target))
+    (ids,) = _prompts(args, tokenizer)
+    text = tokenizer.decode(ids)
+    assert text.startswith("<|im_start|>system\n")
+    assert text.endswith("<|im_start|>user\nName a prime number.\nOnly one.<|im_end|>\n<|im_start|>assistant\n")
+
+
+def test_bad_jsonl_and_chat_without_template_are_one_line_errors(shared_target, shared_drafter, tmp_path, capsys):
+    path = tmp_path / "prompts.jsonl"
+    path.write_text('{"text": "no prompt key"}\n')
+    assert main(["eval", "--target", shared_target, "--draft", shared_drafter, "--prompts", str(path)]) == 2
+    assert "line 1 has no \"prompt\" string" in capsys.readouterr().err
+    plain = tmp_path / "prompts.txt"
+    plain.write_text("a prompt of several words\n")
+    assert main(["eval", "--target", shared_target, "--draft", shared_drafter, "--prompts", str(plain),
+                 "--chat"]) == 2
+    assert "--chat: the target's tokenizer has no chat template" in capsys.readouterr().err

