@@ -1,0 +1,93 @@
+"""SGLang engines for the real-target runs: one set of options for every script, CPU or GPU.
+
+On a GPU: bfloat16, Triton attention (the GPU kit's ``sgl_kernel`` has no FA3, SGLang 0.5.23's
+default on Hopper), PyTorch sampling, decode CUDA graphs of the measured batch sizes only (each
+captured size lengthens every start), the prefix cache off (each round prefills its prompts in
+full, as the first one did). On a CPU: this package's CPU options (float32, Triton's interpreter,
+no CUDA graphs) and a small KV pool; slow, for checking a script before it costs GPU time.
+
+Call :func:`prepare_process` first in a script's main process: on a CPU it installs this package's
+shims and the environment SGLang's child processes inherit.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+PLUGIN_SWITCH = "SGLANG_EAGLE_EXT"  # sglang_eagle_ext.sglang.plugin.SWITCH: "0" serves with stock's own class
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A drafting shape: SGLang's --speculative-num-steps / -eagle-topk / -num-draft-tokens."""
+
+    name: str
+    steps: int
+    topk: int
+    draft_tokens: int
+
+    def label(self) -> str:
+        return f"{self.name} {self.steps}/{self.topk}/{self.draft_tokens}"
+
+
+def device() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def prepare_process() -> str:
+    """The device, with a CPU host's shims installed and its environment exported to children."""
+    where = device()
+    if where == "cpu":
+        from sglang_eagle_ext.sglang.compat import cpu
+
+        cpu.install()
+        os.environ.update(cpu.process_environment(dict(os.environ)))
+    return where
+
+
+def options(where: str, graph_bs=(1,), context_length: int = 2048, max_running: int = 64,
+            kv_tokens: int | None = None, **extra) -> dict:
+    """``sglang.Engine`` keywords on ``where``: only the fields this release's ServerArgs has."""
+    from sglang_eagle_ext.sglang.compat import releases
+    from sglang_eagle_ext.sglang.compat.runtime import decode_graph_options, server_option_names
+
+    if where == "cpu":
+        from sglang_eagle_ext.sglang.compat import cpu
+
+        wanted = {**cpu.engine_options(releases.installed_release()),
+                  "max_total_tokens": kv_tokens or cpu.DEFAULT_KV_TOKENS}
+    else:
+        wanted = dict(dtype="bfloat16", attention_backend="triton", sampling_backend="pytorch",
+                      mem_fraction_static=0.7, **decode_graph_options(list(graph_bs)))
+        if kv_tokens:
+            wanted["max_total_tokens"] = kv_tokens
+    wanted.update(context_length=context_length, max_running_requests=max_running, disable_radix_cache=True,
+                  log_level="error", **extra)
+    fields = server_option_names()
+    return {name: value for name, value in wanted.items() if name in fields}
+
+
+def speculative(drafter: str, shape: Shape) -> dict:
+    return dict(speculative_algorithm="EAGLE3", speculative_draft_model_path=drafter,
+                speculative_num_steps=shape.steps, speculative_eagle_topk=shape.topk,
+                speculative_num_draft_tokens=shape.draft_tokens)
+
+
+def start(target: str, where: str, drafter: str | None = None, shape: Shape | None = None, **extra):
+    import sglang
+
+    spec = speculative(drafter, shape) if drafter is not None else {}
+    return sglang.Engine(model_path=target, **options(where, **extra), **spec)
+
+
+def chat_ids(tokenizer, prompts: list[str]) -> list[list[int]]:
+    """Each prompt as a one-turn chat, formatted by the target's own template, ready for the answer."""
+    ids = []
+    for prompt in prompts:
+        encoded = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True,
+                                                tokenize=True)
+        ids.append(list(encoded["input_ids"] if hasattr(encoded, "keys") else encoded))
+    return ids

@@ -1,0 +1,258 @@
+"""SmolLM2 served by SGLang with trained drafters: acceptance, speed and losslessness per cell (GPU).
+
+Arms, one engine each, started one after another in a child process (never two at once, so no arm
+is timed beside another's start-up):
+
+* ``plain``: the target alone (plain decoding), the baseline of every ratio;
+* ``<drafter>/<shape>/plugin``: EAGLE-3 with this package's class (SGLang's default activation);
+* ``<drafter>/<shape>/stock``: the same drafter and shape with the plugin off
+  (``SGLANG_EAGLE_EXT=0``): stock SGLang's own EAGLE-3 class and loader. A drafter stock cannot
+  load is tried once, with the first shape, and the other shapes' cells say so.
+
+Shapes: chain 3/1/4, SGLang's default tree for Llama (5 steps, top-k 4, 8 tokens) and a wider tree
+(6/8/32). Cells: batch 1 (the first ``--single`` MT-bench first turns, one request at a time), 16 and
+64 (the first 32 and 64 prompts, in requests of 16 and 64 sent together), greedy and temperature
+0.7 / top-p 0.9, ``--new-tokens`` each (``ignore_eos``: every request decodes the same number of
+tokens, so the batch stays at its size for the whole cell), ``--rounds`` timed rounds per cell in
+rotating mode order. Each cell: output tokens/s (median over rounds and every round's value),
+acceptance length (SGLang's completion tokens / verify steps), and for greedy cells the outputs'
+agreement with plain decoding at the same batch size under the near-tie rule: an output that departs
+where plain decoding's top-2 log-probabilities lie within ``NEAR_TIE`` nats counts as a near-tie
+(bf16 batch-dependence), one that departs elsewhere as a mismatch. Plain decoding's own agreement
+between batch 1 and the batched cells is recorded beside them (the engine's floor).
+
+usage (repository root; SGLang 0.5.23 and this package staged, see benchmarks/gpu/stage_package.sh)::
+
+    python3 benchmarks/real_target/serve_bench.py OUTDIR --target DIR --prompts mtbench.jsonl \
+        --drafter specforge=DIR --drafter speculators=DIR [--arms plain,specforge/chain/plugin,...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import multiprocessing
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+import traceback
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "gpu"))
+import engines  # noqa: E402
+from results_file import save_json  # noqa: E402
+
+SHAPES = {shape.name: shape for shape in (engines.Shape("chain", 3, 1, 4), engines.Shape("tree", 5, 4, 8),
+                                          engines.Shape("wide", 6, 8, 32))}
+BATCHES = (1, 16, 64)
+MODES = {"greedy": {"temperature": 0.0}, "sampled": {"temperature": 0.7, "top_p": 0.9}}
+NEAR_TIE = 1.0  # nats between plain decoding's top-2 at the first departure (e2e_sglang's rule)
+START_TIMEOUT_S = 300
+SEED = 0
+
+
+def arm_names(drafters: list[str], shapes: list[str]) -> list[str]:
+    names = ["plain"]
+    for drafter in drafters:
+        for shape in shapes:
+            names += [f"{drafter}/{shape}/plugin", f"{drafter}/{shape}/stock"]
+    return names
+
+
+def cell_prompts(ids: list[list[int]], batch: int, single: int) -> list[list[list[int]]]:
+    """The requests of one cell, as the waves sent together."""
+    if batch == 1:
+        return [[prompt] for prompt in ids[:single]]
+    count = batch if batch >= 64 else 2 * batch  # at least 64 requests' worth of work per cell when batched
+    chosen = [ids[i % len(ids)] for i in range(count)]
+    return [chosen[i:i + batch] for i in range(0, count, batch)]
+
+
+def host(connection, target: str, drafter: str | None, shape_name: str | None, plugin: bool, log_path: str,
+         batches: tuple[int, ...], context_length: int) -> None:
+    """Child process hosting one engine; answers (batch, mode, waves, top2) with one measurement."""
+    log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    os.environ[engines.PLUGIN_SWITCH] = "1" if plugin else "0"
+    try:
+        where = engines.prepare_process()
+        shape = SHAPES[shape_name] if shape_name else None
+        engine = engines.start(target, where, drafter, shape, graph_bs=batches, max_running=max(batches),
+                               context_length=context_length, random_seed=SEED)
+    except BaseException as exc:  # SGLang raises or exits when the draft cannot be loaded
+        traceback.print_exc()
+        connection.send({"failed": f"{type(exc).__name__}: {exc}"[:600]})
+        return
+    connection.send("ready")
+    while (request := connection.recv()) is not None:
+        waves, mode, new_tokens, top2 = request
+        params = {**MODES[mode], "max_new_tokens": new_tokens, "ignore_eos": True}
+        extra = dict(return_logprob=True, top_logprobs_num=2) if top2 else {}
+        outputs, started = [], time.perf_counter()
+        for wave in waves:
+            outputs += engine.generate(input_ids=wave, sampling_params=params, **extra)
+        seconds = time.perf_counter() - started
+        result = {"seconds": seconds, "tokens": sum(o["meta_info"]["completion_tokens"] for o in outputs),
+                  "verify": sum(o["meta_info"].get("spec_verify_ct", 0) for o in outputs),
+                  "output_ids": [o["output_ids"] for o in outputs]}
+        if top2:
+            result["top2"] = [[[entry[0] for entry in position[:2]] for position in o["meta_info"]["output_top_logprobs"]]
+                              for o in outputs]
+        connection.send(result)
+    engine.shutdown()
+
+
+def agreement(outputs: list[list[int]], reference: list[list[int]], top2: list | None) -> dict:
+    """Outputs equal to ``reference``; departures at a near-tie of ``top2`` (reference's log-probs)."""
+    exact, near_tie, mismatch = 0, 0, []
+    for index, (ids, ref) in enumerate(zip(outputs, reference)):
+        if ids == ref:
+            exact += 1
+            continue
+        position = next((i for i, (a, b) in enumerate(zip(ids, ref)) if a != b), min(len(ids), len(ref)))
+        margin = None
+        if top2 is not None and position < len(top2[index]) and len(top2[index][position]) == 2:
+            margin = top2[index][position][0] - top2[index][position][1]
+        if margin is not None and margin <= NEAR_TIE:
+            near_tie += 1
+        else:
+            mismatch.append({"request": index, "position": position,
+                             "margin": None if margin is None else round(margin, 3)})
+    return {"requests": len(outputs), "exact": exact, "near_tie": near_tie, "mismatch": mismatch}
+
+
+def measure_arm(name: str, args, ids, drafters: dict, plain: dict | None, out: dict) -> dict:
+    drafter_name, shape_name, side = name.split("/") if name != "plain" else (None, None, "plugin")
+    record = {"arm": name, "drafter": drafter_name, "shape": None if shape_name is None else SHAPES[shape_name].label(),
+              "plugin": side == "plugin"}
+    context = multiprocessing.get_context("spawn")
+    parent, child = context.Pipe()
+    log_path = os.path.join(args.out, name.replace("/", "_") + ".log")
+    process = context.Process(target=host, args=(child, args.target, drafters.get(drafter_name), shape_name,
+                                                  side == "plugin", log_path, args.batches,
+                                                  args.context_length))
+    started = time.perf_counter()
+    process.start()
+    if not parent.poll(START_TIMEOUT_S):
+        process.kill()
+        record["failed"] = f"no engine after {START_TIMEOUT_S} s"
+        return record
+    answer = parent.recv()
+    record["start_s"] = round(time.perf_counter() - started, 1)
+    if answer != "ready":
+        record["failed"] = answer["failed"]
+        process.join(timeout=30)
+        return record
+    cells = {}
+    for batch in args.batches:
+        waves = cell_prompts(ids, batch, args.single)
+        for round_ in range(args.rounds):
+            modes = list(MODES) if round_ % 2 == 0 else list(MODES)[::-1]
+            for mode in modes:
+                parent.send((waves, mode, args.new_tokens, False))
+                result = parent.recv()
+                cell = cells.setdefault(f"batch{batch}/{mode}", {"tok_s": [], "verify": 0, "tokens": 0})
+                cell["tok_s"].append(round(result["tokens"] / result["seconds"], 1))
+                cell["tokens"] += result["tokens"]
+                cell["verify"] += result["verify"]
+                if mode == "greedy":
+                    cell.setdefault("outputs", result["output_ids"])
+        if name == "plain":  # the reference outputs with their top-2 log-probs (untimed)
+            parent.send((waves, "greedy", args.new_tokens, True))
+            result = parent.recv()
+            cell = cells[f"batch{batch}/greedy"]
+            cell["top2"] = result["top2"]
+            cell["logprob_run_equal"] = result["output_ids"] == cell["outputs"]
+    parent.send(None)
+    process.join(timeout=60)
+    for key, cell in cells.items():
+        cell["tok_s_median"] = round(statistics.median(cell["tok_s"]), 1)
+        if cell["verify"]:
+            cell["accept_length"] = round(cell["tokens"] / cell["verify"], 3)
+        if plain is not None and key in plain["cells"]:
+            base = plain["cells"][key]
+            cell["speedup_median"] = round(cell["tok_s_median"] / base["tok_s_median"], 3)
+            if key.endswith("greedy"):
+                cell["vs_plain"] = agreement(cell["outputs"], base["outputs"], base.get("top2"))
+    if name == "plain":
+        single = cells["batch1/greedy"]["outputs"]
+        for batch in args.batches[1:]:
+            batched = cells[f"batch{batch}/greedy"]
+            count = min(len(single), len(batched["outputs"]))
+            batched["plain_batched_vs_single"] = agreement(batched["outputs"][:count], single[:count],
+                                                           cells["batch1/greedy"]["top2"][:count])
+    record["cells"] = cells
+    return record
+
+
+def environment() -> dict:
+    import torch
+
+    import sglang
+
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    return {"date": datetime.date.today().isoformat(), "device": torch.cuda.get_device_name(0) if torch.cuda.is_available()
+            else platform.processor() or "cpu", "sglang": sglang.__version__, "torch": torch.__version__,
+            "commit": os.environ.get("E2E_COMMIT") or commit or "unknown", "command": " ".join(sys.argv)}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("out")
+    parser.add_argument("--target", required=True)
+    parser.add_argument("--prompts", required=True, help="JSON lines {prompt} (data.py mtbench)")
+    parser.add_argument("--drafter", action="append", default=[], help="NAME=DIR, repeatable")
+    parser.add_argument("--arms", help="comma-separated arm names (default: every arm)")
+    parser.add_argument("--shapes", default=",".join(SHAPES), help=f"of {', '.join(SHAPES)}")
+    parser.add_argument("--batches", type=lambda text: tuple(int(b) for b in text.split(",")), default=BATCHES,
+                        help="batch sizes, the first of them 1")
+    parser.add_argument("--single", type=int, default=8, help="prompts of the batch-1 cells")
+    parser.add_argument("--new-tokens", type=int, default=128)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--context-length", type=int, default=2048)
+    args = parser.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    drafters = dict(item.split("=", 1) for item in args.drafter)
+    engines.prepare_process()
+    from transformers import AutoTokenizer
+
+    with open(args.prompts, encoding="utf-8") as handle:
+        texts = [json.loads(line)["prompt"] for line in handle if line.strip()]
+    ids = engines.chat_ids(AutoTokenizer.from_pretrained(args.target), texts)
+    names = args.arms.split(",") if args.arms else arm_names(list(drafters), args.shapes.split(","))
+    path = os.path.join(args.out, "serve_bench.json")
+    results = {**environment(), "target": args.target, "drafters": drafters, "prompts": args.prompts,
+               "new_tokens": args.new_tokens, "rounds": args.rounds, "single": args.single,
+               "batches": list(args.batches),
+               "near_tie_nats": NEAR_TIE, "arms": {}}
+    if os.path.exists(path):  # a run continued in a later call keeps the arms measured before
+        with open(path, encoding="utf-8") as handle:
+            results["arms"] = json.load(handle).get("arms", {})
+    stock_refused = {}
+    for name in names:
+        if name in results["arms"] and "failed" not in results["arms"][name]:
+            continue
+        drafter_name = name.split("/")[0]
+        if name.endswith("/stock") and drafter_name in stock_refused:
+            results["arms"][name] = {"arm": name, "failed": "not tried: " + stock_refused[drafter_name]}
+            continue
+        plain = results["arms"].get("plain")
+        print(f"# {time.strftime('%H:%M:%S')} {name}", flush=True)
+        record = measure_arm(name, args, ids, drafters, None if name == "plain" else plain, results)
+        if "failed" in record and name.endswith("/stock"):
+            stock_refused[drafter_name] = f"stock failed to serve this drafter with {record.get('shape')}"
+        results["arms"][name] = record
+        save_json(path, results)
+        summary = {k: (v.get("tok_s_median"), v.get("accept_length")) for k, v in record.get("cells", {}).items()}
+        print(f"  {record.get('failed') or summary}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
