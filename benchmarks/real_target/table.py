@@ -1,0 +1,165 @@
+"""Tables of the real-target serving runs (``serve_bench.py``), and the committed copy of a run.
+
+``import RAW OUT`` writes a run's results without the generated token ids (kept as a digest per
+cell: enough to see two runs agree, not megabytes of ids); ``markdown RESULTS`` prints the full
+table; :func:`headline` is the README's short table (``scripts/readme_numbers.py``).
+
+usage::
+
+    python3 benchmarks/real_target/table.py import /tmp/rt/serve/serve_bench.json benchmarks/results/real_target/serve_h100_sglang-0.5.23.json
+    python3 benchmarks/real_target/table.py markdown benchmarks/results/real_target/serve_h100_sglang-0.5.23.json
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+
+DRAFTER_NAMES = {"specforge": "SpecForge 0.2.0, 1 layer", "speculators": "speculators 0.9.0, 2 layers"}
+
+
+def committed(raw: dict) -> dict:
+    """``raw`` without token ids and log-probs; each greedy cell's outputs as a digest."""
+    result = {key: value for key, value in raw.items() if key != "arms"}
+    result["arms"] = {}
+    for name, arm in raw["arms"].items():
+        arm = dict(arm)
+        cells = {}
+        for key, cell in arm.get("cells", {}).items():
+            kept = {k: v for k, v in cell.items() if k not in ("outputs", "top2")}
+            if "outputs" in cell:
+                kept["outputs_digest"] = hashlib.sha1(json.dumps(cell["outputs"]).encode()).hexdigest()[:12]
+            cells[key] = kept
+        if cells:
+            arm["cells"] = cells
+        result["arms"][name] = arm
+    return result
+
+
+def _arm(results: dict, drafter: str, shape: str, side: str) -> dict | None:
+    return results["arms"].get(f"{drafter}/{shape}/{side}")
+
+
+def _lossless(cell: dict) -> str:
+    agreement = cell.get("vs_plain")
+    if not agreement:
+        return ""
+    mismatches = len(agreement["mismatch"])
+    text = f"{agreement['exact']}+{agreement['near_tie']}/{agreement['requests']}"
+    return text + (f", {mismatches} MISMATCH" if mismatches else "")
+
+
+def _cell(arm: dict | None, key: str) -> str:
+    if arm is None:
+        return "not run"
+    if "failed" in arm:
+        return "cannot serve" if arm["failed"].startswith("not tried") or "Error" in arm["failed"] else "failed"
+    cell = arm.get("cells", {}).get(key)
+    if cell is None:
+        return "-"
+    return f"{cell.get('speedup_median', 0):.2f}x ({cell.get('accept_length', 0):.2f})"
+
+
+def markdown(results: dict) -> str:
+    batches = results.get("batches", [1, 16, 64])
+    shapes = sorted({arm["arm"].split("/")[1] for arm in results["arms"].values() if arm["arm"] != "plain"},
+                    key=["chain", "tree", "wide"].index)
+    drafters = list(results["drafters"])
+    plain = results["arms"]["plain"]["cells"]
+    lines = [f"{results['device']}, SGLang {results['sglang']}, torch {results['torch']}, commit {results['commit']}, "
+             f"{results['date']}; MT-bench first turns (chat template), {results['new_tokens']} new tokens each "
+             f"(ignore_eos), batch 1: {results['single']} prompts one at a time, batch 16 and 64: 64 requests "
+             f"in waves of that size; medians of {results['rounds']} rounds.", "",
+             "Plain decoding, output tokens/s: " + "; ".join(
+                 f"batch {b} {mode} {plain[f'batch{b}/{mode}']['tok_s_median']:,.0f}"
+                 for b in batches for mode in ("greedy", "sampled")), ""]
+    for mode in ("greedy", "sampled"):
+        header = "| drafter | shape | served by | " + " | ".join(f"batch {b}" for b in batches)
+        header += " | greedy output = plain (exact + near-tie / requests), batch " + "/".join(map(str, batches)) + " |" \
+            if mode == "greedy" else " |"
+        lines += [f"**{'Greedy' if mode == 'greedy' else 'Temperature 0.7, top-p 0.9'}**: speedup over plain "
+                  "decoding (acceptance length)", "", header,
+                  "|" + "---|" * (3 + len(batches) + (1 if mode == "greedy" else 0))]
+        for drafter in drafters:
+            for shape in shapes:
+                for side, label in (("plugin", "this plugin"), ("stock", "stock SGLang")):
+                    arm = _arm(results, drafter, shape, side)
+                    if arm is None:
+                        continue
+                    row = [DRAFTER_NAMES.get(drafter, drafter), arm.get("shape") or shape, label]
+                    row += [_cell(arm, f"batch{b}/{mode}") for b in batches]
+                    if mode == "greedy":
+                        row.append(" / ".join(_lossless(arm.get("cells", {}).get(f"batch{b}/greedy", {}))
+                                              for b in batches) if "cells" in arm else "")
+                    lines.append("| " + " | ".join(row) + " |")
+        lines.append("")
+    floor = [plain[f"batch{b}/greedy"].get("plain_batched_vs_single") for b in batches[1:]]
+    lines.append("Plain decoding's own agreement, batched against one request at a time (the engine's bf16 floor): "
+                 + "; ".join(f"batch {b}: {f['exact']} of {f['requests']} equal, {f['near_tie']} near-tie"
+                             for b, f in zip(batches[1:], floor) if f))
+    return "\n".join(lines) + "\n"
+
+
+def best_shape(results: dict, drafter: str, side: str, key: str) -> tuple[str, dict] | None:
+    """The shape with the highest median speedup in cell ``key``."""
+    best = None
+    for name, arm in results["arms"].items():
+        parts = name.split("/")
+        if len(parts) != 3 or parts[0] != drafter or parts[2] != side or key not in arm.get("cells", {}):
+            continue
+        cell = arm["cells"][key]
+        if best is None or cell.get("speedup_median", 0) > best[1].get("speedup_median", 0):
+            best = (arm.get("shape") or parts[1], cell)
+    return best
+
+
+def headline(results: dict, source: str) -> str:
+    """Per drafter and mode: this plugin's best shape per batch size, and stock SGLang's."""
+    batches = results.get("batches", [1, 16, 64])
+    lines = ["| drafter (trained by its producer on ShareGPT) | mode | " + " | ".join(
+        f"batch {b}: this plugin" for b in batches) + " | stock SGLang, best shape |",
+             "|" + "---|" * (3 + len(batches))]
+    for drafter in results["drafters"]:
+        for mode in ("greedy", "sampled"):
+            cells = []
+            for b in batches:
+                best = best_shape(results, drafter, "plugin", f"batch{b}/{mode}")
+                cells.append("-" if best is None else
+                             f"{best[1]['speedup_median']:.2f}x, {best[1].get('accept_length', 0):.2f} ({best[0]})")
+            stock = [best_shape(results, drafter, "stock", f"batch{b}/{mode}") for b in batches]
+            if all(s is None for s in stock):
+                stock_cell = "cannot serve it"
+            else:
+                stock_cell = " / ".join("-" if s is None else f"{s[1]['speedup_median']:.2f}x, "
+                                        f"{s[1].get('accept_length', 0):.2f}" for s in stock)
+            lines.append(f"| {DRAFTER_NAMES.get(drafter, drafter)} | {'greedy' if mode == 'greedy' else 'T 0.7'} | "
+                         + " | ".join(cells) + f" | {stock_cell} |")
+    lines += ["", f"Speedup in output tokens/s over plain decoding in the same run, acceptance length (tokens per "
+              f"verify step), the shape (steps/top-k/draft tokens) that did best; stock: batch "
+              f"{'/'.join(map(str, batches))}. SmolLM2-135M-Instruct, MT-bench first turns, {results['device']}, "
+              f"SGLang {results['sglang']}, {results['date']}, `{source}`."]
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) == 3 and argv[0] == "import":
+        with open(argv[1], encoding="utf-8") as handle:
+            raw = json.load(handle)
+        os.makedirs(os.path.dirname(os.path.abspath(argv[2])), exist_ok=True)
+        with open(argv[2] + ".tmp", "w", encoding="utf-8") as handle:
+            json.dump(committed(raw), handle, indent=1)
+            handle.write("\n")
+        os.replace(argv[2] + ".tmp", argv[2])
+        return 0
+    if len(argv) == 2 and argv[0] == "markdown":
+        with open(argv[1], encoding="utf-8") as handle:
+            print(markdown(json.load(handle)), end="")
+        return 0
+    print(__doc__, file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
