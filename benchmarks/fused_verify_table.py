@@ -17,20 +17,23 @@ OUTPUT = os.path.join(HERE, "results", "fused_verify.md")
 KV_BYTES_PER_TOKEN = 2 * 32 * 8 * 128 * 2
 STAGE = "SITE=/tmp/site source benchmarks/gpu/stage_package.sh && "
 RUNS = {  # file -> (commit, command); the commit is the checkout the device ran
-    "e2e_h200_sglang-0.5.23.json": ("5f28eb9", "E2E_COMMIT=5f28eb9 bash benchmarks/gpu/run_fused_verify_e2e.sh /tmp/fve "
+    "e2e_h200_sglang-0.5.23.json": ("5f28eb9", "E2E_COMMIT=5f28eb9 bash "
+                                    "benchmarks/gpu/run_fused_verify_e2e.sh /tmp/fve "
                                     "--trees 2 --control --rounds 6, then --trees 1,0 --control --rounds 6 (one "
                                     "machine, one results.json)"),
     # --control's third engine, in the same rounds as the run above
     "e2e_h200_sglang-0.5.23_control.json": ("5f28eb9", "the same runs (--control)"),
     "step_h200_sglang-0.5.23.json": ("5f28eb9", STAGE + "SGL_KERNEL_USE_FLASHINFER=1 SGLANG_KERNEL_USE_FLASHINFER=1 "
                                      "timeout 200 python3 benchmarks/gpu/fused_verify_step.py OUT.json"),
-    "e2e_h200_sglang-0.5.21.json": ("5f28eb9", "E2E_COMMIT=5f28eb9 bash benchmarks/gpu/run_fused_verify_e2e.sh /tmp/fve "
+    "e2e_h200_sglang-0.5.21.json": ("5f28eb9", "E2E_COMMIT=5f28eb9 bash "
+                                    "benchmarks/gpu/run_fused_verify_e2e.sh /tmp/fve "
                                     "--trees 2,1 --control --rounds 6, then --trees 0 --control --rounds 6 (one "
                                     "machine, one results.json)"),
     "e2e_h200_sglang-0.5.21_control.json": ("5f28eb9", "the same runs (--control)"),
     "step_h200_sglang-0.5.21.json": ("e0f3f31", STAGE + "SGL_KERNEL_USE_FLASHINFER=1 SGLANG_KERNEL_USE_FLASHINFER=1 "
                                      "timeout 380 python3 benchmarks/gpu/fused_verify_step.py OUT.json"),
-    "bf16_ties_h200_sglang-0.5.23.json": ("6915903", STAGE + "SGL_KERNEL_USE_FLASHINFER=1 SGLANG_KERNEL_USE_FLASHINFER=1 "
+    "bf16_ties_h200_sglang-0.5.23.json": ("6915903", STAGE + "SGL_KERNEL_USE_FLASHINFER=1 "
+                                          "SGLANG_KERNEL_USE_FLASHINFER=1 "
                                           "timeout 330 python3 benchmarks/gpu/bf16_ties.py OUT.json (beside the soak "
                                           "on the same GPU)"),
     "draws_h200_sglang-0.5.23.json": ("a65f4ab", STAGE + "cd benchmarks/gpu && SGL_KERNEL_USE_FLASHINFER=1 "
@@ -84,7 +87,8 @@ TARGETS = {("4/3/8", 64): 1.15, ("8/5/32", 64): 1.25}
 GREEDY_TARGET = 0.99
 MEASURABLE_MS = 1.0  # a sampled-verify cost below this is within the rounds' spread
 # the stock arm's sampling libraries per release (the gpu-sglang kit's pins; the step run records none)
-SAMPLING_LIBRARIES = {"0.5.16": "flashinfer 0.6.14, sglang-kernel 0.4.5", "0.5.21": "flashinfer 0.6.18, sglang-kernel 0.4.7",
+SAMPLING_LIBRARIES = {"0.5.16": "flashinfer 0.6.14, sglang-kernel 0.4.5",
+                      "0.5.21": "flashinfer 0.6.18, sglang-kernel 0.4.7",
                       "0.5.23": "flashinfer 0.7.2, sglang-kernel 0.4.10"}
 
 
@@ -154,7 +158,8 @@ def step_costs(step: dict) -> dict:
     """(filters, tree, batch) -> (ms of one stock and of one fused sampled-verify call, bytes the
     stock pipeline allocates beyond the fused one), from the step run."""
     return {(t["filters"], "/".join(map(str, t["tree"])), t["bs"]):
-            (t["ms_stock"], t["ms_fused"], t["mem_stock"] - t["mem_fused"]) for t in step.get("timing", ()) if "mem_stock" in t}
+            (t["ms_stock"], t["ms_fused"], t["mem_stock"] - t["mem_fused"])
+            for t in step.get("timing", ()) if "mem_stock" in t}
 
 
 def run_dates(run: dict) -> str:
@@ -250,7 +255,8 @@ def e2e_table(name: str, run: dict) -> list[str]:
             aa_ratio = f"{aa[tree, c['batch'], c['mode']]:.3f}x" if (tree, c["batch"], c["mode"]) in aa else "-"
             lines.append(f"| {tree} | {c['batch']} | {c['mode']} | {c['tok_s_median']['stock']} | "
                          f"{c['tok_s_median']['fused']} | **{c['ratio_median']:.3f}x**{above} | "
-                         f"{', '.join(f'{r:.3f}' for r in c['ratios'])} | {aa_ratio} | {stock_ms:.2f} | {fused_ms:.2f} | "
+                         f"{', '.join(f'{r:.3f}' for r in c['ratios'])} | {aa_ratio} | "
+                         f"{stock_ms:.2f} | {fused_ms:.2f} | "
                          f"{ceiling} | {realised} | {c['same_outputs_rounds']} of {len(c['ratios'])} | {mem} |")
             wanted = TARGETS.get((tree, c["batch"]), 1.0) if sampled else GREEDY_TARGET
             if c["ratio_median"] < wanted:
@@ -326,7 +332,8 @@ def draws_table(name: str, run: dict) -> list[str]:
         differ = c["differences"]
         fused_side = sum(d["reference"] == d["fused"] for d in differ)
         stock_side = sum(d["reference"] == d["stock"] for d in differ)
-        lines.append(f"| {'/'.join(map(str, c['tree']))} | {c['filters']} | {c['requests']:,} | {c['stock_vs_fused']} | "
+        lines.append(f"| {'/'.join(map(str, c['tree']))} | {c['filters']} | {c['requests']:,} | "
+                     f"{c['stock_vs_fused']} | "
                      f"{sum(d['on_boundary'] for d in differ)} | {fused_side} / {stock_side} | {c['stock_vs_stock']} | "
                      f"{sum(c['reference_checks'])} of {len(c['reference_checks'])} |")
     lines += ["", "Two float32 summations of the same distribution in different orders put a coin that lies within "

@@ -27,10 +27,12 @@ NOTES = {  # what a run's own record does not show
         "no traceback or restart, but 4 of its 7 JSON-schema requests timed out on the client side.",
 }
 NOTES["h200_sglang-0.5.23_6915903.json"] = (
-    "The first GPU soak. Run with `START_HOLD_S=5 SOAK_DURATION_S=600 SOAK_COMMIT=6915903 bash benchmarks/gpu/run_soak.sh start`, then "
+    "The first GPU soak. Run with "
+    "`START_HOLD_S=5 SOAK_DURATION_S=600 SOAK_COMMIT=6915903 bash benchmarks/gpu/run_soak.sh start`, then "
     "`WAIT_LIMIT_S=560 bash benchmarks/gpu/run_soak.sh wait` (SGLang 0.5.23 kit install, flashinfer's renorm on). "
     "Two checks failed. (1) \"No server restart\": its 16 events are 16 plain `python3` children of the server "
-    "(consecutive pids, as many as the machine's CPU cores: a worker pool's size) that ended while the server answered every client to the "
+    "(consecutive pids, as many as the machine's CPU cores: a worker pool's size) that ended while the server "
+    "answered every client to the "
     "end with the same listener and no traceback; the watch then counted any child. Since then a restart is the "
     "server, one of the processes SGLang titles `sglang::...` or the port's listener ending "
     "(`tests/test_soak.py::test_a_restart_is_an_sglang_component_ending_not_a_worker_pool`); this record keeps "

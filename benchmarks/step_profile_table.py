@@ -79,8 +79,8 @@ def run_table(name: str, run: dict) -> list[str]:
              f"{run['target']['hidden_size']}, I {run['target']['intermediate_size']}, vocabulary "
              f"{run['target']['vocab_size']}, bf16), `zipf_target`'s realistic "
              f"next-token distributions; `zipf_drafter` (SpecForge layout, 3 aux states, draft vocabulary "
-             f"{run['draft_vocab']}), {run['rounds']} requests of {run['new_tokens']} new tokens per cell; medians over "
-             "the steps that decoded the whole batch.",
+             f"{run['draft_vocab']}), {run['rounds']} requests of {run['new_tokens']} new tokens per cell; "
+             "medians over the steps that decoded the whole batch.",
              "* **How** CUDA events on the current stream at the entry and exit of each function of the v2 worker's "
              "decode step (`benchmarks/gpu/step_timer.py`): a row is the span it occupies on the GPU's timeline, "
              "launch gaps included; `between steps` is the GPU period (first event to the next step's) less the "
@@ -121,7 +121,8 @@ def levers(configs: dict) -> list[str]:
                                                      largest.items()) + ".", "",
              "Tokens per step over the step's period, by tree shape (accepted tokens per ms of GPU time per request; "
              "the best shape over the configured one is what choosing the shape per batch could give):", "",
-             "| drafter | batch | mode | " + " | ".join(sorted({t for r in rates.values() for t in r})) + " | best / worst |",
+             "| drafter | batch | mode | " + " | ".join(sorted({t for r in rates.values() for t in r}))
+             + " | best / worst |",
              "|---|---|---|" + "---|" * (len({t for r in rates.values() for t in r}) + 1)]
     for (layers, batch, mode), by_tree in sorted(rates.items()):
         cells = " | ".join(f"{by_tree[t]:.3f}" if t in by_tree else "-" for t in sorted({t for r in rates.values()

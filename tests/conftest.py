@@ -12,13 +12,13 @@ import pytest
 import torch
 from hypothesis import settings
 
+from sglang_eagle_ext.sglang.compat import cpu as cpu_shims
+
 # Property tests draw the same examples on every run (a red CI run must be reproducible and a
 # green one repeatable); HYPOTHESIS_PROFILE=explore draws fresh ones, as when hunting for bugs.
 settings.register_profile("repeatable", derandomize=True)
 settings.register_profile("explore", derandomize=False)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repeatable"))
-
-from sglang_eagle_ext.sglang.compat import cpu as cpu_shims
 
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
@@ -32,7 +32,8 @@ from sglang_eagle_ext.demo.tiny_target import TinyTargetSettings, build_tiny_tar
 # compare with SGLang's own code are marked with this and skipped there (and only there).
 WITHOUT_SGLANG = "SGLANG_EAGLE_EXT_TESTS_WITHOUT_SGLANG"
 needs_sglang = pytest.mark.skipif(os.environ.get(WITHOUT_SGLANG) == "1",
-                                  reason="the newest-dependencies job runs without SGLang (each release pins its own set)")
+                                  reason="the newest-dependencies job runs without SGLang "
+                                         "(each release pins its own set)")
 
 
 @pytest.fixture(scope="session")

@@ -38,7 +38,8 @@ def test_a_bad_flag_names_the_variable_the_value_and_the_spellings(monkeypatch, 
     monkeypatch.setenv(NAME, value)
     with pytest.raises(env.SwitchError) as raised:
         env.flag(NAME, True)
-    assert str(raised.value) == f"{NAME}={value!r}: expected one of 1/0, true/false, on/off, yes/no (any case), or unset"
+    assert str(raised.value) == (f"{NAME}={value!r}: expected one of 1/0, true/false, on/off, yes/no (any case), "
+                                 "or unset")
     assert isinstance(raised.value, ValueError)
 
 
@@ -46,7 +47,8 @@ def test_choice(monkeypatch):
     monkeypatch.setenv(NAME, " Triton ")
     assert env.choice(NAME, ("triton", "sglang"), "sglang") == "triton"
     monkeypatch.setenv(NAME, "cuda")
-    with pytest.raises(env.SwitchError, match=rf"^{NAME}='cuda': expected one of triton, sglang \(any case\), or unset$"):
+    with pytest.raises(env.SwitchError,
+                       match=rf"^{NAME}='cuda': expected one of triton, sglang \(any case\), or unset$"):
         env.choice(NAME, ("triton", "sglang"), "sglang")
 
 
@@ -75,7 +77,8 @@ def test_boolean_switches_take_every_spelling(monkeypatch, name, on, off):
     assert SWITCHES[name]() is False
 
 
-@pytest.mark.parametrize("value, interpreted", [("1", True), ("y", True), ("Yes", True), ("0", False), ("maybe", False)])
+@pytest.mark.parametrize("value, interpreted",
+                         [("1", True), ("y", True), ("Yes", True), ("0", False), ("maybe", False)])
 def test_tritons_switch_is_read_as_triton_reads_it(monkeypatch, value, interpreted):
     # TRITON_INTERPRET is Triton's, with its own spellings ("y" on, anything unknown off): the launch
     # fast path and the CPU shims follow Triton's reading rather than parse it themselves

@@ -378,7 +378,8 @@ def main() -> int:
     baseline_tp1 = records.get("baseline_tp1", {}).get("outputs")
     if baseline is not None and baseline_tp1 is not None:
         ids = [o["output_ids"] for o in baseline]
-        results["baseline_vs_tp1"] = {"digest": digest(ids), "digest_tp1": digest([o["output_ids"] for o in baseline_tp1]),
+        results["baseline_vs_tp1"] = {"digest": digest(ids),
+                                      "digest_tp1": digest([o["output_ids"] for o in baseline_tp1]),
                                       **compare(ids, baseline_tp1)}
     for task in engines:
         record = records[task]

@@ -239,7 +239,8 @@ def run_tree(out: str, tree: tuple, target: str, drafter: str, batches: list[int
         if process.is_alive():
             process.kill()
         with open(log_path, errors="replace") as handle:
-            shown = list(dict.fromkeys(line.strip() for line in handle if ("sglang-eagle-ext:" in line and "verif" in line)
+            shown = list(dict.fromkeys(line.strip() for line in handle
+                                       if ("sglang-eagle-ext:" in line and "verif" in line)
                                        or line.startswith("zipf_target:")))
         if arm != CONTROL_ARM:
             records["results"].setdefault("plugin_log", {})[arm] = shown

@@ -86,7 +86,8 @@ def main(out: str) -> int:
             None if stock is None or fused is None else sum(a == b for a, b in zip(stock, fused)))
     save_json(os.path.join(out, "results.json"), results)
     print(json.dumps({"identical": results["identical"],
-                      "accept": {arm: {k: v.get("accept_length") for k, v in results[arm].items() if isinstance(v, dict)}
+                      "accept": {arm: {k: v.get("accept_length")
+                                       for k, v in results[arm].items() if isinstance(v, dict)}
                                  for arm in ARMS},
                       "plugin_log": {arm: results[arm]["plugin_log"][:3] for arm in ARMS}}, indent=1))
     return 0

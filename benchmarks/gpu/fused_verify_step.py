@@ -119,7 +119,8 @@ def chi_square(counts: torch.Tensor, probs: torch.Tensor) -> tuple[float, int, f
     keep = exp > 0
     stat = float(((obs[keep] - exp[keep]) ** 2 / exp[keep]).sum())
     dof = int(keep.sum()) - 1
-    p_value = torch.special.gammaincc(torch.tensor(dof / 2, dtype=torch.float64), torch.tensor(stat / 2, dtype=torch.float64))
+    p_value = torch.special.gammaincc(torch.tensor(dof / 2, dtype=torch.float64),
+                                      torch.tensor(stat / 2, dtype=torch.float64))
     return stat, dof, float(p_value)
 
 
@@ -215,7 +216,8 @@ def main(out_path: str, quick: bool) -> None:
                 ms = {"stock": [], "fused": []}
                 mem = {}
                 for r in range(5 if quick else 15):
-                    for name, arm in (("stock", stock), ("fused", fused)) if r % 2 == 0 else (("fused", fused), ("stock", stock)):
+                    for name, arm in ((("stock", stock), ("fused", fused)) if r % 2 == 0
+                                      else (("fused", fused), ("stock", stock))):
                         t, m = timed(arm, case, r)
                         ms[name].append(t)
                         mem[name] = m

@@ -24,7 +24,7 @@ import statistics
 import sys
 import time
 
-from fused_verify_e2e import (LLAMA_31_8B, DRAFT_VOCAB, LEAD_IN_TOKENS, MODES, SEED, SMOKE, build_models, driver,
+from fused_verify_e2e import (LLAMA_31_8B, DRAFT_VOCAB, LEAD_IN_TOKENS, MODES, SMOKE, build_models, driver,
                               engine_options, prompts, register_plugin)
 from results_file import save_json
 from step_timer import DIR_ENV
@@ -199,8 +199,8 @@ def main() -> int:
                         **summary(steps, batch), "every_step": steps}
                 config["cells"].append(cell)
                 save_json(path, results)
-                print(f"{name} batch {batch} {mode}: period {cell['gpu_period_ms']} ms, accept {cell['accept_length']}, "
-                      f"{cell['steps']} steps, gpu {cell['gpu_ms']}", flush=True)
+                print(f"{name} batch {batch} {mode}: period {cell['gpu_period_ms']} ms, "
+                      f"accept {cell['accept_length']}, {cell['steps']} steps, gpu {cell['gpu_ms']}", flush=True)
         parent.send(None)
         process.join(timeout=60)
         if process.is_alive():

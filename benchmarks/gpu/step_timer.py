@@ -31,7 +31,8 @@ DIR_ENV = "STEP_TIMER_DIR"
 PHASES = {
     "step": ("sglang.srt.speculative.eagle_worker_v2", "EAGLEWorkerV2.forward_batch_generation"),
     "draft": ("sglang.srt.speculative.eagle_worker_v2", "EagleDraftWorker.draft"),
-    "draft_forward_graph": ("sglang.srt.speculative.eagle_draft_cuda_graph_runner", "EAGLEDraftCudaGraphRunner.execute"),
+    "draft_forward_graph": ("sglang.srt.speculative.eagle_draft_cuda_graph_runner",
+                            "EAGLEDraftCudaGraphRunner.execute"),
     "draft_forward_eager": ("sglang.srt.speculative.eagle_worker_v2", "EagleDraftWorker.draft_forward"),
     "tree_build": ("sglang.srt.speculative.eagle_worker_v2", "build_eagle_verify_input"),
     "verify": ("sglang.srt.speculative.eagle_worker_v2", "EAGLEWorkerV2.verify"),

@@ -164,7 +164,8 @@ def main() -> int:
         shape = {"new_tokens": new_tokens,
                  "tok_s": {arm: [round(r, 1) for r in rates[arm]] for arm in arms},
                  "tok_s_median": {arm: round(statistics.median(rates[arm]), 1) for arm in arms},
-                 "accept_length": {arm: round(sum(r["tokens"] for r in runs[arm]) / sum(r["verify"] for r in runs[arm]), 3)
+                 "accept_length": {arm: round(sum(r["tokens"] for r in runs[arm])
+                                              / sum(r["verify"] for r in runs[arm]), 3)
                                    for arm in arms if ARMS[arm]["eagle"]},
                  "output_digests": {arm: sorted({r["digest"] for r in runs[arm]}) for arm in arms}}
         for name, (numerator, denominator) in {"eagle_tp2_vs_tp1": ("eagle_tp2", "eagle_tp1"),

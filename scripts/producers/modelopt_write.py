@@ -53,7 +53,8 @@ def src(path: str, lines: str, what: str) -> str:
 TF = f"transformers=={transformers.__version__}"
 SOURCES_COMMON = [
     src("torch/speculative/speculative_decoding.py", "30", "mtsp.convert: the EAGLE mode used here"),
-    src("torch/speculative/eagle/conversion.py", "42-51", "eagle_architecture_config merged over eagle3_default_config"),
+    src("torch/speculative/eagle/conversion.py", "42-51",
+        "eagle_architecture_config merged over eagle3_default_config"),
     src("torch/speculative/config.py", "44", "EAGLE-3 defaults: use_aux_hidden_state=True, use_last_layernorm=True"),
     src("torch/speculative/eagle/default_config.py", "20-25",
         "training RoPE default: rope_scaling {rope_type: default, rope_theta: 10000}, rope_theta 10000; "
@@ -63,13 +64,15 @@ SOURCES_COMMON = [
         "max_position_embeddings come from the target"),
     src("torch/speculative/plugins/hf_eagle.py", "58-63",
         "default_eagle_aux_layer_ids(n) = sorted({1, max(0, n//2-1), max(0, n-4)}) (a set: collapses for n <= 6)"),
-    src("torch/speculative/plugins/hf_eagle.py", "380-385", "defaults used only when eagle_aux_hidden_state_layer_ids is empty"),
+    src("torch/speculative/plugins/hf_eagle.py", "380-385",
+        "defaults used only when eagle_aux_hidden_state_layer_ids is empty"),
     src("torch/speculative/plugins/hf_eagle.py", "402-406",
         "forward hook on base_model.layers[i] for every i in the ids: id i taps the OUTPUT of decoder layer i "
         "= HF hidden_states[i + 1] (pre final-norm for the last layer)"),
     src("torch/speculative/plugins/hf_eagle.py", "208-216", "the hook stores the layer output"),
     src("torch/speculative/plugins/hf_eagle.py", "218-234",
-        "aux states concatenated in hook-firing order, i.e. ascending layer order, whatever order the ids are written in"),
+        "aux states concatenated in hook-firing order, i.e. ascending layer order, whatever order the ids are "
+        "written in"),
     src("torch/speculative/plugins/hf_eagle.py", "491", "eagle_input_hiddens = eagle_module.fc(aux_hiddens)"),
     src("torch/speculative/plugins/modeling_eagle.py", "36-40", "layers.{i} (LlamaDecoderLayer) and final norm"),
     src("torch/speculative/plugins/modeling_eagle.py", "43-56",
@@ -87,7 +90,8 @@ SOURCES_COMMON = [
         "the RoPE the module runs: LlamaRotaryEmbedding(draft config), i.e. the training rope_scaling (default)"),
     src("torch/speculative/plugins/modeling_eagle.py", "172-196",
         "forward: rope, decoder layers, returns (norm(h), pre-norm h)"),
-    src("torch/speculative/plugins/hf_eagle.py", "647-670", "_eagle_forward: logits = eagle_module.lm_head(post-norm h)"),
+    src("torch/speculative/plugins/hf_eagle.py", "647-670",
+        "_eagle_forward: logits = eagle_module.lm_head(post-norm h)"),
     src("torch/speculative/plugins/hf_eagle.py", "929-943",
         "pseudo_speculative_generate: drafter input = embeddings of the ids, next step carries eagle_prenorm_h "
         "(the last layer's output before the final norm)"),
@@ -103,7 +107,8 @@ SOURCES_COMMON = [
         "tensors saved as the module holds them (dtype argument unused without quantization)"),
     src("torch/export/plugins/hf_spec_configs.py", "18-56",
         "config.json template: LlamaForCausalLMEagle3, eagle_config with layer-output ids"),
-    src("torch/export/plugins/hf_spec_export.py", "198-211", "template fields filled from the draft config, else the base"),
+    src("torch/export/plugins/hf_spec_export.py", "198-211",
+        "template fields filled from the draft config, else the base"),
     src("torch/speculative/config.py", "380-387",
         "eagle_export_rope_scaling default {rope_type: yarn, factor: 32.0, original_max_position_embeddings: 2048}"),
     src("torch/export/plugins/hf_spec_export.py", "213-218",
@@ -211,7 +216,8 @@ def write_variant(name: str, layers: int, aux_ids, export_rope, seed: int) -> di
     assert trained_rope["rope_type"] == "default"
     notes = []
     forward = {"module": "modelopt.torch.speculative.plugins.hf_eagle.HFEagleModel._eagle_forward "
-                         "(EagleModule + its lm_head), fed as pseudo_speculative_generate feeds it (hf_eagle.py:906-934)",
+                         "(EagleModule + its lm_head), fed as pseudo_speculative_generate feeds it "
+                         "(hf_eagle.py:906-934)",
                "dtype": "float32",
                "carried": "eagle_prenorm_h: the last draft layer's output before the final norm "
                           f"({PIN} modelopt/torch/speculative/plugins/hf_eagle.py:929,943; "

@@ -88,7 +88,8 @@ class C:
     consolidated = cite(RECIPE, "save_consolidated=not is_peft,")
     final_ckpt = cite(RECIPE, "is_final_checkpoint=True,")
     single_layer = cite(DRAFT, "layers: list[nn.Module] = [Eagle3LlamaDecoderLayer(config, layer_id=0)]")
-    d2t_buffers = cite(DRAFT, 'self.register_buffer("d2t", torch.zeros(self.draft_vocab_size, dtype=torch.long), persistent=True)')
+    d2t_buffers = cite(DRAFT, 'self.register_buffer("d2t", torch.zeros(self.draft_vocab_size, dtype=torch.long), '
+                              'persistent=True)')
     d2t_offsets = cite(DRAFT, "self.d2t.copy_(selected - base)")
     layer_norms = cite(DRAFT, "norm_input_embeds = self.input_layernorm(input_embeds)")
     hidden_norm = cite(DRAFT, "norm_hidden_states = self.hidden_norm(hidden_states)")
@@ -106,7 +107,8 @@ class C:
     capture_default = cite(TARGET, "candidates = [1, num_layers // 2 - 1, num_layers - 4]")
     capture_hook = cite(TARGET, "handles.append(layers[layer_id].register_forward_hook(_make_hook(layer_id)))")
     capture_output = cite(TARGET, "captured[layer_id] = outputs[0] if isinstance(outputs, tuple) else outputs")
-    capture_order = cite(TARGET, "aux_hidden_states = torch.cat([captured[layer_id] for layer_id in self.aux_layer_ids], dim=-1)")
+    capture_order = cite(TARGET, "aux_hidden_states = torch.cat([captured[layer_id] "
+                                 "for layer_id in self.aux_layer_ids], dim=-1)")
     capture_validate = cite(TARGET, "return aux_layer_ids", nth=1)
     serve_resolve = cite(SERVE, "candidate_dirs.insert(0, p / \"model\")")
     serve_requires = cite(SERVE, "if not ((candidate / \"config.json\").exists() and _has_hf_weight_file(candidate)):")

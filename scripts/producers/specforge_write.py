@@ -90,7 +90,8 @@ C = types.SimpleNamespace(
     rope_positions=cite(DRAFT, "query_states, key_states, cos, sin, position_ids + lck"),
     buffers=cite(DRAFT, 'self.register_buffer("d2t", d2t)'),
     d2t_use=cite(TRAIN, "pred_draft_token_ids + self.draft_model.d2t[pred_draft_token_ids]"),
-    vocab_offsets=cite("specforge/data/preprocessing.py", "d2t = [used_tokens[i] - i for i in range(len(used_tokens))]"),
+    vocab_offsets=cite("specforge/data/preprocessing.py",
+                       "d2t = [used_tokens[i] - i for i in range(len(used_tokens))]"),
     vocab_mask=cite("specforge/data/preprocessing.py", "t2d = [i in used_tokens for i in range(target_vocab_size)]"),
     load_vocab=cite(BASE, 'self.d2t.copy_(vocab_mapping["d2t"])'),
     step_fc=cite(TRAIN, "hidden_states = self.draft_model.project_hidden_states(hidden_states)"),
@@ -107,11 +108,15 @@ C = types.SimpleNamespace(
     build=cite(PROVIDERS, "draft_model = AutoDraftModel.from_config("),
     build_dtype=cite(PROVIDERS, "return draft_model.to(device=_device(), dtype=_torch_dtype(cfg))"),
     load_embedding=cite(PROVIDERS, "draft_model.load_embedding("),
-    filter=cite("specforge/training/strategies/base.py", 'if "draft_model." in k and not (embed_frozen and "embed" in k.lower())'),
+    filter=cite("specforge/training/strategies/base.py",
+                'if "draft_model." in k and not (embed_frozen and "embed" in k.lower())'),
     save=cite("specforge/training/controller.py", '"draft_state_dict": self.core.strategy.checkpoint_state_filter('),
-    export_dtype=cite("specforge/export/checkpoint_io.py", "model = AutoDraftModel.from_config(draft_config, torch_dtype=torch.bfloat16)"),
-    export_no_embed=cite("specforge/export/to_sglang.py", 'full = {k: v for k, v in model.state_dict().items() if "embed" not in k.lower()}'),
-    export_save=cite("specforge/export/to_sglang.py", "model.save_pretrained(output_dir, state_dict=_serving_state(full, weight_map))"),
+    export_dtype=cite("specforge/export/checkpoint_io.py",
+                      "model = AutoDraftModel.from_config(draft_config, torch_dtype=torch.bfloat16)"),
+    export_no_embed=cite("specforge/export/to_sglang.py",
+                         'full = {k: v for k, v in model.state_dict().items() if "embed" not in k.lower()}'),
+    export_save=cite("specforge/export/to_sglang.py",
+                     "model.save_pretrained(output_dir, state_dict=_serving_state(full, weight_map))"),
     export_cli=cite("specforge/cli.py", "export_to_sglang("),
 )
 
@@ -136,33 +141,51 @@ def draft_config(**extra) -> dict:
 
 COMMON_NOTES = [
     f"EAGLE-3 drafters are single-layer only: {C.single_layer}, {C.midlayer}",
-    f"fc always takes exactly three aux states ({C.fc_three}; the capture must resolve to three ids: {C.capture_three})",
-    f"saved and exported in bfloat16 ({C.build_dtype}: training.torch_dtype defaults to bfloat16; the exporter rebuilds the draft in bfloat16: {C.export_dtype})",
-    f"the export holds no embed_tokens (frozen target copy, filtered by the trainer: {C.filter}, and by the exporter: {C.export_no_embed}); the draft takes the target's embedding ({C.load_embedding})",
-    f"t2d (bool [V]) and d2t (int64 offsets [Vd], target = draft + d2t[draft]) are saved buffers ({C.buffers}) made by generate_vocab_mapping_file ({C.vocab_offsets}, {C.vocab_mask}) and used as {C.d2t_use}",
-    f"layer 0 takes cat(input_layernorm(embed), hidden_norm(fc(aux))) ({C.input_layernorm}, {C.hidden_norm}, {C.cat_order}); residual is fc(aux), un-normed",
-    f"RoPE: plain (rope_parameters type 'default' from transformers 5), base = config rope_theta, head_dim from config, rotate_half halves, positions as given ({C.rope_config}, {C.rope_default}, {C.rope_freqs}, {C.rope_half}, {C.rope_positions})",
-    "the recorded forward runs the sdpa attention module (LlamaAttention's training-time-test branch, cache_hidden=[[], []]); training.attention_backend defaults to flex_attention, same weights and math",
+    f"fc always takes exactly three aux states ({C.fc_three}; the capture must resolve to three ids: "
+    f"{C.capture_three})",
+    f"saved and exported in bfloat16 ({C.build_dtype}: training.torch_dtype defaults to bfloat16; the exporter "
+    f"rebuilds the draft in bfloat16: {C.export_dtype})",
+    f"the export holds no embed_tokens (frozen target copy, filtered by the trainer: {C.filter}, and by the "
+    f"exporter: {C.export_no_embed}); the draft takes the target's embedding ({C.load_embedding})",
+    f"t2d (bool [V]) and d2t (int64 offsets [Vd], target = draft + d2t[draft]) are saved buffers ({C.buffers}) "
+    f"made by generate_vocab_mapping_file ({C.vocab_offsets}, {C.vocab_mask}) and used as {C.d2t_use}",
+    f"layer 0 takes cat(input_layernorm(embed), hidden_norm(fc(aux))) ({C.input_layernorm}, {C.hidden_norm}, "
+    f"{C.cat_order}); residual is fc(aux), un-normed",
+    f"RoPE: plain (rope_parameters type 'default' from transformers 5), base = config rope_theta, head_dim from "
+    f"config, rotate_half halves, positions as given ({C.rope_config}, {C.rope_default}, {C.rope_freqs}, "
+    f"{C.rope_half}, {C.rope_positions})",
+    "the recorded forward runs the sdpa attention module (LlamaAttention's training-time-test branch, "
+    "cache_hidden=[[], []]); training.attention_backend defaults to flex_attention, same weights and math",
 ]
 
 # name -> (draft config extras, seed, aux ids as the trainer resolves them, expect extras, notes)
 VARIANTS = {
     "eagle3": dict(extra={}, seed=11, notes=[
-        f"no aux ids written (as in SpecForge's shipped llama3-8B-eagle3.json); its trainer taps the default [1, N//2-1, N-4] = [1, 3, 4] ({C.capture_default})",
-        f"no norm_output key: SpecForge's default is true, meaning lm_head reads norm(h) ({C.norm_output}, {C.logits_norm})",
+        f"no aux ids written (as in SpecForge's shipped llama3-8B-eagle3.json); its trainer taps the default "
+        f"[1, N//2-1, N-4] = [1, 3, 4] ({C.capture_default})",
+        f"no norm_output key: SpecForge's default is true, meaning lm_head reads norm(h) ({C.norm_output}, "
+        f"{C.logits_norm})",
     ]),
     "eagle3.1": dict(extra={"fc_norm": True, "norm_output": True}, seed=12, notes=[
-        f"EAGLE 3.1 as SpecForge's shipped qwen3-30B-A3B-eagle3.1.json writes it: fc_norm (one RMSNorm [T] per aux chunk before fc: {C.fc_norm}, {C.fc_norm_apply}) and norm_output true",
-        f"norm_output true in SpecForge: lm_head reads norm(h) ({C.norm_output}, {C.logits_norm}); the carried state stays the pre-norm backbone output ({C.carried})",
-        f"SGLang 0.5.14 (SpecForge's pinned engine, the one its export targets) reads norm_output true as 'carry the normed state' ({SGLANG_NORM_OUTPUT}): served stock, this drafter's later draft steps get a state it was never trained on",
+        f"EAGLE 3.1 as SpecForge's shipped qwen3-30B-A3B-eagle3.1.json writes it: fc_norm (one RMSNorm [T] per "
+        f"aux chunk before fc: {C.fc_norm}, {C.fc_norm_apply}) and norm_output true",
+        f"norm_output true in SpecForge: lm_head reads norm(h) ({C.norm_output}, {C.logits_norm}); the carried "
+        f"state stays the pre-norm backbone output ({C.carried})",
+        f"SGLang 0.5.14 (SpecForge's pinned engine, the one its export targets) reads norm_output true as 'carry "
+        f"the normed state' ({SGLANG_NORM_OUTPUT}): served stock, this drafter's later draft steps get a state it "
+        "was never trained on",
     ]),
     "aux_ids_unsorted": dict(extra={"eagle_config": {"eagle_aux_hidden_state_layer_ids": [6, 0, 3]}}, seed=13, notes=[
-        f"aux ids written as eagle_config.eagle_aux_hidden_state_layer_ids (as in SpecForge's shipped gpt-oss configs) and read from there by the trainer ({C.capture_resolve}); written unsorted",
-        f"SGLang captures in layer order whatever the id order ({SGLANG_CAPTURE_LOOP}), so fc's chunks are hidden_states [1, 4, 7] ascending",
+        f"aux ids written as eagle_config.eagle_aux_hidden_state_layer_ids (as in SpecForge's shipped gpt-oss "
+        f"configs) and read from there by the trainer ({C.capture_resolve}); written unsorted",
+        f"SGLang captures in layer order whatever the id order ({SGLANG_CAPTURE_LOOP}), so fc's chunks are "
+        "hidden_states [1, 4, 7] ascending",
     ]),
     "norm_output_false": dict(extra={"norm_output": False}, seed=14, notes=[
-        f"norm_output false in SpecForge: lm_head reads the un-normed backbone output ({C.norm_output}, {C.logits_raw}); the final norm is saved but unused",
-        f"SGLang 0.5.14 always applies the final norm before lm_head ({SGLANG_NORM_OUTPUT}), so no stock engine serves this as trained",
+        f"norm_output false in SpecForge: lm_head reads the un-normed backbone output ({C.norm_output}, "
+        f"{C.logits_raw}); the final norm is saved but unused",
+        f"SGLang 0.5.14 always applies the final norm before lm_head ({SGLANG_NORM_OUTPUT}), so no stock engine "
+        "serves this as trained",
         "no engine serves it as trained, so it must be refused (expect.refused)",
     ]),
 }
@@ -282,7 +305,8 @@ def write_variant(out_root: str, name: str, spec: dict) -> None:
     normed_logits = bool(config.get("norm_output", True))
     record.write_record(
         variant_dir, producer="specforge", package=PACKAGE, variant=name,
-        written_by=("specforge.training.checkpoint.CheckpointManager.save (payload of TrainerController.save_checkpoint, "
+        written_by=("specforge.training.checkpoint.CheckpointManager.save (payload of "
+                    "TrainerController.save_checkpoint, "
                     "draft_state_dict = Eagle3TrainStrategy.checkpoint_state_filter), then "
                     "`specforge export --to sglang` (specforge.export.to_sglang.export_to_sglang)"),
         sources=sorted({C.build, C.build_dtype, C.load_embedding, C.filter, C.save, C.export_dtype,
@@ -307,7 +331,8 @@ def write_variant(out_root: str, name: str, spec: dict) -> None:
                         f"the logits read {'norm(h)' if normed_logits else 'h itself (no final norm)'}: "
                         f"{C.norm_output}, {C.logits_norm if normed_logits else C.logits_raw}"),
             "aux_ids_trainer_resolves": ids,
-            "aux_order": f"concatenated in target layer order (ascending), whatever the id order: {SGLANG_CAPTURE_LOOP}",
+            "aux_order": ("concatenated in target layer order (ascending), whatever the id order: "
+                          f"{SGLANG_CAPTURE_LOOP}"),
             "aux_ids_meaning": (f"SGLang layer ids: id j taps the input of layer j+1 = hidden_states[j + 1] "
                                 f"({C.capture_setter} -> {SGLANG_CAPTURE_PLUS_ONE}, {SGLANG_CAPTURE_LOOP})"),
             "lm_head_input": "norm(h)" if normed_logits else "h (un-normed)",

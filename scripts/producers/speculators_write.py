@@ -95,7 +95,8 @@ C = types.SimpleNamespace(
     ids_resolve_train=cite(CORE, "target_layer_ids = resolve_target_layer_ids(", nth=1),
     ids_resolve_load=cite(CORE, "model.config.eagle_aux_hidden_state_layer_ids = resolve_target_layer_ids("),
     ids_schema=cite(SCHEMA, "auxiliary hidden states. Defaults to [2, n//2, n-3]."),
-    ids_meaning=cite("speculators/convert/dflash/converter.py", "# z-lab reads hidden_states[layer_id + 1] (index 0 is the embedding", span=1),
+    ids_meaning=cite("speculators/convert/dflash/converter.py",
+                     "# z-lab reads hidden_states[layer_id + 1] (index 0 is the embedding", span=1),
     ids_last=cite("speculators/convert/dflash/converter.py", "# Exclude the last verifier layer", span=2),
     hs_layout=cite(DATA, '"hidden_states": loaded_hs["hidden_states"][:, :-1].flatten(', span=6),
     fc=cite(CORE, "num_aux * self.hidden_size, self.hidden_size, bias=False"),
@@ -124,7 +125,8 @@ C = types.SimpleNamespace(
     rope=cite(CORE, "modified_tl_config = flatten_rope_parameters(config.transformer_layer_config)", span=3),
     rope_apply=cite(CORE, "position_embeddings = self.rotary_emb(hidden_states, position_ids)"),
     rope_from_verifier=cite(CLI, "rope_params = deepcopy(verifier_config.rope_parameters)"),
-    positions_shift=cite("speculators/models/eagle3/data.py", "position_ids = position_ids[1:]  # Note: position_ids now start at 1"),
+    positions_shift=cite("speculators/models/eagle3/data.py",
+                         "position_ids = position_ids[1:]  # Note: position_ids now start at 1"),
     positions_step=cite(CORE, "position_ids = position_ids + 1"),
     # sliding window
     sw_layers=cite(CORE, "self.sliding_window_indices = [", span=4),
@@ -183,7 +185,8 @@ EMBED_NOTE = (
     "forward loads the verifier's embedding with the same loader's overwrite_embed_tokens=True (vLLM serves such "
     "a drafter with the target's embedding)")
 
-SPECFORGE_NORM_OUTPUT = "specforge==0.2.0 specforge/modeling/draft/llama3_eagle.py (self.norm_output = getattr(config, \"norm_output\", True))"
+SPECFORGE_NORM_OUTPUT = ("specforge==0.2.0 specforge/modeling/draft/llama3_eagle.py "
+                         "(self.norm_output = getattr(config, \"norm_output\", True))")
 
 COMMON_NOTES = [
     (f"aux ids are HF output_hidden_states indices (id k = the residual stream entering target layer k, "
@@ -198,9 +201,10 @@ COMMON_NOTES = [
      f"norm_before_fc = one RMSNorm over the whole concatenation [A*H] ({C.input_norm}, {C.input_norm_apply}), "
      f"fc_norm = one per chunk ({C.fc_norm_apply})"),
     (f"layer 0 takes cat(embed, fc(aux)) ({C.cat_order}), splits it ({C.split}), normalises embed with "
-     f"input_layernorm and the hidden half with hidden_norm ({C.l0_norms}); residual = fc(aux), or hidden_norm(fc(aux)) "
-     f"with norm_before_residual ({C.l0_residual}); q/k/v take 2H ({C.l0_qkv}); later layers are transformers' "
-     f"plain LlamaDecoderLayer ({C.later_layers}, {C.llama_classes}): input_layernorm then attention"),
+     f"input_layernorm and the hidden half with hidden_norm ({C.l0_norms}); residual = fc(aux), or "
+     f"hidden_norm(fc(aux)) with norm_before_residual ({C.l0_residual}); q/k/v take 2H ({C.l0_qkv}); later "
+     f"layers are transformers' plain LlamaDecoderLayer ({C.later_layers}, {C.llama_classes}): input_layernorm "
+     "then attention"),
     (f"lm_head reads norm(h) whatever norm_output says; norm_output decides the carried state: true carries "
      f"norm(h), false carries h ({C.norm_output}); the carried state is concatenated with the next step's embed "
      f"({C.carried_loop})"),
@@ -407,7 +411,8 @@ VARIANTS = {
         "speculators train's build path (TrainConfig defaults, --num-layers 3: parse_vocab_mappings, "
         "build_draft_model -> Eagle3DraftModel.from_training_args), saved by "
         "speculators.train.checkpointer.SingleGPUCheckpointer.save_checkpoint (bfloat16)")),
-    "3layer-trainer-window4": dict(build=build_trainer, seed=23, flags={"sliding_window": 4, "full_attention_indices": [1]},
+    "3layer-trainer-window4": dict(build=build_trainer, seed=23,
+                                   flags={"sliding_window": 4, "full_attention_indices": [1]},
                                    written_by=(
         "speculators train's build path with --num-layers 3 --sliding-window 4 --full-attention-indices 1 "
         "(other flags at their defaults), saved by SingleGPUCheckpointer.save_checkpoint (bfloat16)")),
@@ -448,7 +453,8 @@ def write_variant(out_root: str, name: str, spec: dict) -> None:
         tensors["target_embed"] = target_embed
     notes = list(COMMON_NOTES) + [
         f"aux ids as written: {ids_written}; the producer's module tapped hidden_states {ids}",
-        f"the same forward with the trainer's positions (starting at 1) differs by {offset_diff:.2e} (RoPE is relative)",
+        f"the same forward with the trainer's positions (starting at 1) differs by {offset_diff:.2e} "
+        "(RoPE is relative)",
     ]
     sources = {C.default_ids, C.ids_range, C.ids_resolve_train, C.ids_resolve_load, C.ids_meaning, C.ids_last,
                C.hs_layout, C.fc, C.num_aux, C.input_norm, C.input_norm_apply, C.fc_norm_apply, C.fc_apply,
@@ -468,16 +474,17 @@ def write_variant(out_root: str, name: str, spec: dict) -> None:
         notes.append(f"trainer defaults for eagle3: norm_before_residual true ({C.d_nbr}), norm_before_fc true "
                      f"({C.d_nbf}), norm_output true ({C.d_no}), llama layers ({C.d_arch}), one layer unless "
                      f"--num-layers ({C.d_layers}); every draft layer sliding_attention unless named in "
-                     f"--full-attention-indices ({C.sw_trainer}), window --sliding-window, default 2048 ({C.sw_default})")
+                     f"--full-attention-indices ({C.sw_trainer}), window --sliding-window, "
+                     f"default 2048 ({C.sw_default})")
         notes.append(f"saved by the checkpointer in bfloat16 ({C.save_dtype}, {C.save_ckpt}, {C.save_patch}); the "
                      f"checkpoint directory also holds the (empty, step-0) optimizer state and config.py (auto_map)")
     else:
         sources |= {C.conv_ids, C.conv_norm_output, C.conv_nbr, C.conv_remap, C.conv_save, C.conv_embed,
                     C.conv_vocab, C.conv_dtype, C.conv_forward}
-        notes.append(f"input: SpecForge 0.2.0's own export tests/producer_files/specforge/eagle3/drafter (no embed_tokens, "
-                     f"d2t/t2d); converted with no --algorithm-kwargs: aux ids written null ({C.conv_ids}), "
-                     f"norm_before_residual false ({C.conv_nbr}), midlayer.* -> layers.0.* ({C.conv_remap}), "
-                     f"no embed_tokens written ({C.conv_embed}), bfloat16 ({C.conv_dtype})")
+        notes.append("input: SpecForge 0.2.0's own export tests/producer_files/specforge/eagle3/drafter "
+                     "(no embed_tokens, d2t/t2d); converted with no --algorithm-kwargs: aux ids written null "
+                     f"({C.conv_ids}), norm_before_residual false ({C.conv_nbr}), midlayer.* -> layers.0.* "
+                     f"({C.conv_remap}), no embed_tokens written ({C.conv_embed}), bfloat16 ({C.conv_dtype})")
         notes.append(EMBED_NOTE)
         notes.append(f"the converter's own model class has no forward ({C.conv_forward}); the recorded forward is "
                      f"Eagle3DraftModel loading the converted files, with embed_tokens from the verifier "
@@ -487,14 +494,16 @@ def write_variant(out_root: str, name: str, spec: dict) -> None:
             notes.append("conversion check: on SpecForge's recorded inputs this forward differs from SpecForge's own "
                          f"recorded logits by {float((specforge['logits'] - logits).abs().max()):.2e} and carried "
                          f"state by {float((specforge['carried'] - carried).abs().max()):.2e}")
-        notes.append(f"speculators convert reads a SafeAILab/SpecForge config's norm_output as its own ({C.conv_norm_output}): "
-                     "in speculators true means 'carry norm(h)'; in SpecForge true (its default) means 'lm_head reads "
-                     f"norm(h)' and the carried state stays pre-norm ({SPECFORGE_NORM_OUTPUT}), so converting a SpecForge "
-                     "config that writes norm_output: true (its eagle3.1 configs) turns on a post-norm carried state "
-                     "the drafter never trained with; this input writes no norm_output, so it converts as trained")
+        notes.append("speculators convert reads a SafeAILab/SpecForge config's norm_output as its own "
+                     f"({C.conv_norm_output}): in speculators true means 'carry norm(h)'; in SpecForge true (its "
+                     "default) means 'lm_head reads norm(h)' and the carried state stays pre-norm "
+                     f"({SPECFORGE_NORM_OUTPUT}), so converting a SpecForge config that writes norm_output: true "
+                     "(its eagle3.1 configs) turns on a post-norm carried state the drafter never trained with; this "
+                     "input writes no norm_output, so it converts as trained")
 
     carried_why = (f"{'norm(h)' if model.config.norm_output else 'h (pre-norm)'} of the last draft layer, "
-                   f"fed back as the hidden half of layer 0's input on the next TTT step: {C.norm_output}, {C.carried_loop}")
+                   f"fed back as the hidden half of layer 0's input on the next TTT step: {C.norm_output}, "
+                   f"{C.carried_loop}")
     record.write_record(
         variant_dir, producer="speculators", package=PACKAGE, variant=name, written_by=spec["written_by"],
         sources=sorted(sources), drafter="drafter", aux_hidden_state_indices=sorted(ids),
@@ -507,7 +516,8 @@ def write_variant(out_root: str, name: str, spec: dict) -> None:
             "aux_ids_producer_taps": ids,
             "aux_ids_meaning": "HF output_hidden_states indices (vLLM's: the input of layer k): " + C.ids_meaning,
             "lm_head_input": f"norm(h) ({C.norm_output})",
-            "attention": f"eager (--draft-attn-impl eager, {C.attn_eager}; same mask_mod as the default flex attention)",
+            "attention": (f"eager (--draft-attn-impl eager, {C.attn_eager}; same mask_mod as the default "
+                          "flex attention)"),
         },
         expect=expect_for(model, embed_from_target=not has_embed),
         notes=notes,

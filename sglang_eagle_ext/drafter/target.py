@@ -130,7 +130,8 @@ def check_against_target(spec: DrafterSpec, target: TargetInfo) -> list[Problem]
             problems.append(Problem(
                 config, spec.aux_layers.source,
                 f"the aux hidden states collide in a {target.num_layers}-layer target: it would "
-                "capture fewer states than fc takes", aux_ids_fix(), expected="distinct indices", found=str(list(indices))))
+                "capture fewer states than fc takes", aux_ids_fix(), expected="distinct indices",
+                found=str(list(indices))))
         elif len(indices) != spec.num_aux_hidden_states:
             problems.append(Problem(
                 config, "eagle_aux_hidden_state_layer_ids",

@@ -60,7 +60,8 @@ def check_many(drafters: list[tuple[str, TargetInfo | None]], time_limit_s: floa
         done = subprocess.run([sys.executable, "-m", __name__], input=json.dumps(request), capture_output=True,
                               text=True, timeout=time_limit_s, env=env)
     except subprocess.TimeoutExpired:
-        return [{"checked": False, "reason": f"stock SGLang's check took longer than {time_limit_s:g} s"}] * len(drafters)
+        return [{"checked": False,
+                 "reason": f"stock SGLang's check took longer than {time_limit_s:g} s"}] * len(drafters)
     lines = done.stdout.strip().splitlines()
     try:
         reports = json.loads(lines[-1]) if done.returncode == 0 and lines else None
@@ -404,7 +405,8 @@ def stock_report(directory: str, target: dict | None) -> dict[str, Any]:
     from sglang_eagle_ext.sglang.compat import SUPPORTED, cpu
 
     if release not in SUPPORTED:  # other releases keep the loader's modules elsewhere, or differently
-        return {"checked": False, "reason": f"SGLang {release} is outside the releases this check runs on ({SUPPORTED})"}
+        return {"checked": False,
+                "reason": f"SGLang {release} is outside the releases this check runs on ({SUPPORTED})"}
 
     cpu.install()
     import torch

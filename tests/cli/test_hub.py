@@ -140,7 +140,8 @@ def test_inspect_checks_a_hub_drafter_from_headers_without_downloading_its_weigh
     assert "training_args.bin" not in sent and "optimizer.pt" not in sent  # the reader never opens them
     assert not os.path.exists(os.path.join(tmp_path, "cache", "models--org--tiny-eagle3", "snapshots", COMMIT,
                                            "model.safetensors"))
-    offline = cli(tmp_path / "cache", "inspect", "--no-stock-check", "org/tiny-eagle3")  # the cache now has the config only
+    # the cache now has the config only
+    offline = cli(tmp_path / "cache", "inspect", "--no-stock-check", "org/tiny-eagle3")
     assert offline.returncode == 1 and "Traceback" not in offline.stderr
     assert "its config is in the local Hugging Face cache but its weights are not and HF_HUB_OFFLINE is set" \
         in offline.stdout

@@ -248,7 +248,8 @@ _WRITER = {"F1-specforge": "SpecForge", "F2-angelslim": "AngelSlim", "F3-modelop
 
 
 _COMPARED = ("num_layers", "hidden_size", "draft_vocab_size", "norm_before_residual", "norm_before_fc",
-             "norm_output", "fc_norm", "rope_theta", "tie_word_embeddings", "num_aux_hidden_states", "use_aux_hidden_state")
+             "norm_output", "fc_norm", "rope_theta", "tie_word_embeddings", "num_aux_hidden_states",
+             "use_aux_hidden_state")
 
 
 def _assert_same_reading(spec, truth, path) -> None:

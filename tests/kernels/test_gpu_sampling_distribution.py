@@ -207,6 +207,7 @@ def test_fused_sampler_makes_sglang_draws_with_identical_coins():
             same = (c0 == c1) & (a0 == a1).all(1) & (p0 == p1).reshape(bs, n).all(1)
             requests += bs
             differ += int((~same).sum())
-    print(f"fused sampler vs {SOURCE} sampling op on the same distribution: {requests - differ}/{requests} requests identical")
+    print(f"fused sampler vs {SOURCE} sampling op on the same distribution: "
+          f"{requests - differ}/{requests} requests identical")
     # Only the float order of sums differs: a coin within rounding of a CDF step.
     assert requests >= 80 and differ <= max(1, requests // 500)

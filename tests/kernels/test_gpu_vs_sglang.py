@@ -12,7 +12,8 @@ import functools
 import pytest
 import torch
 
-from tests.kernels.gpu_marks import BUILD_OP, CUDA, GREEDY_OP, SAMPLING_OP, SOURCE, STRICT_ACCEPTANCE, needs_cuda, needs_sgl
+from tests.kernels.gpu_marks import (BUILD_OP, CUDA, GREEDY_OP, SAMPLING_OP, SOURCE, STRICT_ACCEPTANCE, needs_cuda,
+                                     needs_sgl)
 
 if CUDA:
     from sglang_eagle_ext.kernels import sampling, tree_build, verify_greedy

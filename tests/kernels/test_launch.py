@@ -248,5 +248,6 @@ def test_the_table_names_the_installed_triton_under_its_own_digest():
     wrapper's (the digests were computed from each release's wheel)."""
     named = [digest for digest, (versions, _) in launch._KNOWN_WRAPPERS.items() if triton.__version__ in versions]
     if not named:
-        pytest.skip(f"the table names no Triton {triton.__version__} (the test above says whether its wrapper is known)")
+        pytest.skip(f"the table names no Triton {triton.__version__} "
+                    "(the test above says whether its wrapper is known)")
     assert named == [_installed_cuda_wrapper_digest()]

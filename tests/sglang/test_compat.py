@@ -21,8 +21,8 @@ from transformers import LlamaConfig
 from packaging.version import Version
 
 from sglang_eagle_ext.sglang import compat
-from sglang_eagle_ext.sglang.compat import (capture_ids, draft_width, extend_graph_width, hidden_size_for, idle_input_width,
-                                            prompt_token_range, stop_strings)
+from sglang_eagle_ext.sglang.compat import (capture_ids, draft_width, extend_graph_width, hidden_size_for,
+                                            idle_input_width, prompt_token_range, stop_strings)
 from sglang_eagle_ext.sglang.compat.patch import UnsupportedRelease, after_import
 from sglang_eagle_ext.testing import fixtures
 

@@ -188,7 +188,8 @@ def test_sglang_eagle_sample_draws_as_the_float64_reference(seed, monkeypatch):
     candidates, retrive_index, next_token, next_sibling, gen = built_tree(seed, bs, topk, steps, n, vocab=vocab)
     logits = favour_children(torch.randn(bs * n, vocab, generator=gen) * 2.5, candidates, next_token, gen, boost=10.0)
     info = verify_batch.sampling_info(torch.tensor([[0.7], [1.0], [0.9]]),
-                                      torch.tensor([50, 1, TOP_K_ALL], dtype=torch.int32), torch.tensor([0.9, 1.0, 1.0]))
+                                      torch.tensor([50, 1, TOP_K_ALL], dtype=torch.int32),
+                                      torch.tensor([0.9, 1.0, 1.0]))
     torch.manual_seed(seed)
     coins = torch.rand_like(candidates, dtype=torch.float32)  # SGLang's draws, in its order
     final_coins = torch.rand((bs,), dtype=torch.float32)

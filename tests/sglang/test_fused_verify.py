@@ -42,8 +42,8 @@ def _context(release="0.5.23", tp=1, turned_on=False, rocm=False, **settings):
 
 def _call(**changes):
     info = SimpleNamespace(is_all_greedy=False, has_watermark_candidates=False)
-    batch = SimpleNamespace(forward_mode=SimpleNamespace(is_idle=lambda: changes.get("idle", False)), sampling_info=info,
-                            seq_lens=torch.tensor([5]))
+    batch = SimpleNamespace(forward_mode=SimpleNamespace(is_idle=lambda: changes.get("idle", False)),
+                            sampling_info=info, seq_lens=torch.tensor([5]))
     info.is_all_greedy = changes.get("greedy", False)
     verify_input = type(changes.get("input", "EagleVerifyInput"), (), {})()
     logits = changes.get("logits", torch.zeros(4, 8))
@@ -144,7 +144,8 @@ def test_switch_default_and_log_phrase(monkeypatch):
         "fused sampler for sampled verify (default on SGLang 0.5.16 at TP size 1, where it ran end to end on a GPU "
         "at stock's speed or better with stock's outputs; SGLANG_EAGLE_EXT_FUSED_VERIFY=0 turns it off; "
         "eagle_sample)")
-    assert fused_verify.selected(Version("0.5.16rc1")) is False and fused_verify.selected(Version("0.5.16.post1")) is False
+    assert (fused_verify.selected(Version("0.5.16rc1")) is False
+            and fused_verify.selected(Version("0.5.16.post1")) is False)
     assert "opt-in on SGLang 0.5.21, " + fused_verify.HELD_BACK[held_back] in fused_verify.describe(held_back, [])
     assert "opt-in on SGLang 0.5.19, not yet validated end to end on a GPU" in fused_verify.describe(unrun, [])
     other = held_back

@@ -25,7 +25,8 @@ def target_for(name: str):
 
 @pytest.mark.parametrize("name", sorted(fixtures.FIXTURES))
 def test_forward_matches_reference(name, tmp_path, sglang_dist, no_grad):
-    directory = fixtures.build(name, str(tmp_path / "drafter"), seed=zlib.crc32(name.encode()) % 1000)  # stable across processes
+    # the seed is stable across processes
+    directory = fixtures.build(name, str(tmp_path / "drafter"), seed=zlib.crc32(name.encode()) % 1000)
     assert_forward_matches_reference(directory, target_for(name), seed=len(name))
 
 

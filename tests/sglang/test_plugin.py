@@ -40,16 +40,16 @@ def test_sglang_plugin_loader_activates_our_class():
     result = run("from sglang.srt.plugins import load_plugins; load_plugins(); " + SERVED)
     assert result.returncode == 0, result.stderr
     assert served_by(result) == "sglang_eagle_ext.sglang.model"
-    lines = [l for l in result.stderr.splitlines() if l.startswith("sglang-eagle-ext:")]
-    (line,) = [l for l in lines if "drafts served" in l]
+    lines = [entry for entry in result.stderr.splitlines() if entry.startswith("sglang-eagle-ext:")]
+    (line,) = [entry for entry in lines if "drafts served" in entry]
     assert "served by sglang_eagle_ext.sglang.model.LlamaForCausalLMEagle3" in line
     assert "patches: draft-config" in line
     # the registry import loads SGLang's scheduler after activation: the binding logs then; the
     # switches default to SGLang's kernels, and to the fused sampler on 0.5.23 (see fused_verify.DEFAULT_ON)
     assert "tree kernels and verify bound when SGLang's scheduler loads" in line
-    assert any(l.startswith("sglang-eagle-ext: (pid") and
+    assert any(entry.startswith("sglang-eagle-ext: (pid") and
                "tree kernels: SGLang's (SGLANG_EAGLE_EXT_TREE_KERNELS=sglang); verify: fused sampler for sampled "
-               "verify (default on SGLang 0.5.23 at TP size 1" in l for l in lines), lines
+               "verify (default on SGLang 0.5.23 at TP size 1" in entry for entry in lines), lines
 
 
 def test_switch_turns_the_plugin_off():

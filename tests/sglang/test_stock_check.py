@@ -128,5 +128,6 @@ def test_a_drafter_stock_serves_right_only_after_the_architecture_edit_is_not_ca
     assert stock_check.same_as_plugin(report, [2, 4, 5]) is False  # as written, stock does not serve it
     differs = {**report, "forward": {"compared": True, "equal": False, "vocab_map_equal": True,
                                      "decode_argmax_equal": False, "max_abs_diff": dict.fromkeys(
-                                         ("prefill_logits", "prefill_carried", "decode_logits", "decode_carried"), 0.5)}}
+                                         ("prefill_logits", "prefill_carried", "decode_logits", "decode_carried"),
+                                         0.5)}}
     assert "WRONGLY" in stock_check.describe(differs, [2, 4, 5], 1)[-1]

@@ -25,8 +25,8 @@ def tree_sampling_from_logits(predicts: torch.Tensor, accept_index: torch.Tensor
                               uniform_samples_for_final_sampling: torch.Tensor, logits: torch.Tensor,
                               temperatures: torch.Tensor, top_ks: torch.Tensor, top_ps: torch.Tensor,
                               threshold_single: float = 1.0, threshold_acc: float = 1.0, *,
-                              strict_acceptance: bool = False, block_v: int = CHUNK, scratch_slots: int = SHORTLIST_SLOTS,
-                              tile: int = TILE) -> None:
+                              strict_acceptance: bool = False, block_v: int = CHUNK,
+                              scratch_slots: int = SHORTLIST_SLOTS, tile: int = TILE) -> None:
     r"""SGLang's verify sampling (softmax with temperature, top-k renorm, top-p renorm,
     :func:`~sglang_eagle_ext.kernels.sampling.tree_speculative_sampling_target_only`) fused,
     straight from the logits, in place: no probability tensor and no ``(bs, n, V)`` scratch.
