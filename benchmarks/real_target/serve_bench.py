@@ -102,8 +102,8 @@ def host(connection, target: str, drafter: str | None, shape_name: str | None, p
                   "verify": sum(o["meta_info"].get("spec_verify_ct", 0) for o in outputs),
                   "output_ids": [o["output_ids"] for o in outputs]}
         if top2:
-            result["top2"] = [[[entry[0] for entry in position[:2]] for position in o["meta_info"]["output_top_logprobs"]]
-                              for o in outputs]
+            result["top2"] = [[[entry[0] for entry in position[:2]]
+                               for position in o["meta_info"]["output_top_logprobs"]] for o in outputs]
         connection.send(result)
     engine.shutdown()
 
@@ -197,9 +197,10 @@ def environment() -> dict:
     import sglang
 
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-    return {"date": datetime.date.today().isoformat(), "device": torch.cuda.get_device_name(0) if torch.cuda.is_available()
-            else platform.processor() or "cpu", "sglang": sglang.__version__, "torch": torch.__version__,
-            "commit": os.environ.get("E2E_COMMIT") or commit or "unknown", "command": " ".join(sys.argv)}
+    device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else platform.processor() or "cpu"
+    return {"date": datetime.date.today().isoformat(), "device": device, "sglang": sglang.__version__,
+            "torch": torch.__version__, "commit": os.environ.get("E2E_COMMIT") or commit or "unknown",
+            "command": " ".join(sys.argv)}
 
 
 def main() -> int:

@@ -6,7 +6,8 @@ table; :func:`headline` is the README's short table (``scripts/readme_numbers.py
 
 usage::
 
-    python3 benchmarks/real_target/table.py import /tmp/rt/serve/serve_bench.json benchmarks/results/real_target/serve_h100_sglang-0.5.23.json
+    python3 benchmarks/real_target/table.py import /tmp/rt/serve/serve_bench.json \
+        benchmarks/results/real_target/serve_h100_sglang-0.5.23.json
     python3 benchmarks/real_target/table.py markdown benchmarks/results/real_target/serve_h100_sglang-0.5.23.json
 """
 
@@ -77,8 +78,9 @@ def markdown(results: dict) -> str:
                  for b in batches for mode in ("greedy", "sampled")), ""]
     for mode in ("greedy", "sampled"):
         header = "| drafter | shape | served by | " + " | ".join(f"batch {b}" for b in batches)
-        header += " | greedy output = plain (exact + near-tie / requests), batch " + "/".join(map(str, batches)) + " |" \
-            if mode == "greedy" else " |"
+        if mode == "greedy":
+            header += " | greedy output = plain (exact + near-tie / requests), batch " + "/".join(map(str, batches))
+        header += " |"
         lines += [f"**{'Greedy' if mode == 'greedy' else 'Temperature 0.7, top-p 0.9'}**: speedup over plain "
                   "decoding (acceptance length)", "", header,
                   "|" + "---|" * (3 + len(batches) + (1 if mode == "greedy" else 0))]
