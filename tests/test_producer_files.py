@@ -178,3 +178,27 @@ def test_nemo_config_naming_other_taps_than_its_run_config_is_refused(tmp_path):
         read_drafter(model_dir, target=variant.target)
     problem, = error.value.problems
     assert "run config" in problem.message and problem.expected == "hidden states [2, 4, 6]"
+
+
+@pytest.mark.parametrize("record_path", SERVED, ids=files.variant_name)
+def test_sglang_model_class_tells_the_attention_backend_its_window(record_path, sglang_dist, no_grad):
+    """SGLang's attention backends build window indices only for the window the model reports
+    (``get_attention_sliding_window_size``); a sliding draft layer under a backend told of none
+    fails (Triton's multi-step draft backend asserts, seen on an H100 with speculators' trainer
+    defaults) or sees the whole context. The class reports the window its sliding layers use, in
+    SGLang's count (the producer's HF window minus the query's own token), and None when no layer
+    slides."""
+    from sglang_eagle_ext.testing.sglang_forward import build_draft
+
+    variant = files.load_variant(record_path)
+    model = build_draft(variant.directory, variant.target)
+    layer_windows = [layer.self_attn.attn.sliding_window_size for layer in model.model.layers]
+    with open(os.path.join(variant.directory, "config.json"), encoding="utf-8") as handle:
+        config = json.load(handle)
+    layer_config = config.get("transformer_layer_config", config)
+    producer_types = layer_config.get("layer_types") or ["full_attention"] * len(layer_windows)
+    producer_window = layer_config.get("sliding_window")
+    expected = [producer_window - 1 if kind == "sliding_attention" else -1 for kind in producer_types]
+    assert layer_windows == expected
+    reported = model.get_attention_sliding_window_size()
+    assert reported == (producer_window - 1 if "sliding_attention" in producer_types else None)

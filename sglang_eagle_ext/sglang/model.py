@@ -241,7 +241,15 @@ class LlamaForCausalLMEagle3(LlamaForCausalLM):
         return self.hot_token_id
 
     def get_attention_sliding_window_size(self) -> Optional[int]:
-        return runtime.draft_window_size()
+        """The window SGLang's attention backends size their per-step window rails by: the server's
+        draft window when given, else the drafter's own (SGLang's count, HF's minus one) when any of
+        its layers slides. None for a drafter of full-attention layers: a backend told of no window
+        builds no window indices, and one of its sliding layers then fails (Triton's multi-step
+        draft backend asserts) or attends to the whole context."""
+        window = runtime.draft_window_size()
+        if window is None and self.spec.sliding_window and "sliding_attention" in self.spec.layer_types:
+            window = self.spec.sliding_window - 1
+        return window
 
     def set_embed(self, embed):
         """Share the target's embedding only when the checkpoint has none of its own."""
