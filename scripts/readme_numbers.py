@@ -54,6 +54,7 @@ PRODUCER_FILES = RESULTS / "cpu" / "producer_files.json"  # from scripts/produce
 TP_RESULTS = RESULTS / "tp"  # run_tp2.sh's other files: server_*, acceptance_*, speed_*, fused_e2e_* (two GPUs)
 STOCK_VS_PLUGIN = RESULTS / "cpu"  # stock_vs_plugin_sglang-<release>.json, from scripts/stock_vs_plugin.py
 STOCK_VS_PLUGIN_GPU = RESULTS / "gpu"  # stock_vs_plugin_acceptance_sglang-<release>_<target>.json (tree drafting)
+REAL_TARGET = RESULTS / "real_target"  # serve_<device>_sglang-<release>.json, from benchmarks/real_target/
 
 MARKER = re.compile(r"<!-- generated:(?P<name>[a-z0-9-]+):begin -->(?P<body>.*?)"
                     r"<!-- generated:(?P=name):end -->", re.DOTALL)
@@ -655,6 +656,23 @@ def producer_files_table() -> str:
             f"`{relative(PRODUCER_FILES)}` (`{result['command']}`).\n\n")
 
 
+def real_target_headline() -> str:
+    """The README's opening table: SmolLM2 served with drafters its producers' trainers made, per
+    batch size, against plain decoding and stock SGLang (``benchmarks/real_target/table.py``)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("real_target_table", ROOT / "benchmarks" / "real_target" / "table.py")
+    table = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(table)
+    path = newest_file(sorted(REAL_TARGET.glob("serve_*.json")))
+    return "\n\n" + table.headline(json.loads(path.read_text()), relative(path)) + "\n\n"
+
+
+def newest_file(paths: list[Path]) -> Path:
+    """Of result files, the one whose own ``date`` is latest (the last listed among equals)."""
+    return max(reversed(paths), key=lambda path: json.loads(path.read_text()).get("date", ""))
+
+
 def layouts_table() -> str:
     """The README's "Drafter layouts" table, from the declared producer layouts."""
     from sglang_eagle_ext.testing.producer_layouts import markdown_table
@@ -836,6 +854,7 @@ def stock_summary() -> str:
 
 
 BLOCKS: dict = {
+    "real-target": real_target_headline,
     "layouts": layouts_table,
     "producer-files": producer_files_table,
     "stock-vs-plugin": stock_vs_plugin_table,

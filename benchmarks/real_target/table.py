@@ -22,9 +22,11 @@ DRAFTER_NAMES = {"specforge": "SpecForge 0.2.0, 1 layer", "speculators": "specul
 
 
 def committed(raw: dict) -> dict:
-    """``raw`` without token ids and log-probs; each greedy cell's outputs as a digest."""
+    """``raw`` without token ids and log-probs; each greedy cell's outputs as a digest; each cell's
+    best round (``tok_s_best``) and its speedup over plain decoding's best round."""
     result = {key: value for key, value in raw.items() if key != "arms"}
     result["arms"] = {}
+    plain = raw["arms"].get("plain", {}).get("cells", {})
     for name, arm in raw["arms"].items():
         arm = dict(arm)
         cells = {}
@@ -32,6 +34,9 @@ def committed(raw: dict) -> dict:
             kept = {k: v for k, v in cell.items() if k not in ("outputs", "top2")}
             if "outputs" in cell:
                 kept["outputs_digest"] = hashlib.sha1(json.dumps(cell["outputs"]).encode()).hexdigest()[:12]
+            kept["tok_s_best"] = max(cell["tok_s"])
+            if name != "plain" and key in plain:
+                kept["speedup_best"] = round(kept["tok_s_best"] / max(plain[key]["tok_s"]), 3)
             cells[key] = kept
         if cells:
             arm["cells"] = cells
@@ -60,7 +65,7 @@ def _cell(arm: dict | None, key: str) -> str:
     cell = arm.get("cells", {}).get(key)
     if cell is None:
         return "-"
-    return f"{cell.get('speedup_median', 0):.2f}x ({cell.get('accept_length', 0):.2f})"
+    return f"{cell.get('speedup_best', 0):.2f}x ({cell.get('accept_length', 0):.2f})"
 
 
 def markdown(results: dict) -> str:
@@ -72,9 +77,10 @@ def markdown(results: dict) -> str:
     lines = [f"{results['device']}, SGLang {results['sglang']}, torch {results['torch']}, commit {results['commit']}, "
              f"{results['date']}; MT-bench first turns (chat template), {results['new_tokens']} new tokens each "
              f"(ignore_eos), batch 1: {results['single']} prompts one at a time, batch 16 and 64: 64 requests "
-             f"in waves of that size; medians of {results['rounds']} rounds.", "",
+             f"in waves of that size; the faster of {results['rounds']} timed rounds (an engine's first round "
+             "carries its first requests' warm-up; both rounds are in the file).", "",
              "Plain decoding, output tokens/s: " + "; ".join(
-                 f"batch {b} {mode} {plain[f'batch{b}/{mode}']['tok_s_median']:,.0f}"
+                 f"batch {b} {mode} {plain[f'batch{b}/{mode}']['tok_s_best']:,.0f}"
                  for b in batches for mode in ("greedy", "sampled")), ""]
     for mode in ("greedy", "sampled"):
         header = "| drafter | shape | served by | " + " | ".join(f"batch {b}" for b in batches)
@@ -105,14 +111,14 @@ def markdown(results: dict) -> str:
 
 
 def best_shape(results: dict, drafter: str, side: str, key: str) -> tuple[str, dict] | None:
-    """The shape with the highest median speedup in cell ``key``."""
+    """The shape with the highest speedup (best rounds) in cell ``key``."""
     best = None
     for name, arm in results["arms"].items():
         parts = name.split("/")
         if len(parts) != 3 or parts[0] != drafter or parts[2] != side or key not in arm.get("cells", {}):
             continue
         cell = arm["cells"][key]
-        if best is None or cell.get("speedup_median", 0) > best[1].get("speedup_median", 0):
+        if best is None or cell.get("speedup_best", 0) > best[1].get("speedup_best", 0):
             best = (arm.get("shape") or parts[1], cell)
     return best
 
@@ -129,12 +135,16 @@ def headline(results: dict, source: str) -> str:
             for b in batches:
                 best = best_shape(results, drafter, "plugin", f"batch{b}/{mode}")
                 cells.append("-" if best is None else
-                             f"{best[1]['speedup_median']:.2f}x, {best[1].get('accept_length', 0):.2f} ({best[0]})")
+                             f"{best[1]['speedup_best']:.2f}x, {best[1].get('accept_length', 0):.2f} ({best[0]})")
             stock = [best_shape(results, drafter, "stock", f"batch{b}/{mode}") for b in batches]
-            if all(s is None for s in stock):
+            tried = [arm for name, arm in results["arms"].items() if name.startswith(f"{drafter}/")
+                     and name.endswith("/stock")]
+            if not tried:
+                stock_cell = "not run"
+            elif all(s is None for s in stock):
                 stock_cell = "cannot serve it"
             else:
-                stock_cell = " / ".join("-" if s is None else f"{s[1]['speedup_median']:.2f}x, "
+                stock_cell = " / ".join("-" if s is None else f"{s[1]['speedup_best']:.2f}x, "
                                         f"{s[1].get('accept_length', 0):.2f}" for s in stock)
             lines.append(f"| {DRAFTER_NAMES.get(drafter, drafter)} | {'greedy' if mode == 'greedy' else 'T 0.7'} | "
                          + " | ".join(cells) + f" | {stock_cell} |")
