@@ -14,7 +14,9 @@ Shapes: chain 3/1/4, SGLang's default tree for Llama (5 steps, top-k 4, 8 tokens
 64 (the first 32 and 64 prompts, in requests of 16 and 64 sent together), greedy and temperature
 0.7 / top-p 0.9, ``--new-tokens`` each (``ignore_eos``: every request decodes the same number of
 tokens, so the batch stays at its size for the whole cell), ``--rounds`` timed rounds per cell in
-rotating mode order. Each cell: output tokens/s (median over rounds and every round's value),
+rotating mode order, after an untimed warm-up of every batch size and mode (the run committed on
+2026-11-27 predates it: its first rounds carry the warm-up, and its tables show each cell's faster
+round). Each cell: output tokens/s (median over rounds and every round's value),
 acceptance length (SGLang's completion tokens / verify steps), and for greedy cells the outputs'
 agreement with plain decoding at the same batch size under the near-tie rule: an output that departs
 where plain decoding's top-2 log-probabilities lie within ``NEAR_TIE`` nats counts as a near-tie
@@ -89,6 +91,9 @@ def host(connection, target: str, drafter: str | None, shape_name: str | None, p
         traceback.print_exc()
         connection.send({"failed": f"{type(exc).__name__}: {exc}"[:600]})
         return
+    for batch in batches:  # the first requests of each batch size and mode compile kernels: untimed
+        for params in MODES.values():
+            engine.generate(input_ids=[[1, 2, 3]] * batch, sampling_params={**params, "max_new_tokens": 8})
     connection.send("ready")
     while (request := connection.recv()) is not None:
         waves, mode, new_tokens, top2 = request
