@@ -15,6 +15,7 @@
 set -uo pipefail
 MODE="$1"; ROOT="$2"
 HERE="$(cd "$(dirname "$0")" && pwd)"
+source "$HERE/phases.sh"
 PHASES="${TP2_PHASES:-rows server+acceptance speed fused}"
 DEMO_MODELS="${TP2_DEMO_MODELS:-.tp2/demo}"
 # NVLink multicast stays off in every process SGLang starts (KINDS.md)
@@ -41,20 +42,7 @@ limit_of() {
   local var="TP2_LIMIT_${1^^}"; echo "${!var:-$default}"
 }
 
-run_phase() {  # NAME: runs in its own session; the whole group is ended at its limit and after it
-  local name="$1" limit; limit=$(limit_of "$1")
-  local command; command=$(phase_command "$name") || return 1
-  local started=$(date +%s)
-  echo "# $(date -u +%FT%TZ) phase $name: $command (limit $limit s)" | tee -a "$ROOT/status.txt"
-  setsid bash -c "$command" > "$ROOT/$name.log" 2>&1 < /dev/null &
-  local pid=$!
-  ( sleep "$limit"; kill -TERM -- -"$pid" 2>/dev/null; sleep 15; kill -KILL -- -"$pid" 2>/dev/null ) &
-  local watchdog=$!
-  wait "$pid"; local rc=$?
-  kill "$watchdog" 2>/dev/null; wait "$watchdog" 2>/dev/null
-  kill -KILL -- -"$pid" 2>/dev/null  # engine processes the phase left behind
-  echo "# $(date -u +%FT%TZ) phase $name: exit $rc after $(( $(date +%s) - started )) s" | tee -a "$ROOT/status.txt"
-}
+run_phase() { local command; command=$(phase_command "$1") || return 1; run_phase_command "$1" "$command" "$(limit_of "$1")"; }
 
 case "$MODE" in
   start)
@@ -88,17 +76,9 @@ case "$MODE" in
     else
       touch "$ROOT/demo.done"
     fi
-    for step in $PHASES; do
-      IFS=+ read -ra parts <<< "$step"
-      for part in "${parts[@]}"; do run_phase "$part" & done
-      wait
-    done
-    touch "$ROOT/done" ;;
+    run_phases "$PHASES" ;;
   wait)
-    deadline=$(( $(date +%s) + ${3:-500} ))
-    while [ ! -e "$ROOT/done" ] && [ "$(date +%s)" -lt "$deadline" ]; do sleep 5; done
-    [ -e "$ROOT/done" ] && echo "run finished" || echo "run still going"
-    cat "$ROOT/status.txt" 2>/dev/null
+    wait_until_done "${3:-500}"
     OUT="${OUT:-/tmp/tp2_out}"; mkdir -p "$OUT"
     for name in rows server acceptance speed fused; do
       [ -d "$ROOT/$name" ] || [ -e "$ROOT/$name.log" ] || continue

@@ -19,6 +19,7 @@
 set -uo pipefail
 MODE="$1"; ROOT="$2"
 HERE="$(cd "$(dirname "$0")" && pwd)"
+source "$HERE/../gpu/phases.sh"
 CARRY="${CARRY:-gpu_carry}"
 PHASES="${RT_PHASES:-setup regen specforge+speculators serve profile}"
 export E2E_COMMIT="${E2E_COMMIT:-unknown}" PYTHONUNBUFFERED=1
@@ -54,20 +55,12 @@ limit_of() {
 }
 
 run_phase() {
-  local name="$1" limit command started pid watchdog rc
+  local name="$1" command rc
   if [ -e "$(done_marker "$name")" ]; then echo "# phase $name: done before, skipped" | tee -a "$ROOT/status.txt"; return 0; fi
-  limit=$(limit_of "$name"); command=$(phase_command "$name") || return 1
-  started=$(date +%s)
-  echo "# $(date -u +%FT%TZ) phase $name (limit $limit s): $command" | tee -a "$ROOT/status.txt"
-  setsid bash -c "$command" > "$ROOT/$name.log" 2>&1 < /dev/null &
-  pid=$!
-  ( sleep "$limit"; kill -TERM -- -"$pid" 2>/dev/null; sleep 15; kill -KILL -- -"$pid" 2>/dev/null ) &
-  watchdog=$!
-  wait "$pid"; rc=$?
-  kill "$watchdog" 2>/dev/null; wait "$watchdog" 2>/dev/null
-  kill -KILL -- -"$pid" 2>/dev/null
-  { [ "$name" = serve ] || [ "$name" = profile ]; } && [ "$rc" = 0 ] && touch "$ROOT/$name.done"
-  echo "# $(date -u +%FT%TZ) phase $name: exit $rc after $(( $(date +%s) - started )) s" | tee -a "$ROOT/status.txt"
+  command=$(phase_command "$name") || return 1
+  run_phase_command "$name" "$command" "$(limit_of "$name")"; rc=$?
+  if [ "$rc" = 0 ] && { [ "$name" = serve ] || [ "$name" = profile ]; }; then touch "$ROOT/$name.done"; fi
+  return "$rc"
 }
 
 pack() {  # results and logs into $OUT (at most 8 files of 16 MiB); drafters in 15 MiB pieces
@@ -95,17 +88,9 @@ case "$MODE" in
     nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv,noheader | tee "$ROOT/device.txt"
     python3 -c "import sglang, torch, transformers; print('sglang', sglang.__version__, 'torch', torch.__version__, 'transformers', transformers.__version__)" | tee -a "$ROOT/device.txt"
     echo "# $(date -u +%FT%TZ) commit $E2E_COMMIT phases: $PHASES" | tee -a "$ROOT/status.txt"
-    for step in $PHASES; do
-      IFS=+ read -ra parts <<< "$step"
-      for part in "${parts[@]}"; do run_phase "$part" & done
-      wait
-    done
-    touch "$ROOT/done" ;;
+    run_phases "$PHASES" ;;
   wait)
-    deadline=$(( $(date +%s) + ${3:-500} ))
-    while [ ! -e "$ROOT/done" ] && [ "$(date +%s)" -lt "$deadline" ]; do sleep 5; done
-    [ -e "$ROOT/done" ] && echo "run finished" || echo "run still going"
-    cat "$ROOT/status.txt" 2>/dev/null
+    wait_until_done "${3:-500}"
     for log in "$ROOT"/*.log; do echo "== $log"; grep -vE "it/s\]|s/it\]" "$log" | tail -n 6 | cut -c1-300; done
     pack ;;
   *) echo "usage: run_gpu.sh start|run|wait ROOT [SECONDS]" >&2; exit 2 ;;
