@@ -570,6 +570,21 @@ def demo_cpu_acceptance() -> str:
     return value_or_range([build["demo"]["acceptance_length"] for build in cpu_record()["builds"]], 2)
 
 
+def demo_cpu_vendors() -> str:
+    """What each CPU measured (``demo_eval*.json``): the demo's builds agree on one CPU and differ
+    between CPU vendors, so the README must not promise one figure for every x86-64 CPU."""
+    parts = []
+    for path in sorted(CPU_DEMO_EVAL.parent.glob("demo_eval*.json")):
+        record = read_json(path)
+        first_loss = {re.search(r"training step 1/\d+, loss ([0-9.]+)", build["demo"]["stdout"]).group(1)
+                      for build in record["builds"]}
+        parts.append(f"{record['machine']['cpu_model']}: acceptance "
+                     f"{value_or_range([b['demo']['acceptance_length'] for b in record['builds']], 2)}, "
+                     f"distillation loss at step 1 {' / '.join(sorted(first_loss))} "
+                     f"({len(record['builds'])} fresh builds, {record['date'][:10]}, `{relative(path)}`)")
+    return "; ".join(parts)
+
+
 def demo_cpu_source() -> str:
     record = cpu_record()
     loads = [load for build in record["builds"] for load in build["demo"]["load_average_1m"]]
@@ -869,6 +884,7 @@ BLOCKS: dict = {
     "demo-cpu-time": demo_cpu_time,
     "demo-cpu-acceptance": demo_cpu_acceptance,
     "demo-cpu-source": demo_cpu_source,
+    "demo-cpu-vendors": demo_cpu_vendors,
     "eval-setup": eval_setup,
     "eval-table": eval_table,
 }
