@@ -62,8 +62,12 @@ LOADER_PACKAGES = ("gguf", "accelerate")  # what transformers' gguf_file loader 
 
 
 def cache_root() -> Path:
+    """The package's cache (prepared targets, the demo's models, exported drafters):
+    ``$SGLANG_EAGLE_EXT_CACHE``, else ``sglang-eagle-ext`` under ``$XDG_CACHE_HOME`` or ``~/.cache``."""
     given = os.environ.get(CACHE_VARIABLE, "").strip()
-    return Path(given).expanduser() if given else Path.home() / ".cache" / "sglang-eagle-ext"
+    if given:
+        return Path(given).expanduser()
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "sglang-eagle-ext"
 
 
 def default_dir(target: WheelTarget) -> Path:

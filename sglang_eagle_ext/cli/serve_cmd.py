@@ -65,8 +65,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def cache_dir() -> str:
-    root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(root, "sglang-eagle-ext")
+    from sglang_eagle_ext.targets import cache_root
+
+    return str(cache_root())
 
 
 def export_directory(located: Located, export_dir: str | None) -> str:
