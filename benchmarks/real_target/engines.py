@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-PLUGIN_SWITCH = "SGLANG_EAGLE_EXT"  # sglang_eagle_ext.sglang.plugin.SWITCH: "0" serves with stock's own class
+from sglang_eagle_ext.sglang.plugin import SWITCH as PLUGIN_SWITCH  # noqa: F401 ("0": stock's own class)
 
 
 @dataclass(frozen=True)

@@ -132,7 +132,7 @@ def agreement(outputs: list[list[int]], reference: list[list[int]], top2: list |
     return {"requests": len(outputs), "exact": exact, "near_tie": near_tie, "mismatch": mismatch}
 
 
-def measure_arm(name: str, args, ids, drafters: dict, plain: dict | None, out: dict) -> dict:
+def measure_arm(name: str, args, ids, drafters: dict, plain: dict | None) -> dict:
     drafter_name, shape_name, side = name.split("/") if name != "plain" else (None, None, "plugin")
     record = {"arm": name, "drafter": drafter_name, "shape": None if shape_name is None else SHAPES[shape_name].label(),
               "plugin": side == "plugin"}
@@ -250,7 +250,7 @@ def main() -> int:
             continue
         plain = results["arms"].get("plain")
         print(f"# {time.strftime('%H:%M:%S')} {name}", flush=True)
-        record = measure_arm(name, args, ids, drafters, None if name == "plain" else plain, results)
+        record = measure_arm(name, args, ids, drafters, None if name == "plain" else plain)
         if "failed" in record and name.endswith("/stock"):
             stock_refused[drafter_name] = f"stock failed to serve this drafter with {record.get('shape')}"
         results["arms"][name] = record

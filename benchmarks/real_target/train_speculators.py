@@ -54,6 +54,7 @@ import tempfile
 import time
 
 PACKAGE = "speculators==0.9.0"
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 HS_BATCH_TOKENS = 32768  # padded tokens per target forward while writing hidden states
 
 
@@ -411,7 +412,8 @@ def run(args, work: str, save_path: str) -> int:
     device = torch.cuda.get_device_name(0) if args.device == "cuda" else f"cpu ({os.cpu_count()} cores)"
     record = {
         "written_by": f"{PACKAGE}'s speculators train (train.cli.main) on hidden states this script wrote",
-        "command": [sys.executable, *sys.argv],
+        # the script relative to the checkout: a record names no path of the machine that ran it
+        "command": ["python3", os.path.relpath(os.path.abspath(sys.argv[0]), REPO), *sys.argv[1:]],
         "speculators_train_argv": argv,
         "data": {"file": os.path.abspath(args.data), "conversations": conversations, "rows": len(dataset),
                  "rows_note": "one row per assistant turn (speculators' render-boundary fan-out)",
