@@ -6,7 +6,8 @@ Modules, one job each:
 * :mod:`.verify_greedy`: greedy acceptance, drop-in and fused with the target argmax;
 * :mod:`.sampling`: target-only tree sampling, drop-in (:mod:`.sampling.drop_in`) and fused with
   temperature / top-k / top-p straight from the logits (:mod:`.sampling.from_logits`, three
-  launches); its package docstring lists its modules;
+  launches), with both ops in plain torch beside them (:mod:`.sampling.reference`); its package
+  docstring lists its modules;
 * :mod:`.launch`: low-overhead launches of compiled kernels (host time dominates small calls);
 * :mod:`.device`: the device functions (``@triton.jit``) the kernels share;
 * :mod:`.verify_shapes`: the entry points' check of the logits they take, a tree's register width;
@@ -14,7 +15,7 @@ Modules, one job each:
 
 Not here: SGLang's call sites are routed to these kernels by
 :mod:`sglang_eagle_ext.sglang.compat.tree_kernels` (switch ``SGLANG_EAGLE_EXT_TREE_KERNELS``); the
-pure-PyTorch references the tests hold them to are :mod:`sglang_eagle_ext.testing.kernel_reference`,
+independent pure-PyTorch references the tests hold them to are :mod:`sglang_eagle_ext.testing.kernel_reference`,
 and random trees made like SGLang's draft loop makes them (tests, benchmarks) are
 :mod:`sglang_eagle_ext.testing.draft_trees`. Measured figures behind the tuning choices:
 ``benchmarks/results/tree_kernels_tuning.md``.

@@ -1,8 +1,11 @@
 """Pure-PyTorch references for the tree kernels, written from the semantics, one request at a time.
 
 They are slow on purpose: plain Python loops over requests and nodes, so that each line can be
-checked against the prose in the kernels' docstrings. Tests compare the Triton kernels with these
-(exact equality) and, on the GPU, with SGLang's own ops.
+checked against the prose in the kernels' docstrings. Tests compare the Triton tree-build and
+greedy kernels with these (exact equality) and, on the GPU, with SGLang's own ops. The sampling ops
+have their own references beside them (:mod:`sglang_eagle_ext.kernels.sampling.reference`,
+vectorised, what a CPU-only host samples with): the sampling functions here are the independent
+oracle the tests hold those to.
 
 Every function mirrors the argument list and the in-place contract of the kernel it describes.
 """

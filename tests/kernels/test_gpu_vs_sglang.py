@@ -1,6 +1,6 @@
 """GPU checks of the tree kernels against the installed SGLang's own CUDA ops (``gpu_marks``): build, greedy
-(drop-in and every fused plan), the drop-in sampling op with identical coins, the fused sampler
-against the torch reference, and CUDA-graph replays of every op. The fused sampler's distribution
+(drop-in and every fused plan), the drop-in sampling op and its plain-torch reference with identical
+coins, the fused sampler against its reference, and CUDA-graph replays of every op. The fused sampler's distribution
 and SGLang-equality tests live in ``test_gpu_sampling_distribution.py``.
 
 Run on a CUDA machine with SGLang installed (or ``sgl_kernel`` alone, whose ops are then compared);
@@ -17,7 +17,7 @@ from tests.kernels.gpu_marks import (BUILD_OP, CUDA, GREEDY_OP, SAMPLING_OP, SOU
 
 if CUDA:
     from sglang_eagle_ext.kernels import sampling, tree_build, verify_greedy
-    from sglang_eagle_ext.testing import kernel_reference as reference
+    from sglang_eagle_ext.kernels.sampling import reference
     from sglang_eagle_ext.testing.draft_trees import random_draft_tree
     from sglang_eagle_ext.kernels.tree_mask_modes import (
         FULL_MASK,
@@ -179,8 +179,10 @@ def _sampling_case(gen, k, steps, n, bs, vocab):
 
 
 @needs_sgl
+@pytest.mark.parametrize("ours", ["triton", "reference"])
 @pytest.mark.parametrize("thresholds", [(1.0, 1.0), (0.6, 0.4), (0.0, 0.0)])
-def test_sampling_op_equals_sglang_with_identical_coins(thresholds):
+def test_sampling_op_equals_sglang_with_identical_coins(thresholds, ours):
+    op = {"triton": sampling, "reference": reference}[ours].tree_speculative_sampling_target_only
     gen = torch.Generator().manual_seed(13)
     requests = differ = 0
     for k, steps, n in CONFIGS:
@@ -189,11 +191,10 @@ def test_sampling_op_equals_sglang_with_identical_coins(thresholds):
             candidates, ri, nt, ns, logits, coins, final_coins = _sampling_case(gen, k, steps, n, bs, 1000)
             probs = torch.softmax(logits / 0.7, -1).reshape(bs, n, -1)
             results = []
-            for op in (SAMPLING_OP, functools.partial(sampling.tree_speculative_sampling_target_only,
-                                                   strict_acceptance=STRICT_ACCEPTANCE)):
+            for drop_in in (SAMPLING_OP, functools.partial(op, strict_acceptance=STRICT_ACCEPTANCE)):
                 out = _greedy_outputs(bs, n, steps)
                 draft = torch.zeros_like(probs)
-                op(*out, candidates, ri, nt, ns, coins, final_coins, probs, draft, *thresholds)
+                drop_in(*out, candidates, ri, nt, ns, coins, final_coins, probs, draft, *thresholds)
                 results.append(out + (draft,))
             same = torch.ones(bs, dtype=torch.bool, device="cuda")
             for x, y in zip(results[0][1:3], results[1][1:3]):
@@ -202,7 +203,7 @@ def test_sampling_op_equals_sglang_with_identical_coins(thresholds):
             same &= (results[0][3] == results[1][3]).reshape(bs, -1).all(1)
             requests += bs
             differ += int((~same).sum())
-    print(f"sampling op {thresholds}: {requests - differ}/{requests} requests identical to {SOURCE}")
+    print(f"sampling op ({ours}) {thresholds}: {requests - differ}/{requests} requests identical to {SOURCE}")
     # Only the float order of the residual sums differs: a coin within rounding of a CDF step.
     assert differ <= max(1, requests // 1000)
 
@@ -223,7 +224,7 @@ def test_fused_sampling_equals_reference_on_gpu():
             ours = _greedy_outputs(bs, n, steps)
             sampling.tree_sampling_from_logits(*ours, *args)
             ref = tuple(t.cpu() for t in _greedy_outputs(bs, n, steps))
-            reference.fused_tree_sampling_reference(*ref, *(a.cpu() for a in args))
+            reference.tree_sampling_from_logits(*ref, *(a.cpu() for a in args))
             same = (ref[2] == ours[2].cpu()) & (ref[1] == ours[1].cpu()).all(1)
             same &= (ref[0] == ours[0].cpu()).reshape(bs, n).all(1)
             requests += bs

@@ -1,7 +1,10 @@
-"""Tree sampling: the drop-in ops and the fused sampler against the pure-torch references.
+"""Tree sampling: each Triton op (the drop-in and the fused sampler) against its plain-torch
+reference (``kernels/sampling/reference.py``, what a CPU-only host samples with), and each
+reference against the independent oracle written a request and a node at a time
+(``testing/kernel_reference.py``) and against rules checked by hand.
 
-Coins are fixed per example, so a kernel and its reference must make the very same draws; they
-differ only when a coin lands within float rounding of a CDF step (probability ~1e-7 a draw).
+Coins are fixed per example, so two implementations must make the very same draws; they differ
+only when a coin lands within float rounding of a CDF step (probability ~1e-7 a draw).
 """
 
 import functools
@@ -15,9 +18,8 @@ from tests.kernels.tree_fixtures import (assert_same, built_tree, draw_tree_shap
                                          poisoned_outputs)
 
 from sglang_eagle_ext.kernels import sampling
-from sglang_eagle_ext.kernels.sampling import scratch
-from sglang_eagle_ext.sglang.compat import cpu_sampling
-from sglang_eagle_ext.testing import kernel_reference as reference
+from sglang_eagle_ext.kernels.sampling import reference, scratch
+from sglang_eagle_ext.testing import kernel_reference as oracle
 
 VOCAB = 40
 
@@ -42,31 +44,37 @@ def _case(case):
     return (candidates, ri, nt, ns, coins, final_coins), logits, gen
 
 
-# The drop-ins for SGLang's op: the Triton kernel (tiles of 16 tokens: several per row) and the
-# plain-torch op that serves sampled verify where SGLang has no kernel (a CPU-only host).
-DROP_INS = {"triton": functools.partial(sampling.tree_speculative_sampling_target_only, block_v=16),
-            "torch": cpu_sampling.tree_speculative_sampling_target_only}
-
-
-@pytest.mark.parametrize("drop_in", sorted(DROP_INS))
-@settings(max_examples=150, deadline=None)
-@given(sampling_rounds())
-def test_sampling_op_matches_reference(drop_in, case):
+def _assert_drop_ins_agree(case, expected_op, op):
+    """Both drop-in ops on the case's tree and probabilities: the same outputs and draft scratch."""
     bs, n, steps = case["bs"], case["n"], case["steps"]
-    tree_args, logits, gen = _case(case)
+    tree_args, logits, _ = _case(case)
     probs = torch.softmax(logits / 0.8, -1).reshape(bs, n, VOCAB)
     if case["seed"] % 2:  # zero-mass children, as after a top-k / top-p renorm
         probs = torch.where(probs < 0.03, 0.0, probs)
     results = []
-    for op in (reference.tree_sampling_reference, DROP_INS[drop_in]):
+    for drop_in in (expected_op, op):
         out, draft = poisoned_outputs(bs, n, steps), torch.zeros_like(probs)
-        op(*out, *tree_args, probs, draft, *case["thresholds"], strict_acceptance=case["strict"])
+        drop_in(*out, *tree_args, probs, draft, *case["thresholds"], strict_acceptance=case["strict"])
         results.append(out + (draft,))
     assert_same(*results)
 
 
-@pytest.mark.parametrize("op", [reference.tree_sampling_reference, sampling.tree_speculative_sampling_target_only,
-                                cpu_sampling.tree_speculative_sampling_target_only])
+@settings(max_examples=150, deadline=None)
+@given(sampling_rounds())
+def test_drop_in_kernel_matches_reference(case):
+    # tiles of 16 tokens: several per row
+    _assert_drop_ins_agree(case, reference.tree_speculative_sampling_target_only,
+                           functools.partial(sampling.tree_speculative_sampling_target_only, block_v=16))
+
+
+@settings(max_examples=150, deadline=None)
+@given(sampling_rounds())
+def test_drop_in_reference_matches_oracle(case):
+    _assert_drop_ins_agree(case, oracle.tree_sampling_reference, reference.tree_speculative_sampling_target_only)
+
+
+@pytest.mark.parametrize("op", [oracle.tree_sampling_reference, sampling.tree_speculative_sampling_target_only,
+                                reference.tree_speculative_sampling_target_only])
 @pytest.mark.parametrize("child_prob, coin, threshold_single, accepted_before, accepted_strict", [
     (0.5, 0.5, 1.0, True, False),   # coin equal to the running sum: `<=` accepts, 0.5.21's `<` does not
     (0.5, 0.25, 1.0, True, True),
@@ -96,24 +104,39 @@ def filters(draw, bs):
 TILINGS = [(16, 32), (8, 16), (64, 64), (16, 4)]
 
 
-@settings(max_examples=80, deadline=None)
-@given(sampling_rounds(), st.data())
-def test_fused_sampler_matches_reference(case, data):
-    bs, n, steps = case["bs"], case["n"], case["steps"]
-    tree_args, logits, gen = _case(case)
-    temperatures, top_ks, top_ps = data.draw(filters(bs))
-    block_v, slots = data.draw(st.sampled_from(TILINGS))
+def _fused_sampler_inputs(case, data):
+    """The case's tree and coins, its logits (ties w.p. 1/2, bf16 on odd seeds) and drawn filters."""
+    tree_args, logits, _ = _case(case)
     if data.draw(st.booleans()):
         logits = torch.round(logits * 2) / 2  # many ties: at the top, at pivots, at chunk floors
     if case["seed"] % 2:
         logits = logits.to(torch.bfloat16)
+    return (*tree_args, logits, *data.draw(filters(case["bs"])), *case["thresholds"])
+
+
+@settings(max_examples=80, deadline=None)
+@given(sampling_rounds(), st.data())
+def test_fused_kernel_matches_reference(case, data):
+    bs, n, steps = case["bs"], case["n"], case["steps"]
+    inputs = _fused_sampler_inputs(case, data)
+    block_v, slots = data.draw(st.sampled_from(TILINGS))
     expected = poisoned_outputs(bs, n, steps)
-    reference.fused_tree_sampling_reference(*expected, *tree_args, logits, temperatures, top_ks, top_ps,
-                                            *case["thresholds"], strict_acceptance=case["strict"])
+    reference.tree_sampling_from_logits(*expected, *inputs, strict_acceptance=case["strict"])
     ours = poisoned_outputs(bs, n, steps)
-    sampling.tree_sampling_from_logits(*ours, *tree_args, logits, temperatures, top_ks, top_ps,
-                                       *case["thresholds"], strict_acceptance=case["strict"], block_v=block_v,
+    sampling.tree_sampling_from_logits(*ours, *inputs, strict_acceptance=case["strict"], block_v=block_v,
                                        scratch_slots=slots)
+    assert_same(ours, expected)
+
+
+@settings(max_examples=150, deadline=None)
+@given(sampling_rounds(), st.data())
+def test_fused_reference_matches_oracle(case, data):
+    bs, n, steps = case["bs"], case["n"], case["steps"]
+    inputs = _fused_sampler_inputs(case, data)
+    expected = poisoned_outputs(bs, n, steps)
+    oracle.fused_tree_sampling_reference(*expected, *inputs, strict_acceptance=case["strict"])
+    ours = poisoned_outputs(bs, n, steps)
+    reference.tree_sampling_from_logits(*ours, *inputs, strict_acceptance=case["strict"])
     assert_same(ours, expected)
 
 
@@ -126,7 +149,7 @@ def test_fused_sampler_treats_signed_zeros_as_equal():
     assert bool(((logits == 0) & torch.signbit(logits)).any()) and bool(((logits == 0) & ~torch.signbit(logits)).any())
     filters = (torch.tensor([1.7]), torch.tensor([-1], dtype=torch.int32), torch.tensor([0.9]))
     expected, ours = poisoned_outputs(1, 5, 2), poisoned_outputs(1, 5, 2)
-    reference.fused_tree_sampling_reference(*expected, *tree_args, logits, *filters)
+    reference.tree_sampling_from_logits(*expected, *tree_args, logits, *filters)
     sampling.tree_sampling_from_logits(*ours, *tree_args, logits, *filters, block_v=16, scratch_slots=32)
     assert_same(ours, expected)
 
@@ -218,24 +241,27 @@ def test_chunk_floor_is_tight_on_full_and_padded_chunks():
             assert floor <= exact and at_or_above_exact <= count <= at_or_above_exact + 4
 
 
-def test_filtered_probs_reference_semantics():
-    """The reference's top-k / top-p rules, checked by hand on a row with ties."""
+@pytest.mark.parametrize("filtered", [oracle.filtered_probs_reference,
+                                      lambda z, *filters: reference.filtered_probs(z[None], *filters)[0]],
+                         ids=["oracle", "reference"])
+def test_filtered_probs_semantics(filtered):
+    """The top-k / top-p rules of the oracle and of the reference, checked by hand on a row with ties."""
     z = torch.tensor([2.0, 1.0, 1.0, 0.0, 3.0, -1.0])
-    probs = reference.filtered_probs_reference(z, 1.0, 3, 1.0)  # 3rd largest is 1.0, tied: 4 kept
+    probs = filtered(z, 1.0, 3, 1.0)  # 3rd largest is 1.0, tied: 4 kept
     assert (probs > 0).tolist() == [True, True, True, False, True, False]
     e = torch.exp(z.double() - 3)
     total = e[[0, 1, 2, 4]].sum()
     # top-p 0.8 of that set: 3.0 holds e^0/total < 0.8, with 2.0 it is >= 0.8 -> pivot 2.0
     assert e[4] / total < 0.8 <= (e[4] + e[0]) / total
-    probs = reference.filtered_probs_reference(z, 1.0, 3, 0.8)
+    probs = filtered(z, 1.0, 3, 0.8)
     assert (probs > 0).tolist() == [True, False, False, False, True, False]
     assert torch.allclose(probs.sum(), torch.tensor(1.0, dtype=torch.float64))
-    assert torch.equal(reference.filtered_probs_reference(z, 1.0, 0, 1.0) > 0, torch.ones(6, dtype=torch.bool))
+    assert torch.equal(filtered(z, 1.0, 0, 1.0) > 0, torch.ones(6, dtype=torch.bool))
 
 
-def test_residual_draw_reference_follows_vocabulary_order():
+def test_residual_draw_oracle_follows_vocabulary_order():
     residual = torch.tensor([0.0, 0.2, 0.0, 0.5, 0.3])
-    assert reference.sample_residual_reference(residual, 0.0) == 1
-    assert reference.sample_residual_reference(residual, 0.3) == 3
-    assert reference.sample_residual_reference(residual, 0.99) == 4
-    assert reference.sample_residual_reference(torch.zeros(5), 0.5) == 4
+    assert oracle.sample_residual_reference(residual, 0.0) == 1
+    assert oracle.sample_residual_reference(residual, 0.3) == 3
+    assert oracle.sample_residual_reference(residual, 0.99) == 4
+    assert oracle.sample_residual_reference(torch.zeros(5), 0.5) == 4

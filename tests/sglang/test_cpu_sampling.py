@@ -1,9 +1,11 @@
-"""Sampled EAGLE verify on a CPU-only host: the plain-torch renorm and tree-sampling ops against
-the float64 references, the distribution they sample, and their binding into SGLang.
+"""Sampled EAGLE verify on a CPU-only host: the plain-torch renorm and tree-sampling ops (the
+sampling references, ``kernels/sampling/reference.py``) against the float64 oracle, the
+distribution they sample, and their binding into SGLang.
 
-The tree op alone is checked against ``kernel_reference.tree_sampling_reference`` in
-``tests/kernels/test_tree_sampling.py`` (with the Triton drop-in). Here the ops run as SGLang's
-``eagle_sample`` chains them: ``softmax(logits / T)``, top-k renorm, top-p renorm, tree sampling.
+The tree op alone is checked against the oracle's ``tree_sampling_reference`` in
+``tests/kernels/test_tree_sampling.py`` (and the Triton drop-in against the tree op). Here the ops
+run as SGLang's ``eagle_sample`` chains them: ``softmax(logits / T)``, top-k renorm, top-p renorm,
+tree sampling.
 """
 
 import importlib

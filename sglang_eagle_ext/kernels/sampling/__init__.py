@@ -16,11 +16,24 @@ Modules of the fused sampler, one job each:
 * :mod:`.plan`: tuning constants, the kernels of one call shape, and the three launches, made
   there and nowhere else;
 * :mod:`.scratch`: the scratch the three launches share, its layout defined once;
+* :mod:`.reference`: both ops and SGLang's top-k / top-p renorm ops in plain torch, the
+  references the tests hold the kernels to and what samples where SGLang has no kernels;
 * device functions both ops use (order keys, filters, walk step, draws) are in
   :mod:`sglang_eagle_ext.kernels.device`, with those the greedy kernels share.
+
+The two ops are imported on first use, so that :mod:`.reference` comes without Triton.
 """
 
-from sglang_eagle_ext.kernels.sampling.drop_in import tree_speculative_sampling_target_only
-from sglang_eagle_ext.kernels.sampling.from_logits import tree_sampling_from_logits
+import importlib
 
-__all__ = ["tree_sampling_from_logits", "tree_speculative_sampling_target_only"]
+_OP_MODULES = {"tree_speculative_sampling_target_only": "drop_in", "tree_sampling_from_logits": "from_logits"}
+
+__all__ = sorted(_OP_MODULES)
+
+
+def __getattr__(name: str):
+    if name not in _OP_MODULES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    op = getattr(importlib.import_module(f"{__name__}.{_OP_MODULES[name]}"), name)
+    globals()[name] = op  # found directly from now on
+    return op

@@ -1,4 +1,6 @@
-"""Sampled EAGLE verify for devices SGLang has no kernels for (a CPU-only host), in plain torch.
+"""Sampled EAGLE verify for devices SGLang has no kernels for (a CPU-only host): the plain-torch
+references of the sampling ops (:mod:`sglang_eagle_ext.kernels.sampling.reference`), under the
+names SGLang calls.
 
 SGLang 0.5.23 binds three names in ``sglang.srt.speculative.eagle_utils`` per platform and leaves
 them ``None`` where it has no kernel; its sampled verify (``eagle_sample``, temperature > 0) then
@@ -11,145 +13,9 @@ results, for any device torch runs on:
   acceptance test of the installed release (``strict_acceptance``: SGLang 0.5.21+'s).
 
 They are bound by :mod:`sglang_eagle_ext.sglang.compat.cpu` only where SGLang's name is ``None``.
-The tree walk is vectorised over the requests: one step visits one node of every request still
-walking, so a round costs at most ``n`` steps for ``n`` verify rows per request.
 """
 
-from __future__ import annotations
+from sglang_eagle_ext.kernels.sampling.reference import (top_k_renorm_prob, top_p_renorm_prob,
+                                                         tree_speculative_sampling_target_only)
 
-from typing import Union
-
-import torch
-
-# The smallest accumulated-mass divisor, as SGLang's kernels clamp threshold_acc.
-_MIN_THRESHOLD_ACC = 1e-9
-
-
-def _per_row(value: Union[torch.Tensor, int, float], rows: int, dtype: torch.dtype,
-             device: torch.device) -> torch.Tensor:
-    """A scalar or one value per row as a ``[rows]`` tensor."""
-    values = torch.as_tensor(value, dtype=dtype, device=device).reshape(-1)
-    if values.numel() == 1:
-        return values.expand(rows)
-    if values.numel() != rows:
-        raise ValueError(f"expected a scalar or one value per row ({rows}), got {values.numel()} values")
-    return values
-
-
-def _renormalised(probs: torch.Tensor, kept: torch.Tensor) -> torch.Tensor:
-    survivors = torch.where(kept, probs, 0.0)
-    return survivors / survivors.sum(dim=-1, keepdim=True)
-
-
-def top_k_renorm_prob(probs: torch.Tensor, top_k: Union[torch.Tensor, int]) -> torch.Tensor:
-    """Keep each row's ``top_k`` largest probabilities (every probability equal to the k-th
-    largest too), zero the rest and renormalise. ``top_k <= 0`` or ``>= V`` (SGLang's
-    ``TOP_K_ALL``) keeps the whole row. Returns a new float32 ``[rows, V]`` tensor."""
-    probs = probs.float()
-    rows, vocab = probs.shape
-    top_ks = _per_row(top_k, rows, torch.int64, probs.device)
-    keeps_all = (top_ks <= 0) | (top_ks >= vocab)
-    descending = torch.sort(probs, dim=-1, descending=True).values
-    pivot = descending.gather(1, (top_ks.clamp(1, vocab) - 1).unsqueeze(1))
-    return _renormalised(probs, (probs >= pivot) | keeps_all.unsqueeze(1))
-
-
-def top_p_renorm_prob(probs: torch.Tensor, top_p: Union[torch.Tensor, float]) -> torch.Tensor:
-    """Keep each row's smallest set of largest probabilities whose mass reaches ``top_p`` of the
-    row's mass (every probability equal to the smallest kept one too), zero the rest and
-    renormalise. ``top_p >= 1`` keeps the whole row. Returns a new float32 ``[rows, V]`` tensor."""
-    probs = probs.float()
-    rows, _ = probs.shape
-    top_ps = _per_row(top_p, rows, torch.float32, probs.device)
-    descending = torch.sort(probs, dim=-1, descending=True).values
-    running = torch.cumsum(descending, dim=-1)
-    # in descending order a token is needed while the mass above it is still below top_p of the
-    # row's mass; the last needed token is the pivot
-    mass_above = running - descending
-    pivot_place = (mass_above < top_ps.unsqueeze(1) * running[:, -1:]).sum(dim=-1, keepdim=True) - 1
-    pivot = descending.gather(1, pivot_place.clamp(min=0))
-    return _renormalised(probs, (probs >= pivot) | (top_ps >= 1.0).unsqueeze(1))
-
-
-def tree_speculative_sampling_target_only(predicts: torch.Tensor, accept_index: torch.Tensor,
-                                          accept_token_num: torch.Tensor, candidates: torch.Tensor,
-                                          retrive_index: torch.Tensor, retrive_next_token: torch.Tensor,
-                                          retrive_next_sibling: torch.Tensor, uniform_samples: torch.Tensor,
-                                          uniform_samples_for_final_sampling: torch.Tensor,
-                                          target_probs: torch.Tensor, draft_probs: torch.Tensor,
-                                          threshold_single: float = 1.0, threshold_acc: float = 1.0,
-                                          deterministic: bool = True, *, strict_acceptance: bool) -> None:
-    """SGLang's ``tree_speculative_sampling_target_only``, in place (same arguments, shapes and
-    dtypes as its CUDA op; see :func:`sglang_eagle_ext.kernels.sampling.tree_speculative_sampling_target_only`
-    for the full contract).
-
-    From each request's root, the children of the current node are tried in sibling order; child
-    ``c`` with target probability ``q`` (at the current node's row) adds ``q`` to a running sum
-    ``acc`` and is accepted when ``coin <= acc / max(threshold_acc, 1e-9)`` or
-    ``q >= threshold_single`` (``strict_acceptance``, SGLang 0.5.21+: ``q > 0`` and
-    ``coin < acc / ...`` or ``q >= threshold_single``), ``coin`` being the current node's coin.
-    Acceptance moves to ``c`` and resets ``acc``; a rejected child's ``q`` is written into
-    ``draft_probs`` at its parent's row. The bonus token is drawn at the last accepted row from
-    ``relu(target - draft)`` (the target alone after the maximum number of accepts): the first
-    token whose running sum exceeds ``final_coin * sum``, else the last positive one, else ``V - 1``.
-    ``deterministic`` is accepted for the op's signature: this op always is.
-    """
-    del deterministic
-    if not (0.0 <= threshold_single <= 1.0 and 0.0 <= threshold_acc <= 1.0):
-        raise ValueError(f"thresholds must lie in [0, 1]: threshold_single={threshold_single}, "
-                         f"threshold_acc={threshold_acc}")
-    bs, n = candidates.shape
-    max_accepts = accept_index.shape[1] - 1
-    vocab = target_probs.shape[-1]
-    probs = target_probs.reshape(bs, n, vocab)
-    rejected_mass = draft_probs.view(bs, n, vocab)  # a view: the writes are the op's output
-    device = candidates.device
-    requests = torch.arange(bs, device=device)
-    # float32 scalars, as the kernels compute the test
-    threshold_single_f32 = torch.tensor(threshold_single, dtype=torch.float32, device=device)
-    threshold_acc_f32 = torch.tensor(max(threshold_acc, _MIN_THRESHOLD_ACC), dtype=torch.float32, device=device)
-
-    node = torch.zeros(bs, dtype=torch.int64, device=device)  # the last accepted node (local index)
-    coin = uniform_samples[:, 0].float()
-    mass = torch.zeros(bs, dtype=torch.float32, device=device)
-    accepted = torch.zeros(bs, dtype=torch.int64, device=device)
-    child = retrive_next_token[:, 0].clone()
-    accept_index[:, 0] = retrive_index[:, 0].to(accept_index.dtype)
-    for _ in range(n):  # a request visits each node at most once: n steps end every walk (cyclic links too)
-        walking = (child != -1) & (accepted < max_accepts)
-        if not bool(walking.any()):
-            break
-        tried = child.clamp(min=0)
-        token = candidates[requests, tried]
-        q = probs[requests, node, token].float()
-        mass = torch.where(walking, mass + q, mass)
-        if strict_acceptance:
-            passes = (q > 0) & ((coin < mass / threshold_acc_f32) | (q >= threshold_single_f32))
-        else:
-            passes = (coin <= mass / threshold_acc_f32) | (q >= threshold_single_f32)
-        takes, rejects = walking & passes, walking & ~passes
-
-        rejected_mass[requests[rejects], node[rejects], token[rejects]] = q[rejects]
-        parent_row = retrive_index[requests, node]
-        predicts[parent_row[takes]] = token[takes].to(predicts.dtype)
-        accepted = accepted + takes.long()
-        accept_index[requests[takes], accepted[takes]] = retrive_index[requests, tried][takes].to(accept_index.dtype)
-        node = torch.where(takes, tried, node)
-        coin = torch.where(takes, uniform_samples[requests, tried].float(), coin)
-        mass = torch.where(takes, torch.zeros_like(mass), mass)
-        child = torch.where(takes, retrive_next_token[requests, tried],
-                            torch.where(rejects, retrive_next_sibling[requests, tried], child))
-    accept_token_num.copy_(accepted.to(accept_token_num.dtype))
-
-    target_row = probs[requests, node].float()
-    walked_below_max = (accepted < max_accepts).unsqueeze(1)
-    residual = torch.where(walked_below_max, (target_row - rejected_mass[requests, node]).clamp(min=0.0),
-                           target_row).double()  # the draw in float64: no rounding moves a CDF step
-    threshold = uniform_samples_for_final_sampling.double() * residual.sum(dim=-1)
-    above = torch.cumsum(residual, dim=-1) > threshold.unsqueeze(1)
-    positive = residual > 0
-    first_above = above.int().argmax(dim=-1)
-    last_positive = vocab - 1 - positive.flip(-1).int().argmax(dim=-1)
-    bonus = torch.where(above.any(dim=-1), first_above,
-                        torch.where(positive.any(dim=-1), last_positive, torch.full_like(first_above, vocab - 1)))
-    predicts[retrive_index[requests, node]] = bonus.to(predicts.dtype)
+__all__ = ["top_k_renorm_prob", "top_p_renorm_prob", "tree_speculative_sampling_target_only"]
