@@ -47,7 +47,10 @@ import time
 import torch
 
 from sglang_eagle_ext.kernels import sampling, tree_build, verify_greedy
-from sglang_eagle_ext.testing.draft_trees import random_draft_tree
+
+# the checkout's root, after the installed packages: the tests' kit (tests.kit)
+sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tests.kit.draft_trees import random_draft_tree  # noqa: E402
 
 VOCAB = 128256
 SEQ_LEN = 512

@@ -1,12 +1,12 @@
 """Stock SGLang against this plugin on the producer layouts of issue 24, through SGLang's real loader.
 
-For each layout (built by the package's fixture builders, seeded), on the installed SGLang:
+For each layout (built by the fixture builders of the tests' kit, seeded), on the installed SGLang:
 
 * stock: :func:`sglang_eagle_ext.sglang.stock_check.check_many`, stock's own ``get_config``,
   model registry, built-in class and ``load_weights`` with this plugin off, and a prefill plus one
   decode step against the reference drafter;
 * ours: this package's class loaded as SGLang loads it, the same forward against the reference
-  (:func:`sglang_eagle_ext.testing.sglang_forward.assert_forward_matches_reference`).
+  (:func:`tests.kit.sglang_forward.assert_forward_matches_reference`).
 
 Writes ``benchmarks/results/cpu/stock_vs_plugin_sglang-<release>.json`` (date, commit, release)::
 
@@ -57,7 +57,7 @@ def results_path(release: str) -> Path:
 def build(builder: str, name: str, directory: str):
     """Write layout ``name`` into ``directory``; returns (directory, the target's TargetInfo)."""
     from sglang_eagle_ext.drafter.target import read_target
-    from sglang_eagle_ext.testing import code_layouts, fixtures, producer_layouts
+    from tests.kit import code_layouts, fixtures, producer_layouts
 
     if builder == "producer_layouts":
         layout = producer_layouts.LAYOUTS[name]
@@ -70,7 +70,7 @@ def ours_matches_reference(directory: str, target) -> dict:
     import torch
 
     from sglang_eagle_ext.errors import DrafterError
-    from sglang_eagle_ext.testing.sglang_forward import assert_forward_matches_reference
+    from tests.kit.sglang_forward import assert_forward_matches_reference
 
     try:
         with torch.no_grad():

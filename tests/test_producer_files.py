@@ -188,7 +188,7 @@ def test_sglang_model_class_tells_the_attention_backend_its_window(record_path, 
     defaults) or sees the whole context. The class reports the window its sliding layers use, in
     SGLang's count (the producer's HF window minus the query's own token), and None when no layer
     slides."""
-    from sglang_eagle_ext.testing.sglang_forward import build_draft
+    from tests.kit.sglang_forward import build_draft
 
     variant = files.load_variant(record_path)
     model = build_draft(variant.directory, variant.target)

@@ -16,7 +16,7 @@ from sglang_eagle_ext.drafter.reader import read_drafter
 from sglang_eagle_ext.reference.acceptance import DraftSettings, speculative_generate
 from sglang_eagle_ext.reference.capture import CapturingTarget
 from sglang_eagle_ext.reference.drafter import DraftCache, ReferenceDrafter, _rope, _rotate
-from sglang_eagle_ext.testing.matched_drafter import build_matched_drafter
+from tests.kit.matched_drafter import build_matched_drafter
 
 # zipf_drafter imports zipf_target, which imports verify_workload, all by bare name
 _, zipf_target, zipf_drafter = load_siblings("benchmarks/gpu", "verify_workload", "zipf_target", "zipf_drafter")

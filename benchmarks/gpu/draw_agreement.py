@@ -6,10 +6,10 @@ differed from stock's output. This script compares ``ROUNDS`` seeds on each of a
 (batch 64, chain 1/3/4 and tree 4/3/8, top-k 50 and top-p 0.9, logits rounded to bf16 as an
 engine's head gives them), about a million requests, and also stock against itself (is stock's own
 draw deterministic?). For each request whose draws differ it recomputes the draw in float64
-(``kernel_reference.fused_tree_sampling_reference`` with the same coins, reproduced from the seed)
-and again with every coin moved by ``NUDGE`` up and down: a draw that changes under such a nudge
-sits on a boundary of the cumulative distribution, where two correct float32 summations may fall
-on either side.
+(``tree_sampling_from_logits`` of ``kernels/sampling/reference.py`` with the same coins, reproduced
+from the seed) and again with every coin moved by ``NUDGE`` up and down: a draw that changes under
+such a nudge sits on a boundary of the cumulative distribution, where two correct float32
+summations may fall on either side.
 
 usage: python3 benchmarks/gpu/draw_agreement.py OUT.json [--rounds N]
 """
@@ -25,7 +25,7 @@ import fused_verify_step
 from fused_verify_step import call, stock_and_fused, verify_round
 from results_file import save_json
 from sglang_eagle_ext.sglang.compat import installed_release, releases
-from sglang_eagle_ext.testing.kernel_reference import fused_tree_sampling_reference
+from sglang_eagle_ext.kernels.sampling.reference import tree_sampling_from_logits
 from verify_workload import FILTERS
 
 ROUNDS = 2500
@@ -55,12 +55,12 @@ def reference_draw(case, b: int, coin, final_coin, strict: bool) -> tuple:
     predicts = torch.zeros(n, dtype=torch.int32)
     accept_index = torch.full((1, steps + 1), -1, dtype=torch.int32)
     accept_length = torch.zeros(1, dtype=torch.int32)
-    fused_tree_sampling_reference(predicts, accept_index, accept_length, candidates, retrive_index,
-                                  verify_input.retrieve_next_token[one].cpu(),
-                                  verify_input.retrieve_next_sibling[one].cpu(), coin.reshape(1, n).cpu(),
-                                  final_coin.reshape(1).cpu(), logits[b * n:(b + 1) * n].cpu(),
-                                  info.temperatures[one].reshape(-1).cpu(), info.top_ks[one].cpu(),
-                                  info.top_ps[one].cpu(), strict_acceptance=strict)
+    tree_sampling_from_logits(predicts, accept_index, accept_length, candidates, retrive_index,
+                              verify_input.retrieve_next_token[one].cpu(),
+                              verify_input.retrieve_next_sibling[one].cpu(), coin.reshape(1, n).cpu(),
+                              final_coin.reshape(1).cpu(), logits[b * n:(b + 1) * n].cpu(),
+                              info.temperatures[one].reshape(-1).cpu(), info.top_ks[one].cpu(),
+                              info.top_ps[one].cpu(), strict_acceptance=strict)
     return accepted(predicts, accept_index[0], 0)
 
 

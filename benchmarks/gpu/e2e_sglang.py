@@ -49,6 +49,10 @@ import time
 
 from results_file import save_json
 
+# the checkout's root, after the installed packages: the tests' kit (tests.kit), with which this script
+# and those importing it build their drafters
+sys.path.append(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
 # Baseline top-1/top-2 margin (nats) at or below which a divergence counts as a near-tie: the
 # tiny target's top logits lie near 64 (bf16 spacing 0.25 to 0.5 there), so this is a few bf16
 # steps (observed margins at divergences are exact multiples of 0.25).
@@ -266,7 +270,7 @@ def compare_speed(target: str, drafter: str) -> dict:
 # ---------------------------------------------------------------------------------------------
 
 def run_task(task: str, out: str) -> dict:
-    from sglang_eagle_ext.testing.matched_drafter import build_matched_drafter
+    from tests.kit.matched_drafter import build_matched_drafter
 
     target = os.path.join(out, "models", "speed_target" if task == "speed" else "target")
     if task in ("baseline", "baseline_tp1"):

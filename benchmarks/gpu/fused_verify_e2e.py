@@ -75,7 +75,7 @@ TP_SIZE = 1  # --tp: every engine over this many GPUs
 def build_models(out: str, target_config: dict, draft_vocab: int, device: str, layers: int = 1) -> tuple[str, str]:
     """The target's config (no weights: the dummy loader draws them) and a ``layers``-deep drafter,
     once; the drafter's profiles are drawn on ``device``, as the target's engine draws them."""
-    from sglang_eagle_ext.testing.matched_drafter import build_matched_drafter
+    from tests.kit.matched_drafter import build_matched_drafter
 
     target = os.path.join(out, "models", "target")
     drafter = os.path.join(out, "models", "drafter" if layers == 1 else f"drafter-{layers}-layers")

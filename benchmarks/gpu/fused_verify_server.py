@@ -56,7 +56,7 @@ def main(out: str) -> int:
     import torch
 
     from sglang_eagle_ext.demo.tiny_target import TinyTargetSettings, build_tiny_target
-    from sglang_eagle_ext.testing.matched_drafter import build_matched_drafter
+    from tests.kit.matched_drafter import build_matched_drafter
 
     os.makedirs(os.path.join(out, "logs"), exist_ok=True)
     target = os.path.join(out, "models", "target")

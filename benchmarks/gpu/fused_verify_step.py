@@ -15,6 +15,7 @@ usage: python3 benchmarks/gpu/fused_verify_step.py OUT.json [--quick]
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from types import SimpleNamespace
@@ -24,11 +25,14 @@ from packaging.version import Version
 
 from sglang_eagle_ext.kernels.tree_build import build_eagle_tree
 from sglang_eagle_ext.sglang.compat import fused_verify, installed_release
-from sglang_eagle_ext.testing import verify_batch
-from sglang_eagle_ext.testing.draft_trees import random_draft_tree
-from sglang_eagle_ext.testing.kernel_reference import filtered_probs_reference
 from results_file import save_json
 from verify_workload import BATCHES, FILTERS, TREES, VOCAB, ZIPF, entropy_nats, realistic_logits
+
+# the checkout's root, after the installed packages: the tests' kit (tests.kit)
+sys.path.append(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+from tests.kit import verify_batch  # noqa: E402
+from tests.kit.draft_trees import random_draft_tree  # noqa: E402
+from tests.kit.kernel_reference import filtered_probs_reference  # noqa: E402
 
 DEVICE = "cuda"
 

@@ -113,7 +113,7 @@ def main() -> int:
     import torch
 
     from sglang_eagle_ext.demo.tiny_target import TinyTargetSettings, build_tiny_target
-    from sglang_eagle_ext.testing.matched_drafter import build_matched_drafter
+    from tests.kit.matched_drafter import build_matched_drafter
 
     tiny = os.path.join(out, "models", "target")
     build_tiny_target(tiny, TinyTargetSettings(num_layers=8, hidden_size=256, num_attention_heads=4,

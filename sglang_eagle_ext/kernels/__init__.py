@@ -15,8 +15,8 @@ Modules, one job each:
 
 Not here: SGLang's call sites are routed to these kernels by
 :mod:`sglang_eagle_ext.sglang.compat.tree_kernels` (switch ``SGLANG_EAGLE_EXT_TREE_KERNELS``); the
-independent pure-PyTorch references the tests hold them to are :mod:`sglang_eagle_ext.testing.kernel_reference`,
-and random trees made like SGLang's draft loop makes them (tests, benchmarks) are
-:mod:`sglang_eagle_ext.testing.draft_trees`. Measured figures behind the tuning choices:
+independent pure-PyTorch references the tests hold them to (``tests/kit/kernel_reference.py``) and
+random trees made like SGLang's draft loop makes them (tests, benchmarks: ``tests/kit/draft_trees.py``)
+are the tests' kit, not installed. Measured figures behind the tuning choices:
 ``benchmarks/results/tree_kernels_tuning.md``.
 """

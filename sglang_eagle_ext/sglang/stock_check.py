@@ -16,7 +16,6 @@ after :data:`TIME_LIMIT_S`. Nothing here guesses: what could not be run is "not 
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import json
 import math
@@ -25,7 +24,6 @@ import re
 import socket
 import subprocess
 import sys
-import unittest.mock
 from types import SimpleNamespace
 from typing import Any
 
@@ -281,17 +279,22 @@ def _poison_uninitialised(model, never_loaded: list[str]) -> list[str]:
 
 
 def _share_as_stock_does(model, embed, head) -> None:
-    """The worker's sharing (:func:`~sglang_eagle_ext.testing.sglang_forward.share_target_tensors`)
+    """The worker's sharing (:func:`~sglang_eagle_ext.sglang.draft_forward.share_target_tensors`)
     run on stock's model: its setters synchronise the device (0.5.11 - 0.5.14: torch.cuda's, which a
-    CPU-only torch refuses); on a CPU host nothing is pending."""
+    CPU-only torch refuses); on a CPU host nothing is pending, and the call skips the synchronisation."""
     import torch
 
-    from sglang_eagle_ext.testing.sglang_forward import share_target_tensors
+    from sglang_eagle_ext.sglang.draft_forward import share_target_tensors
 
-    no_cuda = contextlib.nullcontext() if torch.cuda.is_available() else \
-        unittest.mock.patch.object(torch.cuda, "synchronize", lambda *args, **kwargs: None)
-    with no_cuda:
+    if torch.cuda.is_available():
         share_target_tensors(model, embed, head)
+        return
+    synchronize = torch.cuda.synchronize
+    torch.cuda.synchronize = lambda *args, **kwargs: None
+    try:
+        share_target_tensors(model, embed, head)
+    finally:
+        torch.cuda.synchronize = synchronize
 
 
 def _share_target_embedding(model, hf_config, target: dict | None, on_meta: bool) -> list[str]:
@@ -351,7 +354,7 @@ def _compare_forward(model, directory: str, target: dict) -> dict[str, Any]:
     from sglang_eagle_ext.errors import DrafterError
     from sglang_eagle_ext.reference.drafter import DraftCache
     from sglang_eagle_ext.sglang.compat import runtime
-    from sglang_eagle_ext.testing.sglang_forward import TOKENS, DraftRunner, worker_inputs
+    from sglang_eagle_ext.sglang.draft_forward import TOKENS, DraftRunner, worker_inputs
 
     try:
         checkpoint = read_drafter(directory, target=TargetInfo(**target))

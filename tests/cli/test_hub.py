@@ -7,7 +7,7 @@ import shutil
 import subprocess
 import sys
 
-from sglang_eagle_ext.testing import fixtures
+from tests.kit import fixtures
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 

@@ -6,7 +6,7 @@ import json
 
 from sglang_eagle_ext.cli import main
 from sglang_eagle_ext.sglang import stock_check
-from sglang_eagle_ext.testing import fixtures, producer_layouts
+from tests.kit import fixtures, producer_layouts
 
 
 def _target(tmp_path, **kwargs):

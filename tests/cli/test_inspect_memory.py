@@ -15,7 +15,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from sglang_eagle_ext.testing import fixtures
+from tests.kit import fixtures
 
 RSS_LIMIT_MB = 300
 FIVE_GB = 5 << 30

@@ -15,7 +15,7 @@ from sglang_eagle_ext.drafter.reader import read_drafter
 from sglang_eagle_ext.cli import main, serve_cmd
 from sglang_eagle_ext.drafter.export import export_legacy
 from sglang_eagle_ext.sglang.compat import cpu, launcher
-from sglang_eagle_ext.testing import fixtures
+from tests.kit import fixtures
 
 
 @pytest.fixture

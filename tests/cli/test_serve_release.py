@@ -14,7 +14,7 @@ from packaging.version import Version
 
 from sglang_eagle_ext.cli import main, serve_cmd
 from sglang_eagle_ext.sglang.compat import cpu, installed_release, launcher, releases
-from sglang_eagle_ext.testing import fixtures
+from tests.kit import fixtures
 
 DEPRECATED = ("--disable-cuda-graph", "sglang.launch_server")
 PER_PHASE = ["--cuda-graph-backend-decode", "disabled", "--cuda-graph-backend-prefill", "disabled"]

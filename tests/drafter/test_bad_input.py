@@ -16,7 +16,7 @@ from safetensors.torch import load_file, save_file
 
 from sglang_eagle_ext.drafter.reader import DrafterCheckpoint, load_drafter
 from sglang_eagle_ext.errors import DrafterError
-from sglang_eagle_ext.testing import fixtures
+from tests.kit import fixtures
 
 VALUES = [None, True, False, 0, -3, 1, 7, 10 ** 12, 0.5, float("nan"), "", "64", "true", "silu", [], [1, 2],
           [1, 1, 1], ["a"], {}, {"x": 1}]

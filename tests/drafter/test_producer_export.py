@@ -1,6 +1,6 @@
 """A drafter written in another producer's layout (``drafter/producer_export.py``) is what that
 producer's own export writes: the same tensor names, architecture and dialect as the package's
-fixture of the layout (``testing/``, built from the producer's code independently of the writer),
+fixture of the layout (``tests/kit/``, built from the producer's code independently of the writer),
 and it reads back as the same drafter with the same tensors bit for bit."""
 
 import json
@@ -14,7 +14,7 @@ from sglang_eagle_ext.drafter.producer_export import LAYOUTS, LayoutMismatch, wr
 from sglang_eagle_ext.drafter.reader import read_drafter
 from sglang_eagle_ext.drafter.spec import AuxLayers, Dialect, DrafterSpec, IdConvention, LaterLayerNorm
 from sglang_eagle_ext.reference.drafter import ReferenceDrafter
-from sglang_eagle_ext.testing import code_layouts, fixtures, producer_layouts
+from tests.kit import code_layouts, fixtures, producer_layouts
 
 TARGET = dict(fixtures.target_config(), head_dim=16, max_position_embeddings=256, rms_norm_eps=1e-5)
 

@@ -16,7 +16,7 @@ from safetensors.torch import save_file
 from sglang_eagle_ext.drafter.reader import load_drafter
 from sglang_eagle_ext.drafter.tensors import HeaderError, read_safetensors_header
 from sglang_eagle_ext.errors import DrafterError
-from sglang_eagle_ext.testing import fixtures
+from tests.kit import fixtures
 
 
 def _write(path, header: dict, data: bytes) -> None:

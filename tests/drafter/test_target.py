@@ -14,7 +14,7 @@ from sglang_eagle_ext.drafter.reader import read_drafter
 from sglang_eagle_ext.drafter.target import TARGET_KEYS, read_target
 from sglang_eagle_ext.errors import DrafterError
 from sglang_eagle_ext.sglang.draft_config import capture_layer_ids
-from sglang_eagle_ext.testing import code_layouts, fixtures
+from tests.kit import code_layouts, fixtures
 from tests.conftest import needs_sglang
 
 LONGCAT_LAYERS = 20  # not the fixtures' 12, so that a depth read from elsewhere shows

@@ -13,8 +13,8 @@ from tests.kernels.gpu_marks import CUDA, SAMPLING_OP, SOURCE, STRICT_ACCEPTANCE
 
 if CUDA:
     from sglang_eagle_ext.kernels import sampling, tree_build
-    from sglang_eagle_ext.testing import kernel_reference as reference
-    from sglang_eagle_ext.testing.draft_trees import random_draft_tree
+    from tests.kit import kernel_reference as reference
+    from tests.kit.draft_trees import random_draft_tree
 
 # One verify tree of n = 8 nodes, 3 draft steps: the root's children are 1, 2, 3; node 1's are
 # 4 and 5; node 4's is 6 (full depth); node 2's is 7.

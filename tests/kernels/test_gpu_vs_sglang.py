@@ -18,7 +18,7 @@ from tests.kernels.gpu_marks import (BUILD_OP, CUDA, GREEDY_OP, SAMPLING_OP, SOU
 if CUDA:
     from sglang_eagle_ext.kernels import sampling, tree_build, verify_greedy
     from sglang_eagle_ext.kernels.sampling import reference
-    from sglang_eagle_ext.testing.draft_trees import random_draft_tree
+    from tests.kit.draft_trees import random_draft_tree
     from sglang_eagle_ext.kernels.tree_mask_modes import (
         FULL_MASK,
         QLEN_ONLY,

@@ -7,8 +7,8 @@ from hypothesis import strategies as st
 from tests.kernels.tree_fixtures import draw_tree_shape
 
 from sglang_eagle_ext.kernels import tree_build
-from sglang_eagle_ext.testing import kernel_reference as reference
-from sglang_eagle_ext.testing.draft_trees import orphan_some_nodes, random_draft_tree
+from tests.kit import kernel_reference as reference
+from tests.kit.draft_trees import orphan_some_nodes, random_draft_tree
 from sglang_eagle_ext.kernels.tree_mask_modes import (
     FULL_MASK,
     QLEN_ONLY,

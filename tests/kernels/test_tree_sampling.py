@@ -1,7 +1,7 @@
 """Tree sampling: each Triton op (the drop-in and the fused sampler) against its plain-torch
 reference (``kernels/sampling/reference.py``, what a CPU-only host samples with), and each
 reference against the independent oracle written a request and a node at a time
-(``testing/kernel_reference.py``) and against rules checked by hand.
+(``tests/kit/kernel_reference.py``) and against rules checked by hand.
 
 Coins are fixed per example, so two implementations must make the very same draws; they differ
 only when a coin lands within float rounding of a CDF step (probability ~1e-7 a draw).
@@ -19,7 +19,7 @@ from tests.kernels.tree_fixtures import (assert_same, built_tree, draw_tree_shap
 
 from sglang_eagle_ext.kernels import sampling
 from sglang_eagle_ext.kernels.sampling import reference, scratch
-from sglang_eagle_ext.testing import kernel_reference as oracle
+from tests.kit import kernel_reference as oracle
 
 VOCAB = 40
 

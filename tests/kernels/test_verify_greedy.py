@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 from tests.kernels.tree_fixtures import assert_same, built_tree, draw_tree_shape, favour_children, poisoned_outputs
 
 from sglang_eagle_ext.kernels import verify_greedy, workspace
-from sglang_eagle_ext.testing import kernel_reference as reference
+from tests.kit import kernel_reference as reference
 
 VOCAB = 40
 

@@ -4,7 +4,7 @@ import torch
 from hypothesis import strategies as st
 
 from sglang_eagle_ext.kernels import tree_build
-from sglang_eagle_ext.testing.draft_trees import orphan_some_nodes, random_draft_tree
+from tests.kit.draft_trees import orphan_some_nodes, random_draft_tree
 
 
 def draw_tree_shape(draw, *, max_topk: int, max_steps: int, max_n: int):

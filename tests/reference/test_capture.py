@@ -8,7 +8,7 @@ from sglang_eagle_ext.sglang.compat import cpu as cpu_shims
 from sglang_eagle_ext.drafter.reader import read_drafter
 from sglang_eagle_ext.reference.capture import CapturingTarget
 from sglang_eagle_ext.reference.drafter import DraftCache, ReferenceDrafter
-from sglang_eagle_ext.testing import fixtures
+from tests.kit import fixtures
 
 cpu_shims.install()
 

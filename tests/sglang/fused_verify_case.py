@@ -10,8 +10,8 @@ import torch
 
 from sglang_eagle_ext.sglang.compat import fused_verify, installed_release
 from sglang_eagle_ext.sglang.compat.releases import STRICT_ACCEPTANCE
-from sglang_eagle_ext.testing import kernel_reference as reference
-from sglang_eagle_ext.testing import verify_batch
+from tests.kit import kernel_reference as reference
+from tests.kit import verify_batch
 from tests.kernels.tree_fixtures import built_tree, favour_children
 
 

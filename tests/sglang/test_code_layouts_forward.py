@@ -1,4 +1,4 @@
-"""Drafters laid out as producers' own code writes them (testing/code_layouts.py), served through
+"""Drafters laid out as producers' own code writes them (tests/kit/code_layouts.py), served through
 SGLang's loader on CPU: equal to the reference drafter, and, for EAGLE 3.1's ``norm_output``, equal
 to a forward written here from each producer's training code, independently of the package.
 
@@ -15,9 +15,9 @@ import torch.nn.functional as F
 
 from sglang_eagle_ext.drafter.reader import read_drafter
 from sglang_eagle_ext.drafter.target import read_target
-from sglang_eagle_ext.testing import code_layouts, fixtures
-from sglang_eagle_ext.testing.sglang_forward import (TOKENS, DraftRunner, assert_forward_matches_reference,
-                                                      build_draft)
+from tests.kit import code_layouts, fixtures
+from sglang_eagle_ext.sglang.draft_forward import TOKENS, DraftRunner
+from tests.kit.sglang_forward import assert_forward_matches_reference, build_draft
 
 
 def _target(name):

@@ -17,8 +17,8 @@ from tests.kernels.tree_fixtures import assert_same, built_tree, favour_children
 
 from sglang_eagle_ext.sglang.compat import cpu, cpu_sampling, installed_release
 from sglang_eagle_ext.sglang.compat.releases import STRICT_ACCEPTANCE
-from sglang_eagle_ext.testing import kernel_reference as reference
-from sglang_eagle_ext.testing import verify_batch
+from tests.kit import kernel_reference as reference
+from tests.kit import verify_batch
 
 VOCAB = 64
 TOP_K_ALL = verify_batch.TOP_K_ALL

@@ -12,7 +12,7 @@ from sglang_eagle_ext.errors import DrafterError
 from sglang_eagle_ext.drafter.dialects import is_drafter_config
 from sglang_eagle_ext.sglang.draft_config import sglang_config_dict
 from sglang_eagle_ext.drafter.target import read_target
-from sglang_eagle_ext.testing import fixtures
+from tests.kit import fixtures
 
 
 def _target(model_type="llama", layers=fixtures.TARGET_LAYERS):

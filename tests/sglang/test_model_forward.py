@@ -13,8 +13,8 @@ import torch
 
 from sglang_eagle_ext.errors import DrafterError
 from sglang_eagle_ext.drafter.target import read_target
-from sglang_eagle_ext.testing import fixtures
-from sglang_eagle_ext.testing.sglang_forward import assert_forward_matches_reference, build_draft
+from tests.kit import fixtures
+from tests.kit.sglang_forward import assert_forward_matches_reference, build_draft
 
 
 def target_for(name: str):

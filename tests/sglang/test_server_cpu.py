@@ -22,7 +22,7 @@ from tests.http_server import post, post_raw, serving
 from tests.script_module import ROOT
 
 from sglang_eagle_ext.demo.run import PROMPTS, plain_greedy, serve_greedy
-from sglang_eagle_ext.testing.matched_drafter import build_matched_drafter
+from tests.kit.matched_drafter import build_matched_drafter
 
 NEW_TOKENS = 12
 

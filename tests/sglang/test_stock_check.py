@@ -4,7 +4,7 @@ What it finds when it can run is checked against the reference drafter in
 tests/test_stock_vs_plugin.py and tests/cli/test_inspect.py."""
 
 from sglang_eagle_ext.sglang import stock_check
-from sglang_eagle_ext.testing import fixtures
+from tests.kit import fixtures
 
 
 def test_no_sglang_installed_is_not_checked(monkeypatch, tmp_path):
@@ -68,7 +68,7 @@ def test_the_architecture_stock_builds_with_is_an_edit_of_the_drafters_config(tm
     stock's own loader, run on a copy with that edit written, builds the same class with it."""
     import json
 
-    from sglang_eagle_ext.testing import code_layouts
+    from tests.kit import code_layouts
     from tests.script_module import load_siblings
 
     _, acceptance = load_siblings("scripts", "readme_numbers", "stock_vs_plugin_acceptance")
@@ -97,12 +97,12 @@ def test_without_a_target_the_embedding_stock_takes_from_it_is_not_called_never_
 def test_a_failure_on_this_packages_side_is_not_checked_never_stocks(tmp_path, monkeypatch, no_grad):
     """When the reference drafter (this package's side of the forward check) raises, the forward is
     "not checked" with the cause, stock's forward is not run, and the verdict blames no one."""
-    from sglang_eagle_ext.testing import sglang_forward
+    from sglang_eagle_ext.sglang import draft_forward
 
     def broken(checkpoint, gen):
         raise RuntimeError("expected m1 and m2 to have the same dtype")
 
-    monkeypatch.setattr(sglang_forward, "worker_inputs", broken)
+    monkeypatch.setattr(draft_forward, "worker_inputs", broken)
     directory = fixtures.build("F1-specforge", str(tmp_path / "specforge"), seed=3)
     target = dict(source="<config object>", model_type="llama", num_layers=fixtures.TARGET_LAYERS,
                   hidden_size=64, vocab_size=fixtures.target_config()["vocab_size"])

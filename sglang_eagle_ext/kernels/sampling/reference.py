@@ -16,7 +16,7 @@ imports Triton.
 
 The tests hold each kernel to its reference (the same draws with the same coins) and each reference
 to an independent one, written a request and a node at a time
-(:mod:`sglang_eagle_ext.testing.kernel_reference`), and on a GPU to SGLang's own ops.
+(``tests/kit/kernel_reference.py``, not installed), and on a GPU to SGLang's own ops.
 """
 
 from __future__ import annotations

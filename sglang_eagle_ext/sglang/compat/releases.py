@@ -73,7 +73,7 @@ CUDA_GRAPH_BACKEND_FLAGS = _fact("cuda-graph-backend-flags", ">=0.5.14",
                                  "CUDA graphs are switched off per phase, --cuda-graph-backend-{decode,prefill}="
                                  "disabled (ServerArgs cuda_graph_backend_decode/_prefill); --disable-cuda-graph is "
                                  "a DeprecatedStoreTrueAction naming them, disable_cuda_graph a legacy no-CLI field")
-# What the stock check (stock_check.py) and the forward harness (testing/sglang_forward.py) run on
+# What the stock check (stock_check.py) and the forward harness (draft_forward.py) run on
 ARCH_SUPPORTED_QUERY = _fact("arch-supported-query", ">=0.5.21",
                              "get_model_architecture asks ModelRegistry.is_arch_supported whether an architecture "
                              "has an SGLang class (before: membership in get_supported_archs)")

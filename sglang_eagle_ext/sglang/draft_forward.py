@@ -1,11 +1,12 @@
-"""Our SGLang draft class against the plain-PyTorch reference drafter, on CPU.
+"""A loaded drafter's forward through SGLang's own attention code on a CPU, as the EAGLE worker
+feeds it: what the stock check (:mod:`.stock_check`) runs stock's model on and compares with the
+reference drafter (:mod:`sglang_eagle_ext.reference.drafter`).
 
-A drafter is loaded the way SGLang loads it (normalised config -> model class -> load_weights ->
-the worker's embedding/head sharing) and run for a prefill on target aux states and one decode
-step on the carried hidden state, over SGLang's paged KV cache with the ``torch_native``
-attention backend; logits, carried states and the draft-to-target token map must match the
-reference. Needs stock SGLang importable (the CPU shims installed) and SGLang's single-process
-distributed state initialised; every SGLang import is inside a function for that reason.
+A prefill on target aux states and decode steps on the carried hidden state run over SGLang's
+paged KV cache with the ``torch_native`` attention backend, on the batches of SGLang's
+attention-backend test kit. Needs stock SGLang importable (the CPU shims installed) and SGLang's
+single-process distributed state initialised; every SGLang import is inside a function for that
+reason.
 """
 
 from __future__ import annotations
@@ -14,9 +15,7 @@ from types import SimpleNamespace
 
 import torch
 
-from sglang_eagle_ext.drafter.reader import read_drafter
-from sglang_eagle_ext.drafter.target import TargetInfo
-from sglang_eagle_ext.reference.drafter import DraftCache, ReferenceDrafter
+from sglang_eagle_ext.reference.drafter import ReferenceDrafter
 
 CONTEXT = 64  # KV slots: enough for the prefill and the decode step
 TOKENS = 5  # prefill length
@@ -82,20 +81,6 @@ class DraftRunner:
             return model(batch.input_ids, batch.positions, batch)
 
 
-def build_draft(directory: str, target: TargetInfo):
-    """Our model exactly as SGLang builds it: normalised config, class, load_weights, sharing."""
-    from sglang_eagle_ext.sglang.compat.config_loading import DraftConfigLoader
-    from sglang_eagle_ext.sglang.compat.runtime import publish_default_server_args
-    from sglang_eagle_ext.sglang.model import LlamaForCausalLMEagle3
-
-    publish_default_server_args()  # what a server publishes before it builds the draft
-    loader = DraftConfigLoader(original=None)
-    loader.target = target
-    model = LlamaForCausalLMEagle3(loader(directory))
-    model.load_weights(iter(()))
-    return model
-
-
 def worker_inputs(checkpoint, gen):
     """The target's embedding and lm_head as SGLang's EAGLE worker hands them to a loaded draft, the
     reference drafter on the same tensors, and seeded prompt ids (``TOKENS + 1``) and aux states
@@ -125,38 +110,3 @@ def share_target_tensors(model, embed: torch.Tensor, head: torch.Tensor) -> None
         model.set_embed_and_head(embed, head)
     else:
         model.set_embed(embed)
-
-
-def assert_forward_matches_reference(directory: str, target: TargetInfo, seed: int) -> None:
-    """Prefill and one decode step of the SGLang-loaded drafter at ``directory`` equal the
-    reference drafter's (fp32 rounding), and so do their draft-to-target token maps; every
-    random input comes from ``seed``."""
-    from sglang.srt.model_executor.forward_batch_info import ForwardMode
-
-    attention_kit()  # before anything is built
-    checkpoint = read_drafter(directory, target=target)
-    spec = checkpoint.spec
-    model = build_draft(directory, target)
-    reference, embed, head, ids, aux = worker_inputs(checkpoint, torch.Generator().manual_seed(seed))
-    share_target_tensors(model, embed, head)
-    runner = DraftRunner(spec)
-    prefill = runner.forward(model, ForwardMode.EXTEND, ids[:TOKENS], aux, prefix=0)
-    cache = DraftCache()
-    expected = reference(ids[None, :TOKENS], torch.arange(TOKENS), aux=aux[None], cache=cache)
-    vocab = spec.draft_vocab_size  # SGLang pads the head to a multiple of 64
-    torch.testing.assert_close(prefill.next_token_logits[0, :vocab], expected.logits[0, -1],
-                               rtol=1e-5, atol=1e-5)
-    torch.testing.assert_close(prefill.hidden_states, expected.carried[0], rtol=1e-5, atol=1e-5)
-
-    carried = prefill.hidden_states[-1:]
-    decode = runner.forward(model, ForwardMode.DECODE, ids[TOKENS:], carried, prefix=TOKENS)
-    expected = reference(ids[None, TOKENS:], torch.tensor([TOKENS]), carried=carried[None], cache=cache)
-    torch.testing.assert_close(decode.next_token_logits[0, :vocab], expected.logits[0, -1],
-                               rtol=1e-5, atol=1e-5)
-    torch.testing.assert_close(decode.hidden_states, expected.carried[0], rtol=1e-5, atol=1e-5)
-
-    if spec.has_vocab_map:
-        draft_ids = torch.arange(spec.draft_vocab_size)
-        assert torch.equal(model.get_hot_token_id(), reference.to_target_ids(draft_ids))
-    else:
-        assert model.get_hot_token_id() is None

@@ -15,8 +15,8 @@ from typing import Callable
 
 import torch
 
-from sglang_eagle_ext.testing.fixtures import (NEMO_DEFAULT_RUN, TARGET_LAYERS, Geometry, canonical_tensors, rename,
-                                               shrink, template, write_checkpoint)
+from tests.kit.fixtures import (NEMO_DEFAULT_RUN, TARGET_LAYERS, Geometry, canonical_tensors, rename, shrink,
+                                template, write_checkpoint)
 
 # Keys NeMo Automodel's TrainEagle3Recipe writes over the target's config dict
 # (nemo_automodel/recipes/llm/train_eagle3.py:544-580).

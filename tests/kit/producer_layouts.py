@@ -21,8 +21,8 @@ from typing import Any, Callable
 import torch
 
 from sglang_eagle_ext.drafter.spec import Dialect, LaterLayerNorm
-from sglang_eagle_ext.testing.fixtures import (Geometry, canonical_tensors, modelopt_config, rename, shrink,
-                                               speculators_config, target_config, template, write_checkpoint)
+from tests.kit.fixtures import (Geometry, canonical_tensors, modelopt_config, rename, shrink, speculators_config,
+                                target_config, template, write_checkpoint)
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from typing import Callable
 
 import torch
 
-from sglang_eagle_ext.testing import fixtures
+from tests.kit import fixtures
 
 DIALECTS = ("specforge", "speculators", "flat-top-level-ids")
 
