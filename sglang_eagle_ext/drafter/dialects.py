@@ -440,18 +440,6 @@ def _num_layers_claim(found, places, result, problems):
     return _first_checked(found, int, result, problems)
 
 
-def weight_quirks(dialect: Dialect, spec_values: dict[str, Any], tensor_names: set[str],
-                  notes: list[str]) -> dict[str, Any]:
-    """What a producer's config states wrongly, as its weights show: the values to set instead."""
-    if (dialect is Dialect.ANGELSLIM and spec_values["tie_word_embeddings"]
-            and "lm_head.weight" in tensor_names):
-        # AngelSlim's draft model always builds its own lm_head; its configs copy the target's flag.
-        notes.append("tie_word_embeddings = true ignored: AngelSlim drafters keep their own lm_head "
-                     "(which this checkpoint has)")
-        return {"tie_word_embeddings": False}
-    return {}
-
-
 def _first_checked(found, kind, result, problems):
     if not found:
         return None

@@ -5,6 +5,11 @@
 weight is loaded or any GPU memory is taken, and it keeps the result for the process (SGLang asks
 for the same drafter in several places). A changed file is read again. ``DrafterCheckpoint``
 then streams canonical tensors.
+
+One read flows one way: the config's values (:mod:`.dialects`, with NeMo's run config), then
+what the tensors decide (:mod:`.tensor_facts`, each look returned as its own :class:`Facts`), then
+the spec made of those values, then the checks of the tensors against it; a
+``DrafterCheckpoint`` exists only once every check passed.
 """
 
 from __future__ import annotations
@@ -17,9 +22,8 @@ from typing import Any, Iterator, Mapping
 
 import torch
 
-from sglang_eagle_ext.drafter import tensor_facts, vocabulary, weight_names
-from sglang_eagle_ext.drafter.dialects import (PEAGLE_FIX, ConfigValues, check_concatenation_order,
-                                               read_config_values, weight_quirks)
+from sglang_eagle_ext.drafter import tensor_facts
+from sglang_eagle_ext.drafter.dialects import PEAGLE_FIX, ConfigValues, check_concatenation_order, read_config_values
 from sglang_eagle_ext.drafter.run_config import nemo_aux_layers
 from sglang_eagle_ext.drafter.spec import GATED_ACTIVATIONS, Dialect, DrafterSpec, aux_ids_fix
 from sglang_eagle_ext.drafter.target import TargetInfo, check_against_target, read_target
@@ -40,12 +44,12 @@ class DrafterCheckpoint:
     meta_d2t: torch.Tensor | None = None  # d2t from a NeMo meta file, when the weights have none
 
     def tensors(self, dtype: torch.dtype | None = None) -> Iterator[tuple[str, torch.Tensor]]:
-        """Every canonical tensor of :func:`weight_names.expected_shapes`, one at a time (fused
+        """Every canonical tensor of :func:`tensor_facts.expected_shapes`, one at a time (fused
         ``qkv_proj`` / ``gate_up_proj`` split; ignored tensors such as ``t2d`` left out; ``d2t``
         int64, everything else cast to ``dtype`` when given)."""
-        expected = weight_names.expected_shapes(self.spec)
+        expected = tensor_facts.expected_shapes(self.spec)
         for name in self.index.entries:
-            fused = weight_names.fused_parts(name)
+            fused = tensor_facts.fused_parts(name)
             if fused is not None:
                 sizes = [expected[p][0] for p in fused]
                 for part, tensor in zip(fused, torch.split(self.index.read(name), sizes, dim=0)):
@@ -187,28 +191,29 @@ def _weight_files(directory: str, problems: list[Problem], remote: Mapping[str, 
     return []
 
 
-def _read_run_config(directory: str, values: ConfigValues, problems: list[Problem]) -> str | None:
-    """NeMo's trained aux ids from the run config beside its weights into ``values`` (config.json,
-    the target's, names none); returns the run config's path where one was read."""
-    if values.dialect is not Dialect.NEMO:
-        return None
-    stated = "aux_layers" in values.stated
-    layers, path = nemo_aux_layers(directory, values.file, stated, problems)
+def _with_run_config(directory: str, config: ConfigValues) -> tuple[ConfigValues, str | None, list[Problem]]:
+    """``config`` with NeMo's trained aux ids from the run config beside its weights (config.json,
+    the target's, names none); the run config's path where one was read, and its problems."""
+    if config.dialect is not Dialect.NEMO:
+        return config, None, []
+    problems: list[Problem] = []
+    stated = "aux_layers" in config.stated
+    layers, path = nemo_aux_layers(directory, config.file, stated, problems)
     if layers is None:
         if path is not None and not stated:
-            values.notes.append(f"{path} names no aux_layer_ids: NeMo's default taps (the run set none)")
-        return path
-    if stated and values.values["aux_layers"].hidden_state_indices() != layers.hidden_state_indices():
-        problems.append(Problem(values.file, values.stated["aux_layers"], "names other aux layers than the run "
+            note = f"{path} names no aux_layer_ids: NeMo's default taps (the run set none)"
+            return replace(config, notes=[*config.notes, note]), path, problems
+        return config, path, problems
+    if stated and config.values["aux_layers"].hidden_state_indices() != layers.hidden_state_indices():
+        problems.append(Problem(config.file, config.stated["aux_layers"], "names other aux layers than the run "
                                 f"config NeMo trained with ({path}: {layers.source})", aux_ids_fix(layers.declared)
                                 + "; NeMo's run config holds the ids it trained with (layer outputs)",
                                 expected=f"hidden states {list(layers.hidden_state_indices())}",
-                                found=f"hidden states {list(values.values['aux_layers'].hidden_state_indices())}"))
-        return path
-    check_concatenation_order(values.dialect, layers, path, problems)
-    values.values["aux_layers"] = layers
-    values.stated["aux_layers"] = layers.source
-    return path
+                                found=f"hidden states {list(config.values['aux_layers'].hidden_state_indices())}"))
+        return config, path, problems
+    check_concatenation_order(config.dialect, layers, path, problems)
+    return replace(config, values={**config.values, "aux_layers": layers},
+                   stated={**config.stated, "aux_layers": layers.source}), path, problems
 
 
 def _read(directory: str, remote: Mapping[str, FileBytes] | None = None) -> DrafterCheckpoint:
@@ -217,10 +222,11 @@ def _read(directory: str, remote: Mapping[str, FileBytes] | None = None) -> Draf
     remote = remote or {}
     config_file = os.path.join(directory, "config.json")
     problems: list[Problem] = []
-    values = read_config_values(_read_config(directory), config_file, problems)
-    if values is None:
+    config = read_config_values(_read_config(directory), config_file, problems)
+    if config is None:
         raise DrafterError(problems)
-    run_config = _read_run_config(directory, values, problems)
+    config, run_config, run_config_problems = _with_run_config(directory, config)
+    problems += run_config_problems
     files = _weight_files(directory, problems, remote)
     index = TensorIndex()
     for file in files:
@@ -228,35 +234,30 @@ def _read(directory: str, remote: Mapping[str, FileBytes] | None = None) -> Draf
     if not files or problems:
         raise DrafterError(problems)
     weights_file = files[0] if len(files) == 1 else directory
-    for name in weight_names.PARALLEL_DRAFTING_TENSORS:
+    for name in tensor_facts.PARALLEL_DRAFTING_TENSORS:
         if name in index.entries:
             raise DrafterError([Problem(weights_file, name, "this is a P-EAGLE / parallel-drafting "
                                         "head (it has a mask_hidden tensor)", PEAGLE_FIX)])
 
     shapes = tensor_facts.split_fused(index)
-    names = set(shapes)
-    spec_values = dict(values.values)
-    notes = list(values.notes)
-    if spec_values["hidden_act"] not in GATED_ACTIVATIONS:
-        problems.append(Problem(config_file, values.stated.get("hidden_act", "hidden_act"), "an MLP activation "
+    if config.values["hidden_act"] not in GATED_ACTIVATIONS:
+        problems.append(Problem(config_file, config.stated.get("hidden_act", "hidden_act"), "an MLP activation "
                                 "no engine serves in an EAGLE-3 drafter", "use a drafter trained with one of "
-                                + ", ".join(GATED_ACTIVATIONS), found=repr(spec_values["hidden_act"])))
-    tensor_facts.read_tensor_facts(values, spec_values, shapes, weights_file, config_file, problems, notes)
-    meta = vocabulary.read_vocabulary_facts(directory, spec_values, shapes, weights_file, config_file, problems,
-                                            notes)
-    spec_values.update(weight_quirks(values.dialect, spec_values, names, notes))
-    spec_values["embed_tokens_from_target"] = "embed_tokens.weight" not in names
-    spec_values["lm_head_from_target"] = "lm_head.weight" not in names and not spec_values["tie_word_embeddings"]
-    spec_values.update(path=directory, dialect=values.dialect,
-                       files=tuple([config_file] + files + [path for path in (meta and meta[0], run_config) if path]))
+                                + ", ".join(GATED_ACTIVATIONS), found=repr(config.values["hidden_act"])))
+    layers = tensor_facts.read_tensor_facts(config, shapes, weights_file)
+    vocabulary, side_map = tensor_facts.read_vocabulary(directory, config, shapes, weights_file)
+    head = tensor_facts.read_head_facts(config, shapes)
+    looks = (layers, vocabulary, head)
+    problems += [problem for facts in looks for problem in facts.problems]
     if problems:
         raise DrafterError(problems)
-    spec = DrafterSpec.from_values(**spec_values)
-    tensor_facts.check_aux_layers_named(spec, values, config_file, problems)
-    notes += tensor_facts.check_shapes(spec, shapes, index, weights_file, problems)
+    read = (config_file, *files, *(path for path in (side_map and side_map.file, run_config) if path))
+    notes = (*config.notes, *(note for facts in looks for note in facts.notes))
+    spec = DrafterSpec.from_values(**{**config.values, **layers.values, **vocabulary.values, **head.values,
+                                      "path": directory, "dialect": config.dialect, "files": read, "notes": notes})
+    problems = tensor_facts.check_aux_layers_named(spec) + tensor_facts.check_shapes(spec, shapes, index, weights_file)
     if spec.has_vocab_map and not problems:
-        vocabulary.check_vocab_map(spec, index, shapes, meta, weights_file, problems)
+        problems = tensor_facts.check_vocab_map(spec, index, shapes, side_map, weights_file)
     if problems:
         raise DrafterError(problems)
-    return DrafterCheckpoint(replace(spec, notes=tuple(notes)), index,
-                             None if meta is None else meta[1])
+    return DrafterCheckpoint(spec, index, None if side_map is None else side_map.d2t)

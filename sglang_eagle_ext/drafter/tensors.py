@@ -8,6 +8,13 @@ whatever sizes the file claims (no memory map, no tensor data). The bytes come f
 are opened memory-mapped (``weights_only=True``, never arbitrary code); the legacy format, which
 can only be read whole, is refused above :data:`LEGACY_PICKLE_LIMIT`. :meth:`TensorIndex.read`
 then reads one tensor.
+
+Tensors are indexed under their canonical names (:mod:`.tensor_facts` lists them), whatever the
+dialect's spelling (:func:`canonical_name`): a leading ``model.`` (NeMo Automodel), ``midlayer.``
+for ``layers.0.`` (SafeAILab, SpecForge, AngelSlim, TorchSpec, ModelOpt before 2026-03),
+``midlayer.{i}.`` for ``layers.{i}.`` (ModelOpt's Megatron export of multi-layer heads),
+``aux_norm_{low,mid,high}`` for ``fc_norm.{0,1,2}`` (legacy SGLang); fused ``qkv_proj`` /
+``gate_up_proj`` stay fused here.
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import re
 import struct
 import zipfile
 from dataclasses import dataclass, field
@@ -23,7 +31,6 @@ from typing import Any, NamedTuple, Protocol
 import torch
 from safetensors import safe_open
 
-from sglang_eagle_ext.drafter import weight_names
 from sglang_eagle_ext.errors import DrafterError, Problem
 
 # safetensors dtype names -> torch dtypes (those a drafter can hold)
@@ -45,6 +52,24 @@ SAFETENSORS_HEADER_LIMIT = 16 << 20
 LEGACY_PICKLE_LIMIT = 64 << 20
 # config.json files and shard indexes are kilobytes; a larger one is refused without parsing it.
 JSON_FILE_LIMIT = 16 << 20
+
+_LEGACY_AUX_NORMS = {"aux_norm_low": "fc_norm.0", "aux_norm_mid": "fc_norm.1",
+                     "aux_norm_high": "fc_norm.2"}
+_MIDLAYER_RE = re.compile(r"^midlayer\.(\d+)\.")
+
+
+def canonical_name(raw: str) -> str:
+    """Map a tensor name of any dialect to its canonical spelling (fused names stay fused)."""
+    name = raw[len("model."):] if raw.startswith("model.") else raw
+    numbered = _MIDLAYER_RE.match(name)  # ModelOpt's Megatron export of multi-layer heads
+    if numbered:
+        name = f"layers.{numbered.group(1)}." + name[numbered.end():]
+    elif name.startswith("midlayer."):
+        name = "layers.0." + name[len("midlayer."):]
+    for legacy, canonical in _LEGACY_AUX_NORMS.items():
+        if name.startswith(legacy + "."):
+            name = canonical + name[len(legacy):]
+    return name
 
 
 class FileBytes(Protocol):
@@ -122,7 +147,7 @@ class TensorIndex:
 
     def add(self, file: str, raw: str, shape, dtype: torch.dtype | None, problems: list[Problem],
             span: tuple[int, int] | None = None) -> None:
-        name = weight_names.canonical_name(raw)
+        name = canonical_name(raw)
         if name in self.entries:
             first = self.entries[name]
             where = "in the same file" if first.file == file else f"(also in {first.file})"

@@ -1,4 +1,4 @@
-"""Layouts built from producers' own code (testing/code_layouts.py, sources in
+"""Layouts built from producers' own code (tests/kit/code_layouts.py, sources in
 drafter_configs/SOURCES.md "Layouts built from code") read field by field, or refused with one
 problem that names the flag and what to do."""
 
@@ -15,7 +15,7 @@ from sglang_eagle_ext.drafter.config_json import canonical_config
 from sglang_eagle_ext.drafter.reader import read_drafter
 from sglang_eagle_ext.drafter.spec import Dialect
 from sglang_eagle_ext.errors import DrafterError
-from sglang_eagle_ext.testing import code_layouts, fixtures
+from tests.kit import code_layouts, fixtures
 
 # What the producer's code makes of each layout, written from that code (not from the reader).
 COMMON = {"num_layers": 1, "num_aux_hidden_states": 3, "lm_head_from_target": False,
@@ -75,10 +75,10 @@ def test_gpt_oss_drafter_reads_the_targets_yarn_rope(tmp_path):
 def test_tensors_come_back_bit_exact(name, tmp_path):
     """Every tensor the producer saved is served, under its canonical name, unchanged."""
     from safetensors.torch import load_file
-    from sglang_eagle_ext.drafter import weight_names
+    from sglang_eagle_ext.drafter.tensors import canonical_name
 
     directory = code_layouts.build(name, str(tmp_path / "d"), seed=3)
-    saved = {weight_names.canonical_name(k): v
+    saved = {canonical_name(k): v
              for k, v in load_file(os.path.join(directory, "model.safetensors")).items()}
     loaded = read_drafter(directory).load_tensors()
     assert set(loaded) == set(saved) - {"t2d"}
