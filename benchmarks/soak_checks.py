@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 import statistics
 
-# The project's bf16 near-tie rule (README, supported releases): a greedy output that first differs
+# The project's bf16 near-tie rule (docs/benchmarks.md, supported SGLang releases): a greedy output that first differs
 # where the reference's top-1 / top-2 log-probability margin is at most this many nats.
 NEAR_TIE_NATS = 1.0
 # Memory may grow by this share of its early level, or by the floor, whichever is larger, before the

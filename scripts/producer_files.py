@@ -1,5 +1,5 @@
 """The drafters the producers' own code wrote (``tests/producer_files``), read by this package and
-compared with the producer's own forward; ``main`` records the table the README shows.
+compared with the producer's own forward; ``main`` records the table docs/producers.md shows.
 
 ``tests/producer_files/<producer>/<variant>/`` is written by ``scripts/producers/<producer>.sh``
 (format: ``scripts/producers/record.py``): ``drafter/`` as the producer's save/export code wrote
@@ -99,7 +99,8 @@ def sglang_forward(variant: Variant):
     ``(last-position draft logits, carried states)``."""
     from sglang.srt.model_executor.forward_batch_info import ForwardMode
 
-    from sglang_eagle_ext.testing.sglang_forward import DraftRunner, build_draft, share_target_tensors
+    from sglang_eagle_ext.sglang.draft_forward import DraftRunner, share_target_tensors
+    from tests.kit.sglang_forward import build_draft
 
     checkpoint = read_drafter(variant.directory, target=variant.target)
     spec = checkpoint.spec

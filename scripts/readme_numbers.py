@@ -1,11 +1,12 @@
-"""Fill the README's generated blocks from the committed result files in ``benchmarks/results/``.
+"""Fill the generated blocks of README.md and docs/*.md from the committed result files in
+``benchmarks/results/`` and from the package itself (the command-line options in docs/cli.md).
 
-Every measured figure the README quotes lies between markers
+Every measured figure the README and the docs pages quote lies between markers
 ``<!-- generated:NAME:begin -->`` and ``<!-- generated:NAME:end -->`` and is rendered here from one
 result file, which records the machine, date and commit it came from::
 
-    python scripts/readme_numbers.py                # rewrite README.md's generated blocks
-    python scripts/readme_numbers.py --check        # exit 1 when README.md is not what it would write
+    python scripts/readme_numbers.py                # rewrite the generated blocks of every page
+    python scripts/readme_numbers.py --check        # exit 1 when a page is not what it would write
     python scripts/readme_numbers.py --measure-cpu  # rerun the demo and eval on this CPU machine
                                                     # (two fresh builds) into cpu/demo_eval.json
     python scripts/readme_numbers.py --record-tests suite.log  # append a full-suite run (its pytest
@@ -14,9 +15,9 @@ result file, which records the machine, date and commit it came from::
 ``--check`` also fails when the suite collects another number of tests than the newest full-suite
 record counts, so the README's test count cannot outlive the suite it describes.
 
-``tests/test_readme_numbers.py`` runs the check, so a README that drifts from its results fails.
+``tests/test_readme_numbers.py`` runs the check, so a page that drifts from its results fails.
 Run it with the package's environment (``.venv/bin/python``): the layouts table is rendered from
-``sglang_eagle_ext.testing.producer_layouts``; every other block needs only the standard library.
+``tests.kit.producer_layouts`` and the option tables from the ``sglang-eagle`` parsers.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # the tables render this checkout's package (its release table, its layouts), not an installed copy
 sys.path.insert(0, str(ROOT))
 README = ROOT / "README.md"
+DOCS = ROOT / "docs"  # every page here may hold generated blocks too
 RESULTS = ROOT / "benchmarks" / "results"
 CPU_TEST_RUNS = RESULTS / "cpu" / "test_runs.json"
 CPU_DEMO_EVAL = RESULTS / "cpu" / "demo_eval.json"
@@ -55,6 +57,8 @@ TP_RESULTS = RESULTS / "tp"  # run_tp2.sh's other files: server_*, acceptance_*,
 STOCK_VS_PLUGIN = RESULTS / "cpu"  # stock_vs_plugin_sglang-<release>.json, from scripts/stock_vs_plugin.py
 STOCK_VS_PLUGIN_GPU = RESULTS / "gpu"  # stock_vs_plugin_acceptance_sglang-<release>_<target>.json (tree drafting)
 REAL_TARGET = RESULTS / "real_target"  # serve_<device>_sglang-<release>.json, from benchmarks/real_target/
+
+from sglang_eagle_ext.cli import COMMANDS  # noqa: E402  (this checkout's, by the path set above)
 
 MARKER = re.compile(r"<!-- generated:(?P<name>[a-z0-9-]+):begin -->(?P<body>.*?)"
                     r"<!-- generated:(?P=name):end -->", re.DOTALL)
@@ -690,13 +694,82 @@ def newest_file(paths: list[Path]) -> Path:
 
 def layouts_table() -> str:
     """The README's "Drafter layouts" table, from the declared producer layouts."""
-    from sglang_eagle_ext.testing.producer_layouts import markdown_table
+    from tests.kit.producer_layouts import markdown_table
 
     return "\n\n" + markdown_table() + "\n"
 
 
 def _count(items: list, noun: str) -> str:
     return f"{len(items)} {noun}{'' if len(items) == 1 else 's'}"
+
+
+# ---------------------------------------------------------------------------------------------
+# docs/cli.md: each subcommand's synopsis and options, from the parser it runs with
+# ---------------------------------------------------------------------------------------------
+
+# What an option takes, by the argparse type that parses it; a type missing here stops the script
+# rather than leave an option's value undescribed.
+CLI_VALUE_KINDS = {None: "text", "int": "integer", "Path": "path", "positive_int": "integer >= 1",
+                   "non_negative_float": "number >= 0", "layer_indices": "indices, e.g. 2,4,5",
+                   "torch_device": "torch device (cpu, cuda, cuda:1)", "existing_file": "file"}
+SYNOPSIS_WIDTH = 100
+
+
+@functools.cache  # building them imports every subcommand's module, torch included
+def cli_parsers() -> dict:
+    from sglang_eagle_ext.cli import subcommand_parsers
+
+    return subcommand_parsers()
+
+
+def cli_arguments(command: str) -> list:
+    """The arguments ``sglang-eagle COMMAND`` takes, in its parser's order, without ``--help``.
+    (argparse keeps a parser's actions in ``_actions`` only; it has no public list.)"""
+    return [action for action in cli_parsers()[command]._actions if action.default != argparse.SUPPRESS]
+
+
+def _cli_word(action) -> str:
+    """How the synopsis writes one argument."""
+    if action.nargs == argparse.REMAINDER:
+        return f"[-- {action.metavar or action.dest.upper()} ...]"
+    if not action.option_strings:  # its choices are in the table
+        return action.metavar or action.dest.upper()
+    value = ("{" + ",".join(map(str, action.choices)) + "}" if action.choices
+             else action.metavar or action.dest.upper())
+    word = action.option_strings[-1] + ("" if action.nargs == 0 else f" {value}")
+    return word if action.required else f"[{word}]"
+
+
+def _cli_help(action, prog: str) -> str:
+    """The option's help as ``--help`` prints it (argparse expands ``%(name)s`` from the action)."""
+    return (action.help or "") % {**vars(action), "prog": prog}
+
+
+def cli_options(command: str) -> str:
+    """``sglang-eagle COMMAND``'s synopsis and a table of every argument: what it takes, its default
+    and its help, so that an option added to the parser is documented once this script runs (and
+    ``--check`` fails until it does)."""
+    words, line, lines = [f"sglang-eagle {command}"] + [_cli_word(a) for a in cli_arguments(command)], "", []
+    for word in words:
+        if line and len(line) + 1 + len(word) > SYNOPSIS_WIDTH:
+            lines.append(line)
+            line = "    " + word
+        else:
+            line = f"{line} {word}" if line else word
+    rows = ["| argument | takes | default | what it does |", "|---|---|---|---|"]
+    for action in cli_arguments(command):
+        name = (", ".join(f"`{option}`" for option in action.option_strings) if action.option_strings
+                else f"`{_cli_word(action)}`")
+        kind = getattr(action.type, "__name__", action.type)
+        takes = ("flag" if action.nargs == 0 else "the rest of the line" if action.nargs == argparse.REMAINDER
+                 else "one of " + ", ".join(f"`{choice}`" for choice in action.choices) if action.choices
+                 else CLI_VALUE_KINDS[kind])
+        default = ("required" if action.required and action.option_strings
+                   else "-" if action.default is None or action.default is False or not action.option_strings
+                   else f"`{action.default}`")
+        help_text = _cli_help(action, cli_parsers()[command].prog).replace("|", "\\|")
+        rows.append(f"| {name} | {takes} | {default} | {help_text} |")
+    return "\n\n```\n" + "\n".join(lines + [line]) + "\n```\n\n" + "\n".join(rows) + "\n\n"
 
 
 def _stock_loads(stock: dict) -> str:
@@ -887,22 +960,45 @@ BLOCKS: dict = {
     "demo-cpu-vendors": demo_cpu_vendors,
     "eval-setup": eval_setup,
     "eval-table": eval_table,
+    **{f"cli-{command}": functools.partial(cli_options, command) for command in COMMANDS},
 }
 
 # ---------------------------------------------------------------------------------------------
-# Rewriting the README
+# Rewriting the pages
 # ---------------------------------------------------------------------------------------------
 
-def with_blocks(readme: str, blocks: dict) -> str:
-    """``readme`` with every generated block's body replaced (a ValueError for a block with no
-    renderer, so a typo in a marker cannot leave stale text behind)."""
+def pages() -> list[Path]:
+    """The files whose generated blocks this script writes: the README and every page of docs/."""
+    return [README, *sorted(DOCS.glob("*.md"))]
+
+
+def page_name(page: Path) -> str:
+    """``page`` as a reader finds it: relative to the README's folder."""
+    return page.relative_to(README.parent).as_posix()
+
+
+def with_blocks(text: str, blocks: dict, page: str = "README.md") -> str:
+    """``text`` (the page ``page``) with every generated block's body replaced (a ValueError for a
+    block with no renderer, so a typo in a marker cannot leave stale text behind)."""
     def body(match: re.Match) -> str:
         name = match.group("name")
         if name not in blocks:
-            raise ValueError(f"README.md has a generated block {name!r} that {relative(Path(__file__))} "
+            raise ValueError(f"{page} has a generated block {name!r} that {relative(Path(__file__))} "
                              f"does not render (known: {', '.join(sorted(blocks))})")
         return f"<!-- generated:{name}:begin -->{blocks[name]()}<!-- generated:{name}:end -->"
-    return MARKER.sub(body, readme)
+    return MARKER.sub(body, text)
+
+
+def generated_pages(blocks: dict) -> dict[Path, tuple[str, str]]:
+    """Each page's text now and as this script writes it; a ValueError for a block with no renderer
+    or a renderer no page shows (a block dropped from every page would leave its figures unchecked)."""
+    texts = {page: page.read_text(encoding="utf-8") for page in pages()}
+    shown = {match.group("name") for text in texts.values() for match in MARKER.finditer(text)}
+    unshown = sorted(set(blocks) - shown)
+    if unshown:
+        raise ValueError(f"no page shows the generated blocks {', '.join(unshown)}; place their markers in "
+                         f"README.md or a page of docs/, or drop their renderers")
+    return {page: (text, with_blocks(text, blocks, page_name(page))) for page, text in texts.items()}
 
 
 def record_tests(log_path: Path) -> int:
@@ -925,7 +1021,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--check", action="store_true",
-                      help="only report whether README.md is what this script writes")
+                      help="only report whether README.md and docs/*.md are what this script writes")
     mode.add_argument("--measure-cpu", action="store_true",
                       help=f"run the demo and eval on two fresh builds, write {relative(CPU_DEMO_EVAL)}")
     mode.add_argument("--record-tests", type=Path, metavar="LOG",
@@ -938,24 +1034,22 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.record_tests:
         return record_tests(args.record_tests)
-    current = README.read_text(encoding="utf-8")
     try:
-        generated = with_blocks(current, BLOCKS)
+        texts = generated_pages(BLOCKS)
     except ValueError as error:
-        print(f"{README}: {error}", file=sys.stderr)
+        print(error, file=sys.stderr)
         return 2
+    changed = [page for page, (current, generated) in texts.items() if generated != current]
     if args.check:
-        if generated != current:
-            print(f"{README}: generated numbers are out of date; run python scripts/readme_numbers.py",
+        for page in changed:
+            print(f"{page_name(page)}: generated blocks are out of date; run python scripts/readme_numbers.py",
                   file=sys.stderr)
-            return 1
         stale = stale_test_count(cpu_test_runs(), collected_tests())
         if stale:
             print(stale, file=sys.stderr)
-            return 1
-        return 0
-    if generated != current:
-        write_atomically(README, generated)
+        return 1 if changed or stale else 0
+    for page in changed:
+        write_atomically(page, texts[page][1])
     return 0
 
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build ./.venv-newest: this package with the newest release of every dependency a resolver picks
-# today, for CI's short second job (README: "The two commands"). torch stays at 2.13.0, the CPU
+# today, for CI's short second job (docs/install.md, "What CI runs"). torch stays at 2.13.0, the CPU
 # build: every newer torch on PyPI is a multi-GB CUDA build. SGLang is left out: each release pins
 # its own dependency set, which `scripts/setup-cpu.sh` tests.
 set -euo pipefail

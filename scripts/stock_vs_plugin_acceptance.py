@@ -1,8 +1,8 @@
 """Stock SGLang against this plugin on trained drafters, served end to end in each producer's layout.
 
-For each layout where stock SGLang's forward differs from the reference (README, "What this
-package fixes over stock SGLang"), the demo's distiller trains a drafter of the features the
-layout has for the demo's tiny target and writes it as that producer's export code does
+For each layout where stock SGLang's forward differs from the reference (docs/stock-sglang.md),
+the demo's distiller trains a drafter of the features the layout has for the demo's tiny target
+and writes it as that producer's export code does
 (:mod:`sglang_eagle_ext.drafter.producer_export`). SGLang then serves the same prompts greedily
 twice, with the plugin off (``SGLANG_EAGLE_EXT=0``: stock's built-in class) and on, through the
 demo's engine path (:func:`sglang_eagle_ext.demo.run.serve_greedy`). Recorded per layout and arm:

@@ -1,5 +1,6 @@
-"""README.md's generated figures equal what scripts/readme_numbers.py renders from the committed
-results, so a result file changed without rerunning the script (or a hand-edited figure) fails."""
+"""The generated figures of README.md and docs/*.md equal what scripts/readme_numbers.py renders from
+the committed results, so a result file changed without rerunning the script (or a hand-edited
+figure) fails."""
 
 import subprocess
 import sys
@@ -34,18 +35,57 @@ def test_agreeing_measurements_show_one_value_else_the_range():
     assert script.value_or_range([131.2, 128.9], 0, " s") == "129-131 s"
 
 
+def copy_pages(script, tmp_path, monkeypatch):
+    """The README and docs/ copied under ``tmp_path``, the script pointed at the copies."""
+    import shutil
+
+    readme, docs = tmp_path / "README.md", tmp_path / "docs"
+    shutil.copy(script.README, readme)
+    shutil.copytree(script.DOCS, docs)
+    monkeypatch.setattr(script, "README", readme)
+    monkeypatch.setattr(script, "DOCS", docs)
+    monkeypatch.setattr(script, "stale_test_count", lambda runs, collected: None)  # not what these test
+    monkeypatch.setattr(script, "collected_tests", lambda: 0)
+    return readme, docs
+
+
+def edit_block(text: str, name: str, body: str) -> str:
+    shown = f"<!-- generated:{name}:begin -->"
+    start = text.index(shown) + len(shown)
+    return text[:start] + body + text[text.index("<!--", start):]
+
+
 def test_check_fails_on_a_stale_figure(tmp_path, monkeypatch):
     """A copy of the README with one generated figure edited is reported stale (exit 1)."""
     script = load_script()
-    readme = script.README.read_text(encoding="utf-8")
-    shown = "<!-- generated:demo-cpu-acceptance:begin -->"
-    start = readme.index(shown) + len(shown)
-    edited = readme[:start] + "9.99" + readme[readme.index("<!--", start):]
-    copy = tmp_path / "README.md"
-    copy.write_text(edited, encoding="utf-8")
-    monkeypatch.setattr(script, "README", copy)
+    readme, _ = copy_pages(script, tmp_path, monkeypatch)
+    edited = edit_block(readme.read_text(encoding="utf-8"), "real-target", "| 9.99x |")
+    readme.write_text(edited, encoding="utf-8")
     assert script.main(["--check"]) == 1
-    assert copy.read_text(encoding="utf-8") == edited  # --check writes nothing
+    assert readme.read_text(encoding="utf-8") == edited  # --check writes nothing
+
+
+def test_blocks_in_docs_pages_are_checked_and_rewritten(tmp_path, monkeypatch, capsys):
+    """A stale block in a page of docs/ fails --check, naming the page; a plain run rewrites it."""
+    script = load_script()
+    readme, docs = copy_pages(script, tmp_path, monkeypatch)
+    page = docs / "cli.md"
+    fresh = page.read_text(encoding="utf-8")
+    page.write_text(edit_block(fresh, "cli-serve", "\n| `--gone` |\n"), encoding="utf-8")
+    assert script.main(["--check"]) == 1
+    assert "docs/cli.md" in capsys.readouterr().err
+    assert script.main([]) == 0
+    assert page.read_text(encoding="utf-8") == fresh
+
+
+def test_a_renderer_no_page_shows_is_an_error(tmp_path, monkeypatch, capsys):
+    script = load_script()
+    _, docs = copy_pages(script, tmp_path, monkeypatch)
+    page = docs / "cli.md"
+    page.write_text(page.read_text(encoding="utf-8").replace("generated:cli-eval:", "moved:cli-eval:"),
+                    encoding="utf-8")
+    assert script.main(["--check"]) == 2
+    assert "cli-eval" in capsys.readouterr().err
 
 
 def test_check_fails_when_the_suite_outgrew_its_record():

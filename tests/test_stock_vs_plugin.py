@@ -1,6 +1,6 @@
-"""The committed stock-vs-plugin results (README's "What this package fixes over stock SGLang")
-are what scripts/stock_vs_plugin.py computes on the installed SGLang release: stock's own loader
-and this package's class, each against the reference drafter, on every layout of the table."""
+"""The committed stock-vs-plugin results (docs/stock-sglang.md) are what scripts/stock_vs_plugin.py
+computes on the installed SGLang release: stock's own loader and this package's class, each against
+the reference drafter, on every layout of the table."""
 
 import json
 import math

@@ -22,6 +22,17 @@ COMMANDS = {
 
 
 def build_parser() -> argparse.ArgumentParser:
+    return _build()[0]
+
+
+def subcommand_parsers() -> dict[str, argparse.ArgumentParser]:
+    """Each subcommand's parser by name, as ``sglang-eagle`` builds it (``docs/cli.md`` documents
+    their options from these)."""
+    return dict(_build()[1].choices)
+
+
+def _build():
+    """The parser and its subparsers action (whose ``choices`` maps each subcommand to its parser)."""
     parser = argparse.ArgumentParser(
         prog="sglang-eagle",
         description="EAGLE-3 drafters for stock SGLang: inspect, serve, evaluate, demo, prepare a real target.",
@@ -34,7 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
                                     formatter_class=HelpFormatter)
         module.configure(sub)
         sub.set_defaults(_run=module.run)
-    return parser
+    return parser, subparsers
 
 
 def main(argv: list[str] | None = None) -> int:

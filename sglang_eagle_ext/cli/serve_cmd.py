@@ -33,7 +33,7 @@ INSTALL_HINT = ("SGLang is not installed in this Python environment. With a GPU:
                 f"    pip install 'sglang{SUPPORTED}'\n"
                 "On a CPU-only machine (from this package's clone):\n"
                 "    pip install '.[cpu]' && pip install --no-deps sglang==0.5.23\n"
-                "(README, Install); or use --print-only to see the command.")
+                "(docs/install.md); or use --print-only to see the command.")
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -60,7 +60,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              "serve")
     parser.add_argument("--print-only", action="store_true",
                         help="write nothing; print the command and the paths a launch would use")
-    parser.add_argument("extra", nargs=argparse.REMAINDER,
+    parser.add_argument("extra", nargs=argparse.REMAINDER, metavar="SGLANG_ARGS",
                         help="-- followed by arguments for SGLang's server (sglang serve)")
 
 

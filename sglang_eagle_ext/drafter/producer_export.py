@@ -1,10 +1,9 @@
 """Write a drafter the way another producer's export code writes it: its config keys, its tensor names.
 
 The demo's distiller trains one drafter; written in the layout of a producer whose checkpoints
-stock SGLang misreads (README, "What this package fixes over stock SGLang"), the same trained
-weights can be served by stock SGLang and by this plugin side by side. Each writer follows the
-producer's code at the commit this package's layout fixtures cite
-(``sglang_eagle_ext/testing/drafter_configs/SOURCES.md``):
+stock SGLang misreads (docs/stock-sglang.md), the same trained weights can be served by stock
+SGLang and by this plugin side by side. Each writer follows the producer's code at the commit this
+package's layout fixtures cite (``tests/kit/drafter_configs/SOURCES.md``):
 
 * ``sglang``: this package's own flat config (:func:`.config_json.canonical_config`), ``layers.{i}``;
 * ``speculators``: ``Eagle3Speculator`` with a ``transformer_layer_config`` and hidden-state indices

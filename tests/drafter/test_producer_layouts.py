@@ -1,9 +1,9 @@
-"""Real producers' layouts (``testing/producer_layouts.py``), beyond the format catalogue.
+"""Real producers' layouts (``tests/kit/producer_layouts.py``), beyond the format catalogue.
 
 Each served layout reads into the description its producer's semantics give, field by field; its
 tensors come back under canonical names bit for bit; loaded through SGLang's path on CPU it
 computes what the reference drafter computes. Each refused layout gets its one clear error. The
-README's layout table is the one generated from the same declarations.
+docs/producers.md's layout table is the one generated from the same declarations.
 """
 
 import json
@@ -18,7 +18,7 @@ from sglang_eagle_ext.drafter.reader import read_drafter
 from sglang_eagle_ext.drafter.target import read_target
 from sglang_eagle_ext.errors import DrafterError
 from sglang_eagle_ext.sglang.draft_config import sglang_config_dict
-from sglang_eagle_ext.testing.producer_layouts import LAYOUTS, build, config_sources
+from tests.kit.producer_layouts import LAYOUTS, build, config_sources
 
 SERVED = sorted(name for name, layout in LAYOUTS.items() if layout.refusal is None)
 REFUSED = sorted(name for name, layout in LAYOUTS.items() if layout.refusal is not None)
@@ -76,7 +76,7 @@ def test_layout_tensors_come_back_canonical_and_bit_exact(name, tmp_path):
 
 @pytest.mark.parametrize("name", SERVED)
 def test_layout_through_sglang_matches_the_reference(name, tmp_path, sglang_dist, no_grad):
-    from sglang_eagle_ext.testing.sglang_forward import assert_forward_matches_reference
+    from tests.kit.sglang_forward import assert_forward_matches_reference
 
     layout = LAYOUTS[name]
     assert_forward_matches_reference(built(name, tmp_path), read_target(layout.target), seed=seed_of(name))
@@ -105,14 +105,14 @@ def test_every_layout_cites_its_producer_code():
         if layout.template is not None:
             assert layout.template in configs, f"{layout.template} has no row in SOURCES.md"
     # every upstream config copy has its row, and every row its file
-    directory = REPO / "sglang_eagle_ext" / "testing" / "drafter_configs"
+    directory = REPO / "tests" / "kit" / "drafter_configs"
     assert set(configs) == {path.stem for path in directory.glob("*.json")}
 
 
-def test_readme_table_names_every_layout():
-    # the table itself is one of the README's generated blocks (tests/test_readme_numbers.py)
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
+def test_docs_table_names_every_layout():
+    # the table itself is one of docs/producers.md's generated blocks (tests/test_readme_numbers.py)
+    page = (REPO / "docs" / "producers.md").read_text(encoding="utf-8")
     for name, layout in LAYOUTS.items():
-        assert f"`{name}`" in readme
+        assert f"`{name}`" in page
         if layout.refusal is not None:
-            assert f"refused: {layout.refusal.reason}" in readme
+            assert f"refused: {layout.refusal.reason}" in page

@@ -1,6 +1,6 @@
 """Import hooks that let stock SGLang run on a CPU-only host (tests and the CPU demo).
 
-What stock SGLang lacks on a machine without CUDA (README, "Serving with SGLang", **CPU**):
+What stock SGLang lacks on a machine without CUDA (docs/serving.md, "CPU"):
 
 * the PyPI ``torchvision`` wheel is a CUDA build; with a CPU-only torch its import fails in
   ``_meta_registrations`` because the ``torchvision::nms``/``qnms`` operators were never defined.
