@@ -1,0 +1,429 @@
+"""SmolLM2 served by vLLM 0.33 with the trained drafters: the vLLM side of issue 38's side-by-side (GPU).
+
+The peer of ``serve_bench.py`` (same target, prompts, cells, rounds and agreement rule; its helpers are
+imported, not copied), on vLLM's offline engine (``vllm.LLM``) as installed by ``benchmarks/vllm_kit``.
+Arms, one engine each, started one after another in a child process:
+
+* ``plain``: the target alone, the baseline of every ratio and the greedy reference;
+* ``<drafter>/k<K>/vllm``: EAGLE-3 with ``speculative_config={"method": "eagle3", "model": DIR,
+  "num_speculative_tokens": K}``: a chain of K draft tokens (SGLang's chain K/1/K+1; vLLM 0.33 drafts
+  chains only). vLLM reads a speculators-format drafter natively (its config's ``speculators_model_type``,
+  vllm/transformers_utils/configs/speculators/base.py:51) and wraps any other EAGLE-3 export (SpecForge's)
+  in its EAGLEConfig (vllm/config/speculative.py:1514-1529). A drafter vLLM cannot load is tried with its
+  first K only; its other arms say so.
+
+Cells as in serve_bench: batch 1 (the first ``--single`` MT-bench first turns, one request at a time), 16
+and 64 (64 requests in waves of that size), greedy and temperature 0.7 / top-p 0.9, ``--new-tokens`` each
+with ``ignore_eos``, ``--rounds`` timed rounds after an untimed warm-up of every batch size and mode. Per
+cell: output tokens/s (median and every round), time to first token (each request's
+``RequestOutput.metrics.first_token_latency``: arrival to first token, vllm/v1/metrics/stats.py:525),
+acceptance length from vLLM's own spec-decode counters (``LLM.get_metrics()``, read before and after each
+timed round: 1 + accepted / drafts, vLLM's definition at vllm/v1/spec_decode/metrics.py:186-190; a draft is
+one request's verify step), per-position acceptance, and for greedy cells the outputs' agreement with
+plain decoding under serve_bench's near-tie rule (plain's top-2 log-probs come from an untimed
+``logprobs=2`` run).
+
+The engine: bfloat16, vLLM's default attention on Hopper (FlashAttention 3, vllm/v1/attention/backends/
+fa_utils.py:98) unless ``--attention-backend``, CUDA graphs and torch.compile at vLLM's defaults,
+``max_num_seqs`` the largest batch, prefix caching off (each round prefills in full, as serve_bench's
+engines do), ``gpu_memory_utilization`` 0.7, seed 0; the PyTorch/Triton sampler
+(``VLLM_USE_FLASHINFER_SAMPLER=0``: FlashInfer's sampler JIT-compiles, and serve_bench's SGLang uses
+``sampling_backend="pytorch"``).
+
+usage (repository root, after ``source /tmp/site_vllm/env_vllm.sh``; ``--dry-run`` needs neither vLLM nor
+a GPU and prints each arm's engine keywords)::
+
+    python3 benchmarks/real_target/vllm_bench.py OUTDIR --target DIR --prompts mtbench.jsonl \
+        --drafter speculators=DIR --drafter specforge=DIR [--chains 1,2,3,4] [--arms plain,...] [--dry-run]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import multiprocessing
+import os
+import platform
+import signal
+import statistics
+import subprocess
+import sys
+import time
+import traceback
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.append(os.path.dirname(os.path.dirname(HERE)))  # this checkout's package, if it is not staged
+import serve_bench  # noqa: E402  (cells, agreement rule, modes: the SGLang side's own definitions)
+from results_file import save_json  # noqa: E402  (benchmarks/gpu, put on sys.path by serve_bench)
+
+CHAINS = (1, 2, 3, 4)
+START_TIMEOUT_S = 480  # a cold start compiles the target (and drafter) with torch.compile first
+CELL_TIMEOUT_S = 300
+MEMORY = 0.7
+# Set in every engine's process (and recorded in the results).
+ENGINE_ENV = {"VLLM_USE_FLASHINFER_SAMPLER": "0", "VLLM_USE_DEEP_GEMM": "0", "VLLM_NO_USAGE_STATS": "1",
+              "DO_NOT_TRACK": "1", "TOKENIZERS_PARALLELISM": "false"}
+SPEC_COUNTERS = {"vllm:spec_decode_num_drafts": "drafts", "vllm:spec_decode_num_draft_tokens": "draft_tokens",
+                 "vllm:spec_decode_num_accepted_tokens": "accepted"}
+PER_POSITION = "vllm:spec_decode_num_accepted_tokens_per_pos"
+
+
+def arm_names(drafters: list[str], chains: list[int]) -> list[str]:
+    return ["plain"] + [f"{drafter}/k{k}/vllm" for drafter in drafters for k in chains]
+
+
+def parse_arm(name: str) -> tuple[str | None, int | None]:
+    """(drafter, chain length) of an arm name; (None, None) for plain decoding."""
+    if name == "plain":
+        return None, None
+    drafter, chain, side = name.split("/")
+    if side != "vllm" or not chain.startswith("k") or not chain[1:].isdigit() or int(chain[1:]) < 1:
+        raise ValueError(f"not an arm name: {name!r} (plain or DRAFTER/kK/vllm)")
+    return drafter, int(chain[1:])
+
+
+def shape_label(k: int) -> str:
+    """The chain in serve_bench's shape notation (steps/top-k/draft tokens)."""
+    return f"chain {k}/1/{k + 1}"
+
+
+def engine_kwargs(target: str, drafter: str | None, k: int | None, batches: tuple[int, ...], context_length: int,
+                  attention_backend: str | None = None, memory: float = MEMORY,
+                  compilation: dict | None = None) -> dict:
+    """``vllm.LLM`` keywords of one arm (vllm/entrypoints/llm.py:177; the rest go to EngineArgs)."""
+    kwargs = {"model": target, "dtype": "bfloat16", "seed": serve_bench.SEED, "max_model_len": context_length,
+              "max_num_seqs": max(batches), "gpu_memory_utilization": memory, "enable_prefix_caching": False,
+              # LLM turns stats off unless asked (llm.py:225); get_metrics() asserts them (v1/engine/llm_engine.py:447)
+              "disable_log_stats": False}
+    if attention_backend:
+        kwargs["attention_config"] = {"backend": attention_backend}  # config/attention.py:40, a name is accepted
+    if compilation:
+        kwargs["compilation_config"] = compilation  # CompilationConfig fields (config/compilation.py)
+    if drafter is not None:
+        kwargs["speculative_config"] = {"method": "eagle3", "model": drafter, "num_speculative_tokens": k}
+    return kwargs
+
+
+def sampling_kwargs(mode: str, new_tokens: int, top2: bool = False) -> dict:
+    """``vllm.SamplingParams`` keywords of a cell (serve_bench's modes; vllm/sampling_params.py:308-342)."""
+    kwargs = {**serve_bench.MODES[mode], "max_tokens": new_tokens, "ignore_eos": True}
+    if top2:
+        kwargs["logprobs"] = 2  # the sampled token's log-prob and the top 2 per position
+    return kwargs
+
+
+def plan(ids_count: int, batches: tuple[int, ...], single: int) -> dict:
+    """Requests per wave of each batch size (serve_bench.cell_prompts on ``ids_count`` prompts)."""
+    ids = [[i] for i in range(ids_count)]
+    return {batch: [len(wave) for wave in serve_bench.cell_prompts(ids, batch, single)] for batch in batches}
+
+
+def spec_counts(metrics) -> dict:
+    """vLLM's spec-decode counters (vllm/v1/metrics/reader.py: Counter.value, Vector.values), summed over
+    engines; absent counters (plain decoding) count 0."""
+    out = zero_counts()
+    for metric in metrics:
+        if metric.name in SPEC_COUNTERS:
+            out[SPEC_COUNTERS[metric.name]] += int(metric.value)
+        elif metric.name == PER_POSITION:
+            out = add_counts(out, {**zero_counts(), "per_position": [int(v) for v in metric.values]})
+    return out
+
+
+def zero_counts() -> dict:
+    return {"drafts": 0, "draft_tokens": 0, "accepted": 0, "per_position": []}
+
+
+def _pad(values: list[int], length: int) -> list[int]:
+    return values + [0] * (length - len(values))
+
+
+def counts_delta(after: dict, before: dict) -> dict:
+    delta = {key: after[key] - before[key] for key in ("drafts", "draft_tokens", "accepted")}
+    length = max(len(after["per_position"]), len(before["per_position"]))
+    delta["per_position"] = [a - b for a, b in zip(_pad(after["per_position"], length),
+                                                   _pad(before["per_position"], length))]
+    return delta
+
+
+def add_counts(total: dict, more: dict) -> dict:
+    out = {key: total[key] + more[key] for key in ("drafts", "draft_tokens", "accepted")}
+    length = max(len(total["per_position"]), len(more["per_position"]))
+    out["per_position"] = [a + b for a, b in zip(_pad(total["per_position"], length),
+                                                 _pad(more["per_position"], length))]
+    return out
+
+
+def top2_of(logprobs) -> list[list[float]]:
+    """Each position's two highest log-probs (a position's dict holds the sampled token and the top 2,
+    vllm/logprobs.py: Logprob.logprob)."""
+    return [sorted((entry.logprob for entry in position.values()), reverse=True)[:2] if position else []
+            for position in logprobs]
+
+
+def host(connection, kwargs: dict, log_path: str, batches: tuple[int, ...]) -> None:
+    """Child process hosting one engine; answers (waves, mode, new_tokens, top2) with one measurement."""
+    os.setpgrp()  # its own process group, with vLLM's engine-core process: end_group() ends both
+    log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    os.environ.update(ENGINE_ENV)
+    try:
+        from vllm import LLM, SamplingParams
+
+        llm = LLM(**kwargs)
+    except BaseException as exc:  # a drafter vLLM cannot read raises here
+        traceback.print_exc()
+        connection.send({"failed": f"{type(exc).__name__}: {exc}"[:600]})
+        return
+    spec = llm.llm_engine.vllm_config.speculative_config
+    resolved = None
+    if spec is not None:  # what vLLM made of the drafter (config/speculative.py)
+        draft = spec.draft_model_config
+        resolved = {"method": spec.method, "num_speculative_tokens": spec.num_speculative_tokens,
+                    "draft_architectures": list(getattr(draft.hf_config, "architectures", None) or []),
+                    "draft_hf_config": type(draft.hf_config).__name__,
+                    "aux_layer_ids": getattr(draft.hf_config, "eagle_aux_hidden_state_layer_ids", None)}
+    for batch in batches:  # the first requests of each batch size and mode compile kernels: untimed
+        for mode in serve_bench.MODES:
+            llm.generate([{"prompt_token_ids": [1, 2, 3]}] * batch, SamplingParams(**sampling_kwargs(mode, 8)),
+                         use_tqdm=False)
+    connection.send({"ready": True, "speculative": resolved})
+    while (request := connection.recv()) is not None:
+        waves, mode, new_tokens, top2 = request
+        try:
+            params = SamplingParams(**sampling_kwargs(mode, new_tokens, top2))
+            before = spec_counts(llm.get_metrics())
+            outputs, started = [], time.perf_counter()
+            for wave in waves:
+                outputs += llm.generate([{"prompt_token_ids": ids} for ids in wave], params, use_tqdm=False)
+            seconds = time.perf_counter() - started
+            result = {"seconds": seconds, "tokens": sum(len(o.outputs[0].token_ids) for o in outputs),
+                      "output_ids": [list(o.outputs[0].token_ids) for o in outputs],
+                      "ttft_s": [o.metrics.first_token_latency for o in outputs if o.metrics is not None],
+                      "spec": counts_delta(spec_counts(llm.get_metrics()), before)}
+            if top2:
+                result["top2"] = [top2_of(o.outputs[0].logprobs or []) for o in outputs]
+        except BaseException as exc:
+            traceback.print_exc()
+            connection.send({"failed": f"{type(exc).__name__}: {exc}"[:600]})
+            break
+        connection.send(result)
+    llm.llm_engine.engine_core.shutdown()  # the engine-core process, before this one exits
+
+
+def end_group(process, grace: float = 30) -> None:
+    """The engine's process group gone (host and engine core): after ``grace`` s to exit by itself, TERM,
+    then KILL, so no orphaned engine core keeps GPU memory from the next arm."""
+    process.join(timeout=grace)
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(process.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            return
+        time.sleep(5 if sig == signal.SIGTERM else 0)
+    process.join(timeout=5)
+
+
+def receive(connection, process, timeout: float):
+    """The child's next answer; {"failed": ...} when its process dies or ``timeout`` s pass first."""
+    started = time.perf_counter()
+    while not connection.poll(5):
+        if not process.is_alive():
+            return {"failed": f"engine process exited ({process.exitcode})"}
+        if time.perf_counter() - started > timeout:
+            end_group(process, grace=0)
+            return {"failed": f"no answer after {timeout:.0f} s"}
+    return connection.recv()
+
+
+def finish_cell(cell: dict) -> None:
+    cell["tok_s_median"] = round(statistics.median(cell["tok_s"]), 1)
+    if cell["ttft_ms"]:
+        cell["ttft_ms_median"] = round(statistics.median(cell["ttft_ms"]), 2)
+    if cell["spec"]["drafts"]:
+        spec = cell["spec"]
+        cell["accept_length"] = round(1 + spec["accepted"] / spec["drafts"], 3)
+        cell["accept_rate_per_position"] = [round(a / spec["drafts"], 3) for a in spec["per_position"]]
+
+
+def stop(record: dict, cells: dict, result: dict, process) -> dict:
+    """An arm whose engine failed mid-run: what it measured so far, and why it stopped."""
+    record["failed"] = "during the cells: " + result["failed"]
+    record["cells_before_failure"] = sorted(cells)
+    end_group(process)
+    return record
+
+
+def measure_arm(name: str, args, ids, drafters: dict, plain: dict | None) -> dict:
+    drafter_name, k = parse_arm(name)
+    kwargs = engine_kwargs(args.target, drafters.get(drafter_name), k, args.batches, args.context_length,
+                           args.attention_backend, args.memory, args.compilation)
+    record = {"arm": name, "drafter": drafter_name, "shape": None if k is None else shape_label(k),
+              "engine": "vllm", "engine_kwargs": kwargs}
+    context = multiprocessing.get_context("spawn")
+    parent, child = context.Pipe()
+    log_path = os.path.join(args.out, "vllm_" + name.replace("/", "_") + ".log")
+    process = context.Process(target=host, args=(child, kwargs, log_path, args.batches))
+    started = time.perf_counter()
+    process.start()
+    answer = receive(parent, process, START_TIMEOUT_S)
+    record["start_s"] = round(time.perf_counter() - started, 1)
+    if "failed" in answer:
+        record["failed"] = answer["failed"]
+        end_group(process)
+        return record
+    record["speculative"] = answer["speculative"]
+    cells = {}
+    for batch in args.batches:
+        waves = serve_bench.cell_prompts(ids, batch, args.single)
+        for round_ in range(args.rounds):
+            modes = list(serve_bench.MODES) if round_ % 2 == 0 else list(serve_bench.MODES)[::-1]
+            for mode in modes:
+                parent.send((waves, mode, args.new_tokens, False))
+                result = receive(parent, process, CELL_TIMEOUT_S)
+                if "failed" in result:
+                    return stop(record, cells, result, process)
+                cell = cells.setdefault(f"batch{batch}/{mode}", {"tok_s": [], "tokens": 0, "ttft_ms": [],
+                                                                 "spec": zero_counts()})
+                cell["tok_s"].append(round(result["tokens"] / result["seconds"], 1))
+                cell["tokens"] += result["tokens"]
+                cell["ttft_ms"] += [round(1000 * t, 2) for t in result["ttft_s"]]
+                cell["spec"] = add_counts(cell["spec"], result["spec"])
+                if mode == "greedy":
+                    cell.setdefault("outputs", result["output_ids"])
+        if name == "plain":  # the reference outputs with their top-2 log-probs (untimed)
+            parent.send((waves, "greedy", args.new_tokens, True))
+            result = receive(parent, process, CELL_TIMEOUT_S)
+            if "failed" in result:
+                return stop(record, cells, result, process)
+            cell = cells[f"batch{batch}/greedy"]
+            cell["top2"] = result["top2"]
+            cell["logprob_run_equal"] = result["output_ids"] == cell["outputs"]
+    parent.send(None)
+    end_group(process, grace=60)
+    for key, cell in cells.items():
+        finish_cell(cell)
+        if plain is not None and key in plain["cells"]:
+            base = plain["cells"][key]
+            cell["speedup_median"] = round(cell["tok_s_median"] / base["tok_s_median"], 3)
+            if key.endswith("greedy"):
+                cell["vs_plain"] = serve_bench.agreement(cell["outputs"], base["outputs"], base.get("top2"))
+    if name == "plain":
+        single = cells["batch1/greedy"]["outputs"]
+        for batch in args.batches[1:]:
+            batched = cells[f"batch{batch}/greedy"]
+            count = min(len(single), len(batched["outputs"]))
+            batched["plain_batched_vs_single"] = serve_bench.agreement(batched["outputs"][:count], single[:count],
+                                                                       cells["batch1/greedy"]["top2"][:count])
+    record["cells"] = cells
+    return record
+
+
+def environment() -> dict:
+    import torch
+
+    import vllm
+
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else platform.processor() or "cpu"
+    return {"date": datetime.date.today().isoformat(), "device": device, "engine": "vllm",
+            "vllm": vllm.__version__, "torch": torch.__version__,
+            "commit": os.environ.get("E2E_COMMIT") or commit or "unknown", "command": " ".join(sys.argv),
+            "engine_env": ENGINE_ENV}
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("out")
+    parser.add_argument("--target", required=True)
+    parser.add_argument("--prompts", required=True, help="JSON lines {prompt} (data.py mtbench)")
+    parser.add_argument("--drafter", action="append", default=[], help="NAME=DIR, repeatable")
+    parser.add_argument("--arms", help="comma-separated arm names (default: every arm)")
+    parser.add_argument("--chains", type=lambda text: [int(k) for k in text.split(",")], default=list(CHAINS),
+                        help="num_speculative_tokens of the EAGLE-3 arms")
+    parser.add_argument("--batches", type=lambda text: tuple(int(b) for b in text.split(",")),
+                        default=serve_bench.BATCHES, help="batch sizes, the first of them 1")
+    parser.add_argument("--single", type=int, default=8, help="prompts of the batch-1 cells")
+    parser.add_argument("--new-tokens", type=int, default=128)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--context-length", type=int, default=2048)
+    parser.add_argument("--attention-backend", help="e.g. FLASH_ATTN or TRITON_ATTN (default: vLLM's choice)")
+    parser.add_argument("--memory", type=float, default=MEMORY, help="gpu_memory_utilization")
+    parser.add_argument("--compilation", type=json.loads,
+                        help="compilation_config as JSON (default: vLLM's, torch.compile + CUDA graphs); e.g. "
+                             "'{\"mode\": 0, \"cudagraph_mode\": \"FULL_DECODE_ONLY\"}' skips torch.compile")
+    parser.add_argument("--dry-run", action="store_true", help="print each arm's engine keywords and the cells")
+    args = parser.parse_args(argv)
+    if args.batches[0] != 1:
+        parser.error("--batches must start with 1 (the agreement floor compares batched cells with batch 1)")
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    drafters = dict(item.split("=", 1) for item in args.drafter)
+    names = args.arms.split(",") if args.arms else arm_names(list(drafters), args.chains)
+    for name in names:
+        drafter_name, _ = parse_arm(name)
+        if drafter_name is not None and drafter_name not in drafters:
+            sys.exit(f"vllm_bench.py: arm {name} names drafter {drafter_name!r}, not given by --drafter")
+    if args.dry_run:
+        count = 80
+        if os.path.exists(args.prompts):
+            with open(args.prompts, encoding="utf-8") as handle:
+                count = sum(1 for line in handle if line.strip())
+        print(f"engine environment: {json.dumps(ENGINE_ENV)}")
+        for batch, waves in plan(count, args.batches, args.single).items():
+            print(f"batch {batch}: {len(waves)} wave(s) of {waves[0]} request(s), {args.rounds} timed round(s) "
+                  "per mode")
+        for mode in serve_bench.MODES:
+            print(f"{mode}: SamplingParams({json.dumps(sampling_kwargs(mode, args.new_tokens))})")
+        for name in names:
+            drafter_name, k = parse_arm(name)
+            kwargs = engine_kwargs(args.target, drafters.get(drafter_name), k, args.batches, args.context_length,
+                                   args.attention_backend, args.memory, args.compilation)
+            print(f"{name}: {json.dumps(kwargs)}")
+        return 0
+    os.makedirs(args.out, exist_ok=True)
+    from transformers import AutoTokenizer
+
+    with open(args.prompts, encoding="utf-8") as handle:
+        texts = [json.loads(line)["prompt"] for line in handle if line.strip()]
+    ids = serve_bench.engines.chat_ids(AutoTokenizer.from_pretrained(args.target), texts)  # serve_bench's ids
+    path = os.path.join(args.out, "vllm_bench.json")
+    results = {**environment(), "target": args.target, "drafters": drafters, "prompts": args.prompts,
+               "new_tokens": args.new_tokens, "rounds": args.rounds, "single": args.single,
+               "batches": list(args.batches), "chains": args.chains, "near_tie_nats": serve_bench.NEAR_TIE,
+               "arms": {}}
+    if os.path.exists(path):  # a run continued in a later call keeps the arms measured before
+        with open(path, encoding="utf-8") as handle:
+            results["arms"] = json.load(handle).get("arms", {})
+    refused = {}  # drafter -> why its other chain lengths are not tried
+    for name in names:
+        if name in results["arms"] and "failed" not in results["arms"][name]:
+            continue
+        drafter_name, _ = parse_arm(name)
+        if drafter_name in refused:
+            results["arms"][name] = {"arm": name, "failed": "not tried: " + refused[drafter_name]}
+            continue
+        plain = results["arms"].get("plain")
+        if name != "plain" and (plain is None or "failed" in plain):
+            print(f"# {name}: after plain decoding only (its ratios and agreement need it)", flush=True)
+            continue
+        print(f"# {time.strftime('%H:%M:%S')} {name}", flush=True)
+        record = measure_arm(name, args, ids, drafters, None if name == "plain" else plain)
+        if "failed" in record and drafter_name is not None:
+            refused[drafter_name] = f"vLLM failed to serve this drafter with {record.get('shape')}"
+        results["arms"][name] = record
+        save_json(path, results)
+        summary = {k: (v.get("tok_s_median"), v.get("accept_length"), v.get("ttft_ms_median"))
+                   for k, v in record.get("cells", {}).items()}
+        print(f"  {record.get('failed') or summary}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,183 @@
+"""benchmarks/real_target/vllm_bench.py on a CPU: its arms, engine keywords and cells, and one measured arm
+end to end (child process, pipe, cells, acceptance, agreement) against a stand-in ``vllm`` module that
+answers with the fields vLLM 0.33's objects carry (RequestOutput.outputs[0].token_ids / .logprobs,
+.metrics.first_token_latency, LLM.get_metrics() counters and the per-position vector)."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from tests.script_module import ROOT
+
+BENCH_DIR = ROOT / "benchmarks" / "real_target"
+
+# A stand-in for vllm: greedy outputs depend on the prompt only (so speculative arms agree with plain
+# decoding), each request counts 10 drafts with k/2 accepted tokens each (acceptance length 1 + k/2).
+FAKE_VLLM = textwrap.dedent('''
+    import types
+
+    class SamplingParams:
+        def __init__(self, temperature=1.0, top_p=1.0, max_tokens=16, ignore_eos=False, logprobs=None):
+            self.temperature, self.max_tokens, self.logprobs = temperature, max_tokens, logprobs
+
+    class _Metric:
+        def __init__(self, name, value=None, values=None):
+            self.name, self.value, self.values, self.labels = name, value, values, {}
+
+    class LLM:
+        def __init__(self, model, speculative_config=None, disable_log_stats=True, **kwargs):
+            assert disable_log_stats is False, "get_metrics needs stats"
+            if model == "BROKEN":
+                raise ValueError("cannot read this drafter")
+            self.fails_later = model == "FAILS_LATER"
+            self.k = speculative_config["num_speculative_tokens"] if speculative_config else 0
+            self.counts = [0, 0, 0, [0] * self.k]
+            spec = None
+            if speculative_config:
+                hf = types.SimpleNamespace(architectures=["Eagle3LlamaForCausalLM"],
+                                           eagle_aux_hidden_state_layer_ids=[1, 14, 27])
+                spec = types.SimpleNamespace(method="eagle3", num_speculative_tokens=self.k,
+                                             draft_model_config=types.SimpleNamespace(hf_config=hf))
+            self.llm_engine = types.SimpleNamespace(
+                vllm_config=types.SimpleNamespace(speculative_config=spec),
+                engine_core=types.SimpleNamespace(shutdown=lambda: None))
+
+        def generate(self, prompts, params, use_tqdm=True):
+            if self.fails_later and params.max_tokens > 8:
+                raise RuntimeError("CUDA error: an illegal memory access was encountered")
+            outputs = []
+            for prompt in prompts:
+                ids = prompt["prompt_token_ids"]
+                tokens = [(sum(ids) + 7 * i) % 97 for i in range(params.max_tokens)]
+                if params.temperature > 0:
+                    tokens = tokens[::-1]
+                logprobs = None
+                if params.logprobs:
+                    logprobs = [{t: types.SimpleNamespace(logprob=-0.1), t + 1: types.SimpleNamespace(logprob=-3.0)}
+                                for t in tokens]
+                if self.k:
+                    accepted = self.k // 2
+                    self.counts[0] += 10
+                    self.counts[1] += 10 * self.k
+                    self.counts[2] += 10 * accepted
+                    self.counts[3] = [c + (10 if p < accepted else 0) for p, c in enumerate(self.counts[3])]
+                completion = types.SimpleNamespace(token_ids=tokens, logprobs=logprobs)
+                outputs.append(types.SimpleNamespace(outputs=[completion],
+                                                     metrics=types.SimpleNamespace(first_token_latency=0.002)))
+            return outputs
+
+        def get_metrics(self):
+            if not self.k:
+                return [_Metric("vllm:num_requests_running", value=0)]
+            return [_Metric("vllm:spec_decode_num_drafts", value=self.counts[0]),
+                    _Metric("vllm:spec_decode_num_draft_tokens", value=self.counts[1]),
+                    _Metric("vllm:spec_decode_num_accepted_tokens", value=self.counts[2]),
+                    _Metric("vllm:spec_decode_num_accepted_tokens_per_pos", values=list(self.counts[3]))]
+''')
+
+DRIVER = textwrap.dedent('''
+    import json, sys, types
+    sys.path.insert(0, sys.argv[1])
+    import vllm_bench
+
+    if __name__ == "__main__":  # the engine's child process is spawned: it imports this file again
+        ids = [[1, 2, 3, i] for i in range(80)]
+        args = types.SimpleNamespace(target="T", batches=(1, 16), context_length=512, attention_backend=None,
+                                     memory=0.5, compilation=None, out=sys.argv[2], single=3, rounds=2, new_tokens=12)
+        plain = vllm_bench.measure_arm("plain", args, ids, {}, None)
+        spec = vllm_bench.measure_arm("d/k4/vllm", args, ids, {"d": "D"}, plain)
+        args.target = "BROKEN"
+        broken = vllm_bench.measure_arm("d/k1/vllm", args, ids, {"d": "D"}, plain)
+        args.target = "FAILS_LATER"
+        later = vllm_bench.measure_arm("d/k2/vllm", args, ids, {"d": "D"}, plain)
+        print(json.dumps({"plain": plain, "spec": spec, "broken": broken, "later": later}))
+''')
+
+
+@pytest.fixture(scope="module")
+def bench():
+    sys.path.insert(0, str(BENCH_DIR))
+    try:
+        import vllm_bench
+
+        yield vllm_bench
+    finally:
+        sys.path.remove(str(BENCH_DIR))
+
+
+def test_arms_and_names(bench):
+    names = bench.arm_names(["speculators", "specforge"], [1, 3])
+    assert names == ["plain", "speculators/k1/vllm", "speculators/k3/vllm", "specforge/k1/vllm", "specforge/k3/vllm"]
+    assert [bench.parse_arm(n) for n in names] == [(None, None), ("speculators", 1), ("speculators", 3),
+                                                   ("specforge", 1), ("specforge", 3)]
+    for bad in ("d/3/vllm", "d/k0/vllm", "d/k2/plugin"):
+        with pytest.raises(ValueError):
+            bench.parse_arm(bad)
+    assert bench.shape_label(3) == "chain 3/1/4"
+
+
+def test_engine_kwargs(bench):
+    plain = bench.engine_kwargs("T", None, None, (1, 16, 64), 2048)
+    assert "speculative_config" not in plain and plain["disable_log_stats"] is False
+    assert plain["max_num_seqs"] == 64 and plain["enable_prefix_caching"] is False and plain["dtype"] == "bfloat16"
+    spec = bench.engine_kwargs("T", "D", 3, (1, 16, 64), 2048, attention_backend="TRITON_ATTN")
+    assert spec["speculative_config"] == {"method": "eagle3", "model": "D", "num_speculative_tokens": 3}
+    assert spec["attention_config"] == {"backend": "TRITON_ATTN"}
+    assert bench.sampling_kwargs("sampled", 128) == {"temperature": 0.7, "top_p": 0.9, "max_tokens": 128,
+                                                     "ignore_eos": True}
+    assert bench.sampling_kwargs("greedy", 8, top2=True)["logprobs"] == 2
+
+
+def test_cells_are_serve_bench_cells(bench):
+    assert bench.plan(80, (1, 16, 64), 8) == {1: [1] * 8, 16: [16, 16], 64: [64]}
+
+
+def test_counters(bench):
+    class Metric:
+        def __init__(self, name, value=None, values=None):
+            self.name, self.value, self.values = name, value, values
+
+    before = bench.spec_counts([Metric("vllm:spec_decode_num_drafts", 5),
+                                Metric("vllm:spec_decode_num_accepted_tokens_per_pos", values=[4, 1])])
+    after = bench.spec_counts([Metric("vllm:spec_decode_num_drafts", 9), Metric("vllm:spec_decode_num_drafts", 1),
+                               Metric("vllm:spec_decode_num_accepted_tokens", 7),
+                               Metric("vllm:spec_decode_num_accepted_tokens_per_pos", values=[6, 3, 1])])
+    assert bench.counts_delta(after, before) == {"drafts": 5, "draft_tokens": 0, "accepted": 7,
+                                                 "per_position": [2, 2, 1]}
+
+
+def test_dry_run(bench, capsys):
+    assert bench.main(["/tmp/unused", "--target", "T", "--prompts", "/nonexistent.jsonl", "--drafter", "d=D",
+                       "--chains", "2", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert '"num_speculative_tokens": 2' in out and out.count("d/k2/vllm") == 1
+
+
+def test_measured_arm_with_a_stand_in_vllm(tmp_path):
+    (tmp_path / "fake" / "vllm").mkdir(parents=True)
+    (tmp_path / "fake" / "vllm" / "__init__.py").write_text(FAKE_VLLM)
+    (tmp_path / "driver.py").write_text(DRIVER)
+    env = dict(os.environ, PYTHONPATH=str(tmp_path / "fake"))
+    run = subprocess.run([sys.executable, str(tmp_path / "driver.py"), str(BENCH_DIR), str(tmp_path)],
+                         capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
+    assert run.returncode == 0, run.stderr[-3000:]
+    result = json.loads(run.stdout.strip().splitlines()[-1])
+    plain, spec = result["plain"], result["spec"]
+    assert "failed" not in plain and "failed" not in spec, (plain.get("failed"), spec.get("failed"))
+    assert set(plain["cells"]) == {"batch1/greedy", "batch1/sampled", "batch16/greedy", "batch16/sampled"}
+    assert len(plain["cells"]["batch16/greedy"]["outputs"]) == 32  # two waves of 16, as serve_bench sends
+    assert plain["cells"]["batch1/greedy"]["top2"][0][0] == [-0.1, -3.0]
+    assert plain["cells"]["batch16/greedy"]["plain_batched_vs_single"]["exact"] == 3
+    cell = spec["cells"]["batch1/greedy"]
+    assert spec["shape"] == "chain 4/1/5" and spec["speculative"]["num_speculative_tokens"] == 4
+    assert cell["accept_length"] == 3.0 and cell["accept_rate_per_position"] == [1.0, 1.0, 0.0, 0.0]
+    assert cell["spec"]["drafts"] == 2 * 3 * 10  # two rounds of three one-request waves
+    assert cell["vs_plain"] == {"requests": 3, "exact": 3, "near_tie": 0, "mismatch": []}
+    assert cell["ttft_ms_median"] == 2.0 and len(cell["tok_s"]) == 2 and "speedup_median" in cell
+    assert "accept_length" not in plain["cells"]["batch1/greedy"]
+    assert result["broken"]["failed"] == "ValueError: cannot read this drafter"
+    assert result["later"]["failed"].startswith("during the cells: RuntimeError: CUDA error")
