@@ -21,6 +21,10 @@ STAGE = "SITE=/tmp/site source benchmarks/gpu/stage_package.sh && "
 RUNS = {  # file -> (commit, command); the commit is the checkout the device ran
     "h200_sglang-0.5.23.json": ("5f28eb9", STAGE + "SGL_KERNEL_USE_FLASHINFER=1 SGLANG_KERNEL_USE_FLASHINFER=1 "
                                 "E2E_COMMIT=5f28eb9 timeout 540 python3 benchmarks/gpu/step_profile.py /tmp/sp"),
+    "h100_sglang-0.5.23_smollm2.json": (
+        "3b09fdc+rt36", "RT_PHASES=\"setup demo profile serve\" bash benchmarks/real_target/run_gpu.sh start "
+        "/tmp/rt (its profile phase: python3 benchmarks/gpu/step_profile.py /tmp/rt/profile --target /tmp/rt/target "
+        "--drafter /tmp/rt/drafters/specforge --trees 0,1 --classes plugin,stock --rounds 2)"),
 }
 # row -> (what it is, which code of this package serves it today, or could)
 ROWS = {
@@ -67,6 +71,28 @@ def cell_rows(cell: dict) -> tuple[dict, float, float]:
         s["host_ms"]["step"] for s in steps)
 
 
+def drafter_label(config: dict) -> str:
+    """The table's drafter column: the zipf workload's depth, or a real target's draft class."""
+    if config["layers"] is None:
+        return f"trained, {config.get('class', 'plugin')} class"
+    return f"{config['layers']} layer{'s' if config['layers'] > 1 else ''}"
+
+
+def workload(run: dict) -> str:
+    if isinstance(run["target"], str):  # a real target (step_profile.py --target)
+        return ("* **Workload** SmolLM2-135M-Instruct (real weights, 30 layers, H 576, vocabulary 49152, bf16) with "
+                f"the SpecForge 0.2.0 drafter trained for it (`{os.path.basename(run['drafter'])}`, 1 layer, draft "
+                "vocabulary 16384), served by this plugin's draft class and by stock SGLang's (plugin off); "
+                f"random-token prompts, {run['rounds']} requests of {run['new_tokens']} new tokens per cell; "
+                "medians over the steps that decoded the whole batch.")
+    return (f"* **Workload** target with Llama-3.1-8B's geometry ({run['target']['num_hidden_layers']} layers, H "
+            f"{run['target']['hidden_size']}, I {run['target']['intermediate_size']}, vocabulary "
+            f"{run['target']['vocab_size']}, bf16), `zipf_target`'s realistic "
+            f"next-token distributions; `zipf_drafter` (SpecForge layout, 3 aux states, draft vocabulary "
+            f"{run['draft_vocab']}), {run['rounds']} requests of {run['new_tokens']} new tokens per cell; "
+            "medians over the steps that decoded the whole batch.")
+
+
 def run_table(name: str, run: dict) -> list[str]:
     commit, command = RUNS[name]
     configs = run["configs"]
@@ -75,12 +101,7 @@ def run_table(name: str, run: dict) -> list[str]:
              f"* **Run** {dates[0]} to {dates[-1]}, commit `{commit}`, torch {run['torch']}, driver {run['driver']}, "
              f"flashinfer's renorm {'on' if run['flashinfer_renorm'] else 'off'} (stock verify). Command: `{command}`. "
              f"Raw: `benchmarks/results/step_profile/{name}`.",
-             f"* **Workload** target with Llama-3.1-8B's geometry ({run['target']['num_hidden_layers']} layers, H "
-             f"{run['target']['hidden_size']}, I {run['target']['intermediate_size']}, vocabulary "
-             f"{run['target']['vocab_size']}, bf16), `zipf_target`'s realistic "
-             f"next-token distributions; `zipf_drafter` (SpecForge layout, 3 aux states, draft vocabulary "
-             f"{run['draft_vocab']}), {run['rounds']} requests of {run['new_tokens']} new tokens per cell; "
-             "medians over the steps that decoded the whole batch.",
+             workload(run),
              "* **How** CUDA events on the current stream at the entry and exit of each function of the v2 worker's "
              "decode step (`benchmarks/gpu/step_timer.py`): a row is the span it occupies on the GPU's timeline, "
              "launch gaps included; `between steps` is the GPU period (first event to the next step's) less the "
@@ -91,11 +112,11 @@ def run_table(name: str, run: dict) -> list[str]:
         for cell in config["cells"]:
             rows, period, host = cell_rows(cell)
             shares = [f"{rows[row]:.2f} ({100 * rows[row] / period:.0f}%)" for row in ROWS]
-            lines.append("| " + " | ".join([f"{config['layers']} layer{'s' if config['layers'] > 1 else ''}",
+            lines.append("| " + " | ".join([drafter_label(config),
                                             "/".join(map(str, config["tree"])), str(cell["batch"]), cell["mode"],
                                             f"{cell['accept_length']:.2f}", f"{period:.2f}", f"{host:.2f}",
                                             *shares]) + " |")
-    lines += [""] + levers(configs)
+    lines += [""] + levers(configs) + class_comparison(configs)
     lines += ["", "What each row is, and which code of this package serves it:", "",
               "| row | what | this package |", "|---|---|---|"]
     lines += [f"| {row} | {what} | {ours} |" for row, (what, ours) in ROWS.items()]
@@ -112,10 +133,11 @@ def levers(configs: dict) -> list[str]:
         for cell in config["cells"]:
             rows, period, _ = cell_rows(cell)
             for row, ms in rows.items():
-                where = f"{config['layers']}-layer {tree} batch {cell['batch']} {cell['mode']}"
+                where = f"{drafter_label(config)} {tree} batch {cell['batch']} {cell['mode']}"
                 if ms / period > largest.get(row, (0.0, ""))[0]:
                     largest[row] = (ms / period, where)
-            rates.setdefault((config["layers"], cell["batch"], cell["mode"]), {})[tree] = cell["accept_length"] / period
+            rates.setdefault((drafter_label(config), cell["batch"], cell["mode"]), {})[tree] = (
+                cell["accept_length"] / period)
     lines = ["**Ceilings.** Largest share of the step per row (removing the row entirely would give at most "
              "1 / (1 - share) there): " + "; ".join(f"{row} {share:.0%} ({where})" for row, (share, where) in
                                                      largest.items()) + ".", "",
@@ -124,11 +146,35 @@ def levers(configs: dict) -> list[str]:
              "| drafter | batch | mode | " + " | ".join(sorted({t for r in rates.values() for t in r}))
              + " | best / worst |",
              "|---|---|---|" + "---|" * (len({t for r in rates.values() for t in r}) + 1)]
-    for (layers, batch, mode), by_tree in sorted(rates.items()):
+    for (drafter, batch, mode), by_tree in sorted(rates.items()):
         cells = " | ".join(f"{by_tree[t]:.3f}" if t in by_tree else "-" for t in sorted({t for r in rates.values()
                                                                                             for t in r}))
-        lines.append(f"| {layers} layer{'s' if layers > 1 else ''} | {batch} | {mode} | {cells} | "
+        lines.append(f"| {drafter} | {batch} | {mode} | {cells} | "
                      f"{max(by_tree.values()) / min(by_tree.values()):.2f}x |")
+    return lines
+
+
+def class_comparison(configs: dict) -> list[str]:
+    """Where this plugin's draft class and stock's serve the same drafter and shape: the step's GPU
+    period of each, and the rows that differ most (what the plugin adds, or saves, per step)."""
+    by_class = {}
+    for config in configs.values():
+        for cell in config["cells"]:
+            key = ("/".join(map(str, config["tree"])), cell["batch"], cell["mode"])
+            by_class.setdefault(key, {})[config.get("class")] = cell_rows(cell)
+    pairs = {key: sides for key, sides in by_class.items() if {"plugin", "stock"} <= set(sides)}
+    if not pairs:
+        return []
+    lines = ["", "**This plugin's draft class against stock's**, same drafter, shape and requests (GPU period per "
+             "step, ms; the rows that differ by more than 0.1 ms):", "",
+             "| tree | batch | mode | plugin | stock | plugin / stock | rows: plugin - stock, ms |",
+             "|---|---|---|---|---|---|---|"]
+    for (tree, batch, mode), sides in sorted(pairs.items()):
+        (ours, ours_period, _), (stock, stock_period, _) = sides["plugin"], sides["stock"]
+        differing = ", ".join(f"{row} {ours[row] - stock[row]:+.2f}" for row in ROWS
+                              if abs(ours[row] - stock[row]) > 0.1) or "none"
+        lines.append(f"| {tree} | {batch} | {mode} | {ours_period:.2f} | {stock_period:.2f} | "
+                     f"{ours_period / stock_period:.2f}x | {differing} |")
     return lines
 
 
@@ -143,7 +189,7 @@ def plot(runs: dict, path: str) -> None:
     for config in run["configs"].values():
         for cell in config["cells"]:
             rows, period, _ = cell_rows(cell)
-            labels.append(f"{config['layers']}L {'/'.join(map(str, config['tree']))} bs{cell['batch']} "
+            labels.append(f"{drafter_label(config)} {'/'.join(map(str, config['tree']))} bs{cell['batch']} "
                           f"{'greedy' if cell['mode'] == 'greedy' else 'sampled'}")
             stacks.append([100 * rows[row] / period for row in ROWS])
     figure, axis = plt.subplots(figsize=(10, 0.32 * len(labels) + 1.5))

@@ -10,6 +10,9 @@ phase's span on the GPU timeline (CUDA events) and its host time, and the step's
 usage (repository root; SGLang and this package installed, see ``stage_package.sh``):
   python3 benchmarks/gpu/step_profile.py OUTDIR [--layers 1,3] [--trees 0,2] [--rounds 3]
   python3 benchmarks/gpu/step_profile.py OUTDIR --smoke   # CPU, a tiny target: the plumbing only
+  python3 benchmarks/gpu/step_profile.py OUTDIR --target DIR --drafter DIR --classes plugin,stock
+      # a real target and its trained drafter (random-token prompts), served by this plugin's draft
+      # class and by stock SGLang's (plugin off), side by side
 Writes ``OUTDIR/results.json`` (per configuration and cell: medians and every step), logs in
 ``OUTDIR/logs``.
 """
@@ -31,6 +34,7 @@ from step_timer import DIR_ENV
 from verify_workload import BATCHES, TREES, flashinfer_renorm_requested
 
 from sglang_eagle_ext.sglang.compat.fused_verify import ENV_SWITCH
+from sglang_eagle_ext.sglang.plugin import SWITCH as PLUGIN_SWITCH
 
 PROFILED_MODES = ("greedy", "T0.7 top-p0.9")
 READY_TIMEOUT_S = 480
@@ -42,13 +46,14 @@ def slug(*parts) -> str:
 
 
 def host(connection, target: str, drafter: str, options: dict, batches: list[int], modes: list[str],
-         timer_dir: str, log_path: str) -> None:
+         timer_dir: str, log_path: str, plugin: bool = True) -> None:
     """Child process hosting one engine (stock verify): answers (label, batch, mode, new tokens) with
     the timed request's counters; the label file marks its steps for ``step_timer``."""
     log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
     os.dup2(log, 1)
     os.dup2(log, 2)
     os.environ[ENV_SWITCH] = "0"
+    os.environ[PLUGIN_SWITCH] = "1" if plugin else "0"  # off: stock SGLang's own draft class and loader
     os.environ[DIR_ENV] = timer_dir
     import sglang
 
@@ -116,6 +121,8 @@ def main() -> int:
     parser.add_argument("--target", help="a real target's directory, profiled with --drafter instead of the "
                         "zipf workload (--layers is then ignored)")
     parser.add_argument("--drafter", help="the trained drafter served with --target")
+    parser.add_argument("--classes", default="plugin", help="with --target: plugin, stock or both (comma-"
+                        "separated): which draft class serves it (stock: SGLANG_EAGLE_EXT=0)")
     args = parser.parse_args()
     if bool(args.target) != bool(args.drafter):
         parser.error("--target and --drafter go together")
@@ -159,8 +166,10 @@ def main() -> int:
             target, drafter = args.target, args.drafter
         else:
             target, drafter = build_models(out, target_config, draft_vocab, device, layers=layers)
-        for tree in trees:
-            name = slug(f"{layers}-layer" if layers else "trained", "-".join(map(str, tree)))
+        for tree, side in [(tree, side) for tree in trees
+                           for side in (args.classes.split(",") if args.target else ["plugin"])]:
+            name = slug(f"{layers}-layer" if layers else "trained", "-".join(map(str, tree)),
+                        *([side] if args.target else []))
             timer_dir = os.path.join(out, "timer", name)
             os.makedirs(timer_dir, exist_ok=True)
             options = engine_options(tree, batches, args.smoke)
@@ -171,20 +180,20 @@ def main() -> int:
             parent, child = context.Pipe()
             log_path = os.path.join(out, "logs", f"{name}.log")
             process = context.Process(target=host, args=(child, target, drafter, options, batches, modes, timer_dir,
-                                                         log_path))
+                                                         log_path, side == "plugin"))
             process.start()
-            engines[name] = (layers, tree, options, parent, process, log_path, timer_dir)
+            engines[name] = (layers, tree, options, parent, process, log_path, timer_dir, side)
     started = time.monotonic()
-    for name, (_, _, _, parent, _, log_path, _) in engines.items():
+    for name, (_, _, _, parent, _, log_path, _, _) in engines.items():
         if not parent.poll(max(1.0, READY_TIMEOUT_S - (time.monotonic() - started))):
             for engine in engines.values():
                 engine[4].kill()
             raise SystemExit(f"{name}: the engine did not start; see {log_path}")
         assert parent.recv() == "ready"
     print(f"engines ready in {time.monotonic() - started:.1f} s", flush=True)
-    for name, (layers, tree, options, parent, process, log_path, timer_dir) in engines.items():
+    for name, (layers, tree, options, parent, process, log_path, timer_dir, side) in engines.items():
         config = results["configs"][name] = {
-            "layers": layers, "tree": list(tree), "engine_options": options, "cells": [],
+            "layers": layers, "tree": list(tree), "class": side, "engine_options": options, "cells": [],
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
         for batch in batches:
             for mode in modes:

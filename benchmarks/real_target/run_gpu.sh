@@ -13,7 +13,9 @@
 #   specforge   train_specforge.py -> ROOT/drafters/specforge (SpecForge's trainer and export)
 #   speculators train_speculators.py -> ROOT/drafters/speculators (speculators' trainer, RT_LAYERS layers)
 #   serve       serve_bench.py: plain, plugin and stock arms on MT-bench first turns -> ROOT/serve
-#   profile     step_profile.py on the target with the speculators drafter -> ROOT/profile
+#   profile     step_profile.py on the target with the SpecForge drafter, this plugin's class and stock's
+#               -> ROOT/profile
+#   demo        `sglang-eagle demo --target` with the speculators drafter -> ROOT/demo.log
 # Each phase's limit is RT_LIMIT_<PHASE> seconds; its process group is ended after it. A phase whose
 # output exists is skipped (a run continued on the same machine).
 set -uo pipefail
@@ -21,7 +23,7 @@ MODE="$1"; ROOT="$2"
 HERE="$(cd "$(dirname "$0")" && pwd)"
 source "$HERE/../gpu/phases.sh"
 CARRY="${CARRY:-gpu_carry}"
-PHASES="${RT_PHASES:-setup regen specforge+speculators serve profile}"
+PHASES="${RT_PHASES:-setup regen specforge+speculators serve profile demo}"
 export E2E_COMMIT="${E2E_COMMIT:-unknown}" PYTHONUNBUFFERED=1
 
 phase_command() {
@@ -35,7 +37,8 @@ phase_command() {
     specforge) echo "python3 $HERE/train_specforge.py --target $ROOT/target --data $ROOT/data.jsonl --out $ROOT/drafters/specforge --device cuda \${RT_SPECFORGE_ARGS:-}" ;;
     speculators) echo "python3 $HERE/train_speculators.py --target $ROOT/target --data $ROOT/data.jsonl --out $ROOT/drafters/speculators --num-layers \${RT_LAYERS:-2} --device cuda \${RT_SPECULATORS_ARGS:-}" ;;
     serve) echo "python3 $HERE/serve_bench.py $ROOT/serve --target $ROOT/target --prompts $CARRY/data/mtbench.jsonl --drafter specforge=$ROOT/drafters/specforge --drafter speculators=$ROOT/drafters/speculators \${RT_SERVE_ARGS:-}" ;;
-    profile) echo "python3 benchmarks/gpu/step_profile.py $ROOT/profile --target $ROOT/target --drafter $ROOT/drafters/speculators --trees 0,1 --rounds 2" ;;
+    profile) echo "python3 benchmarks/gpu/step_profile.py $ROOT/profile --target $ROOT/target --drafter $ROOT/drafters/\${RT_PROFILE_DRAFTER:-specforge} --trees 0,1 --classes plugin,stock --rounds 2" ;;
+    demo) echo "python3 -m sglang_eagle_ext demo --target $ROOT/target --drafter $ROOT/drafters/speculators --attention-backend triton \${RT_DEMO_ARGS:-}" ;;
     *) echo "unknown phase $1" >&2; return 1 ;;
   esac
 }
@@ -44,13 +47,13 @@ done_marker() {  # a phase's output: present means done
   case "$1" in
     setup) echo "$ROOT/target/config.json" ;; regen) echo "$ROOT/data.jsonl" ;;
     specforge|speculators) echo "$ROOT/drafters/$1/config.json" ;;
-    serve) echo "$ROOT/serve.done" ;; profile) echo "$ROOT/profile.done" ;;
+    serve) echo "$ROOT/serve.done" ;; profile) echo "$ROOT/profile.done" ;; demo) echo "$ROOT/demo.done" ;;
   esac
 }
 
 limit_of() {
   local default; case "$1" in setup) default=240;; regen) default=400;; specforge|speculators) default=480;;
-    serve) default=1500;; profile) default=500;; esac
+    serve) default=1500;; profile) default=500;; demo) default=300;; esac
   local var="RT_LIMIT_${1^^}"; echo "${!var:-$default}"
 }
 
@@ -59,7 +62,7 @@ run_phase() {
   if [ -e "$(done_marker "$name")" ]; then echo "# phase $name: done before, skipped" | tee -a "$ROOT/status.txt"; return 0; fi
   command=$(phase_command "$name") || return 1
   run_phase_command "$name" "$command" "$(limit_of "$name")"; rc=$?
-  if [ "$rc" = 0 ] && { [ "$name" = serve ] || [ "$name" = profile ]; }; then touch "$ROOT/$name.done"; fi
+  if [ "$rc" = 0 ] && { [ "$name" = serve ] || [ "$name" = profile ] || [ "$name" = demo ]; }; then touch "$ROOT/$name.done"; fi
   return "$rc"
 }
 

@@ -66,6 +66,21 @@ def arm_names(drafters: list[str], shapes: list[str]) -> list[str]:
     return names
 
 
+def stock_edit_copy(drafter: str, directory: str) -> str:
+    """``directory``: ``drafter``'s weight files linked, its config.json the flat SGLang-format one."""
+    from sglang_eagle_ext.drafter.config_json import canonical_config
+    from sglang_eagle_ext.drafter.model_dir import write_json
+    from sglang_eagle_ext.drafter.reader import read_drafter
+
+    config = canonical_config(read_drafter(drafter).spec)
+    os.makedirs(directory, exist_ok=True)
+    for name in os.listdir(drafter):
+        if name.endswith(".safetensors") and not os.path.exists(os.path.join(directory, name)):
+            os.symlink(os.path.abspath(os.path.join(drafter, name)), os.path.join(directory, name))
+    write_json(os.path.join(directory, "config.json"), config)
+    return directory
+
+
 def cell_prompts(ids: list[list[int]], batch: int, single: int) -> list[list[list[int]]]:
     """The requests of one cell, as the waves sent together."""
     if batch == 1:
@@ -136,10 +151,15 @@ def measure_arm(name: str, args, ids, drafters: dict, plain: dict | None) -> dic
     drafter_name, shape_name, side = name.split("/") if name != "plain" else (None, None, "plugin")
     record = {"arm": name, "drafter": drafter_name, "shape": None if shape_name is None else SHAPES[shape_name].label(),
               "plugin": side == "plugin"}
+    drafter = drafters.get(drafter_name)
+    if side == "stock-edit":
+        drafter = stock_edit_copy(drafter, os.path.join(args.out, "stock-edit", drafter_name))
+        with open(os.path.join(drafter, "config.json"), encoding="utf-8") as handle:
+            record["config_edit"] = json.load(handle)
     context = multiprocessing.get_context("spawn")
     parent, child = context.Pipe()
     log_path = os.path.join(args.out, name.replace("/", "_") + ".log")
-    process = context.Process(target=host, args=(child, args.target, drafters.get(drafter_name), shape_name,
+    process = context.Process(target=host, args=(child, args.target, drafter, shape_name,
                                                   side == "plugin", log_path, args.batches,
                                                   args.context_length))
     started = time.perf_counter()
@@ -240,19 +260,19 @@ def main() -> int:
     if os.path.exists(path):  # a run continued in a later call keeps the arms measured before
         with open(path, encoding="utf-8") as handle:
             results["arms"] = json.load(handle).get("arms", {})
-    stock_refused = {}
+    stock_refused = {}  # (drafter, side) -> why its other shapes are not tried
     for name in names:
         if name in results["arms"] and "failed" not in results["arms"][name]:
             continue
-        drafter_name = name.split("/")[0]
-        if name.endswith("/stock") and drafter_name in stock_refused:
-            results["arms"][name] = {"arm": name, "failed": "not tried: " + stock_refused[drafter_name]}
+        drafter_name, side = name.split("/")[0], name.split("/")[-1]
+        if (drafter_name, side) in stock_refused:
+            results["arms"][name] = {"arm": name, "failed": "not tried: " + stock_refused[drafter_name, side]}
             continue
         plain = results["arms"].get("plain")
         print(f"# {time.strftime('%H:%M:%S')} {name}", flush=True)
         record = measure_arm(name, args, ids, drafters, None if name == "plain" else plain)
-        if "failed" in record and name.endswith("/stock"):
-            stock_refused[drafter_name] = f"stock failed to serve this drafter with {record.get('shape')}"
+        if "failed" in record and side.startswith("stock"):
+            stock_refused[drafter_name, side] = f"stock failed to serve this drafter with {record.get('shape')}"
         results["arms"][name] = record
         save_json(path, results)
         summary = {k: (v.get("tok_s_median"), v.get("accept_length")) for k, v in record.get("cells", {}).items()}

@@ -19,6 +19,8 @@ import os
 import sys
 
 DRAFTER_NAMES = {"specforge": "SpecForge 0.2.0, 1 layer", "speculators": "speculators 0.9.0, 2 layers"}
+SIDES = {"plugin": "this plugin", "stock": "stock SGLang",
+         "stock-edit": "stock SGLang, config.json rewritten as SGLang's flat format"}
 
 
 def committed(raw: dict) -> dict:
@@ -77,8 +79,8 @@ def markdown(results: dict) -> str:
     lines = [f"{results['device']}, SGLang {results['sglang']}, torch {results['torch']}, commit {results['commit']}, "
              f"{results['date']}; MT-bench first turns (chat template), {results['new_tokens']} new tokens each "
              f"(ignore_eos), batch 1: {results['single']} prompts one at a time, batch 16 and 64: 64 requests "
-             f"in waves of that size; the faster of {results['rounds']} timed rounds (an engine's first round "
-             "carries its first requests' warm-up; both rounds are in the file).", "",
+             f"in waves of that size; the fastest of {results['rounds']} timed rounds (every round is in the file).",
+             "",
              "Plain decoding, output tokens/s: " + "; ".join(
                  f"batch {b} {mode} {plain[f'batch{b}/{mode}']['tok_s_best']:,.0f}"
                  for b in batches for mode in ("greedy", "sampled")), ""]
@@ -92,7 +94,7 @@ def markdown(results: dict) -> str:
                   "|" + "---|" * (3 + len(batches) + (1 if mode == "greedy" else 0))]
         for drafter in drafters:
             for shape in shapes:
-                for side, label in (("plugin", "this plugin"), ("stock", "stock SGLang")):
+                for side, label in SIDES.items():
                     arm = _arm(results, drafter, shape, side)
                     if arm is None:
                         continue
@@ -107,7 +109,18 @@ def markdown(results: dict) -> str:
     lines.append("Plain decoding's own agreement, batched against one request at a time (the engine's bf16 floor): "
                  + "; ".join(f"batch {b}: {f['exact']} of {f['requests']} equal, {f['near_tie']} near-tie"
                              for b, f in zip(batches[1:], floor) if f))
+    lines.append("")
+    lines.append("A/A spread, plain decoding's rounds (one engine, same cell, timed again): (fastest - slowest) / "
+                 "median: " + "; ".join(f"batch {b} {mode} {spread(plain[f'batch{b}/{mode}']['tok_s']):.1%}"
+                                        for b in batches for mode in ("greedy", "sampled")))
     return "\n".join(lines) + "\n"
+
+
+def spread(values: list[float]) -> float:
+    """(largest - smallest) / median of repeated measurements of one cell."""
+    ordered = sorted(values)
+    middle = ordered[len(ordered) // 2] if len(ordered) % 2 else sum(ordered[len(ordered) // 2 - 1:][:2]) / 2
+    return (ordered[-1] - ordered[0]) / middle
 
 
 def best_shape(results: dict, drafter: str, side: str, key: str) -> tuple[str, dict] | None:
