@@ -8,7 +8,8 @@ usage::
 
     python3 benchmarks/real_target/table.py import /tmp/rt/serve/serve_bench.json \
         benchmarks/results/real_target/serve_h100_sglang-0.5.23.json
-    python3 benchmarks/real_target/table.py markdown benchmarks/results/real_target/serve_h100_sglang-0.5.23.json
+    python3 benchmarks/real_target/table.py markdown benchmarks/results/real_target/serve_h100_sglang-0.5.23.json \
+        benchmarks/results/real_target/serve_wide_stock-edit_h100_sglang-0.5.23.json   # serve.md
 """
 
 from __future__ import annotations
@@ -178,9 +179,12 @@ def main(argv: list[str]) -> int:
             handle.write("\n")
         os.replace(argv[2] + ".tmp", argv[2])
         return 0
-    if len(argv) == 2 and argv[0] == "markdown":
-        with open(argv[1], encoding="utf-8") as handle:
-            print(markdown(json.load(handle)), end="")
+    if len(argv) >= 2 and argv[0] == "markdown":  # one section per run, in the order given
+        sections = []
+        for path in argv[1:]:
+            with open(path, encoding="utf-8") as handle:
+                sections.append(f"## `{os.path.basename(path)}`\n\n" + markdown(json.load(handle)))
+        print("\n".join(sections), end="")
         return 0
     print(__doc__, file=sys.stderr)
     return 2
