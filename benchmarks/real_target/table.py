@@ -111,6 +111,7 @@ def markdown(results: dict) -> str:
                  + "; ".join(f"batch {b}: {f['exact']} of {f['requests']} equal, {f['near_tie']} near-tie"
                              for b, f in zip(batches[1:], floor) if f))
     lines.append("")
+    lines += [f"Note: {note}" for note in results.get("notes", [])] + [""]
     lines.append("A/A spread, plain decoding's rounds (one engine, same cell, timed again): (fastest - slowest) / "
                  "median: " + "; ".join(f"batch {b} {mode} {spread(plain[f'batch{b}/{mode}']['tok_s']):.1%}"
                                         for b in batches for mode in ("greedy", "sampled")))
