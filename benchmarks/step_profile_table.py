@@ -7,6 +7,7 @@ usage: python benchmarks/step_profile_table.py [--check]   (the plot needs matpl
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import statistics
@@ -21,7 +22,7 @@ STAGE = "SITE=/tmp/site source benchmarks/gpu/stage_package.sh && "
 RUNS = {  # file -> (commit, command); the commit is the checkout the device ran
     "h200_sglang-0.5.23.json": ("5f28eb9", STAGE + "SGL_KERNEL_USE_FLASHINFER=1 SGLANG_KERNEL_USE_FLASHINFER=1 "
                                 "E2E_COMMIT=5f28eb9 timeout 540 python3 benchmarks/gpu/step_profile.py /tmp/sp"),
-    "h100_sglang-0.5.23_smollm2.json": (
+    "h100_sglang-0.5.23_smollm2.json.gz": (
         "3b09fdc+rt36", "RT_PHASES=\"setup demo profile serve\" bash benchmarks/real_target/run_gpu.sh start "
         "/tmp/rt (its profile phase: python3 benchmarks/gpu/step_profile.py /tmp/rt/profile --target /tmp/rt/target "
         "--drafter /tmp/rt/drafters/specforge --trees 0,1 --classes plugin,stock --rounds 2)"),
@@ -218,8 +219,14 @@ def render(runs: dict) -> str:
     return "\n".join(lines)
 
 
+def load(path: str) -> dict:
+    """A raw run; the larger ones are committed gzipped (every step of every cell)."""
+    with (gzip.open(path, "rt", encoding="utf-8") if path.endswith(".gz") else open(path, encoding="utf-8")) as handle:
+        return json.load(handle)
+
+
 def main() -> int:
-    runs = {name: json.load(open(os.path.join(RESULTS, name), encoding="utf-8")) for name in RUNS}
+    runs = {name: load(os.path.join(RESULTS, name)) for name in RUNS}
     text = render(runs)
     if "--check" in sys.argv:
         return 0 if open(OUTPUT, encoding="utf-8").read() == text else "benchmarks/results/step_profile.md is stale"
