@@ -59,6 +59,7 @@ STOCK_VS_PLUGIN_GPU = RESULTS / "gpu"  # stock_vs_plugin_acceptance_sglang-<rele
 REAL_TARGET = RESULTS / "real_target"  # serve_<device>_sglang-<release>.json, from benchmarks/real_target/
 
 from sglang_eagle_ext.cli import COMMANDS  # noqa: E402  (this checkout's, by the path set above)
+from sglang_eagle_ext.errors import counted  # noqa: E402
 
 MARKER = re.compile(r"<!-- generated:(?P<name>[a-z0-9-]+):begin -->(?P<body>.*?)"
                     r"<!-- generated:(?P=name):end -->", re.DOTALL)
@@ -663,7 +664,7 @@ def producer_files_table() -> str:
         if "refused" in row:
             lines.append(f"| `{row['package']}` | `{name}` | refused: {row['refused']} | - | - | - |")
             continue
-        read = f"{row['dialect']}, {row['layers']} layer{'' if row['layers'] == 1 else 's'}"
+        read = f"{row['dialect']}, {counted(row['layers'], 'layer')}"
         if row["warnings"]:
             read += "; warns: trained otherwise than its config serves"
         diffs = f"{_diff(row['reference_max_abs_diff'])} / {_diff(row.get('sglang_max_abs_diff'))}"
@@ -697,10 +698,6 @@ def layouts_table() -> str:
     from tests.kit.producer_layouts import markdown_table
 
     return "\n\n" + markdown_table() + "\n"
-
-
-def _count(items: list, noun: str) -> str:
-    return f"{len(items)} {noun}{'' if len(items) == 1 else 's'}"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -783,11 +780,12 @@ def _stock_loads(stock: dict) -> str:
                      "resolves to the Transformers fallback)")
     else:
         parts.append("yes")
-    parts.append(f"builds {stock['depth']} layer{'' if stock['depth'] == 1 else 's'}")
+    parts.append(f"builds {counted(stock['depth'], 'layer')}")
     if stock.get("never_loaded"):
-        parts.append(f"{_count(stock['never_loaded'], 'parameter')} never loaded (`{stock['never_loaded'][0]}`, ...)")
+        parts.append(f"{counted(len(stock['never_loaded']), 'parameter')} never loaded "
+                     f"(`{stock['never_loaded'][0]}`, ...)")
     if stock.get("dropped"):
-        parts.append(f"{_count(stock['dropped'], 'checkpoint tensor')} dropped (`{stock['dropped'][0]}`, ...)")
+        parts.append(f"{counted(len(stock['dropped']), 'checkpoint tensor')} dropped (`{stock['dropped'][0]}`, ...)")
     if stock.get("load_errors"):
         parts.append(f"load_weights fails: {stock['load_errors'][0]}")
     return "; ".join(parts)

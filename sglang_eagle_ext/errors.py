@@ -6,6 +6,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
+def counted(count: int, noun: str) -> str:
+    """``count`` and ``noun``, in the plural unless it is one: "1 parameter", "7 parameters"."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
 @dataclass(frozen=True)
 class Problem:
     file: str  # the file the fact was read from (or the checkpoint directory)
@@ -28,6 +33,5 @@ class DrafterError(ValueError):
 
     def __init__(self, problems: list[Problem]):
         self.problems = list(problems)
-        count = len(self.problems)
-        header = f"drafter checkpoint rejected ({count} problem{'s' if count != 1 else ''}):"
+        header = f"drafter checkpoint rejected ({counted(len(self.problems), 'problem')}):"
         super().__init__("\n  - ".join([header] + [str(p) for p in self.problems]))

@@ -16,7 +16,7 @@ import sys
 
 from sglang_eagle_ext.cli.options import (device_problem, existing_file, layer_indices, non_negative_float,
                                           positive_int, torch_device)
-from sglang_eagle_ext.errors import DrafterError
+from sglang_eagle_ext.errors import DrafterError, counted
 
 NOTHING_ACCEPTED_BELOW = 1.1  # a mean under this means the drafter is useless for this target
 
@@ -229,7 +229,7 @@ def run(args) -> int:
         print(json.dumps(report, indent=2))
         return 0
     print(f"target {args.target}\ndraft  {args.draft}\n"
-          f"{len(prompts)} prompts x {args.max_new_tokens} tokens")
+          f"{counted(len(prompts), 'prompt')} x {counted(args.max_new_tokens, 'token')}")
     _print_table(measured)
     own = _gain(results)
     for indices, rows_measured in measured[1:]:

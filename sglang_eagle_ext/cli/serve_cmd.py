@@ -26,7 +26,7 @@ import sys
 from sglang_eagle_ext.cli.options import SERVING_DEVICES, device_problem, positive_int, serving_device
 from sglang_eagle_ext.drafter.locate import Located, locate_drafter, read_named_target
 from sglang_eagle_ext.drafter.train_serve import producer_warnings
-from sglang_eagle_ext.errors import DrafterError
+from sglang_eagle_ext.errors import DrafterError, counted
 from sglang_eagle_ext.sglang.compat import SUPPORTED, cpu, launcher, releases
 
 INSTALL_HINT = ("SGLang is not installed in this Python environment. With a GPU:\n"
@@ -159,7 +159,7 @@ def run(args) -> int:
     lines = [f"drafter:        {located.given} ({located.how}"
              + (", exported to a model directory)" if located.legacy else ")"),
              f"served from:    {served_from}" + (" (to be written)" if needs_export else ""),
-             f"drafter:        {spec.dialect.value} dialect, {spec.num_layers} layer(s), "
+             f"drafter:        {spec.dialect.value} dialect, {counted(spec.num_layers, 'layer')}, "
              f"{spec.num_aux_hidden_states} aux, draft vocab {spec.draft_vocab_size}",
              f"target:         {args.target}" + ("" if target else " (config not fetched: checks that need "
                                                   "the target were skipped)"),

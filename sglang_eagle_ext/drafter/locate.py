@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from sglang_eagle_ext.drafter.target import TargetInfo, read_target
-from sglang_eagle_ext.errors import DrafterError, Problem
+from sglang_eagle_ext.errors import DrafterError, Problem, counted
 
 if TYPE_CHECKING:
     from sglang_eagle_ext.drafter.hub import HubFile
@@ -48,7 +48,7 @@ def locate_drafter(given: str, weights: bool = True) -> Located:
 
         fetched = hub.fetch(given, weights)
         how = f"hub id {given}, its snapshot in the local cache" + (
-            f"; {len(fetched.remote)} weight files read on the hub by range" if fetched.remote else "")
+            f"; {counted(len(fetched.remote), 'weight file')} read on the hub by range" if fetched.remote else "")
         return Located(given, fetched.directory, how, hub_id=given, remote=fetched.remote)
     path = os.path.abspath(given)
     if not os.path.isdir(path):

@@ -43,7 +43,7 @@ from sglang_eagle_ext.drafter.dialects import ConfigValues
 from sglang_eagle_ext.drafter.spec import (Dialect, DrafterSpec, LaterLayerNorm, aux_ids_fix, declarations,
                                            default_of)
 from sglang_eagle_ext.drafter.tensors import TensorIndex, load_pickle
-from sglang_eagle_ext.errors import DrafterError, Problem
+from sglang_eagle_ext.errors import DrafterError, Problem, counted
 
 # Tensors that some producers save but no engine uses at inference. Reading them is noted,
 # never an error: `t2d` is the inverse of `d2t`, the `verifier_*` pair is speculators'
@@ -203,7 +203,7 @@ def read_tensor_facts(config: ConfigValues, shapes: dict[str, tuple[int, ...]], 
     else:
         values["layer_types"] = default_of(declarations()["layer_types"], {**stated, "num_layers": num_layers})
         if layer_types is not None:  # a wrong length is the layer count's problem, reported there
-            notes.append(f"layer_types lists {len(layer_types)} layers; the tensors hold {num_layers}")
+            notes.append(f"layer_types lists {counted(len(layer_types), 'layer')}; the tensors hold {num_layers}")
     use_aux = stated["use_aux_hidden_state"]
     first_q = shapes.get("layers.0.self_attn.q_proj.weight")
     if (not use_aux and "layers.0.hidden_norm.weight" not in names and first_q
@@ -237,7 +237,7 @@ def _count_layers(names, weights_file: str, config: ConfigValues, problems: list
     claimed = config.values["num_layers"]
     if claimed is not None and claimed != count:
         problems.append(Problem(
-            config.file, config.stated["num_layers"], f"the config says {claimed} draft layer(s), the "
+            config.file, config.stated["num_layers"], f"the config says {counted(claimed, 'draft layer')}, the "
             f"weights hold {count} ({weights_file})", "use the config written with these weights, or "
             f"set {config.stated['num_layers']} to {count} if the weights are the ones you trained",
             expected=f"{count} (layers in the weights)", found=str(claimed)))

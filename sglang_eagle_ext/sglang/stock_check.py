@@ -28,6 +28,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from sglang_eagle_ext.drafter.target import TargetInfo
+from sglang_eagle_ext.errors import counted
 
 TIME_LIMIT_S = 240
 # Above this many drafter parameters the forward step is not compared (time and memory on a CPU).
@@ -108,17 +109,19 @@ def describe(report: dict[str, Any], our_indices: list[int] | None, our_depth: i
         return lines + ["  verdict: stock cannot serve it; this plugin can" if our_depth is not None
                         else "  verdict: refused by stock and by this plugin"]
     depth = report.get("depth")
-    lines.append(f"  builds {report.get('built_class')} with {depth} layer{'' if depth == 1 else 's'}"
+    lines.append(f"  builds {report.get('built_class')} with {counted(depth, 'layer')}"
                  + ("" if our_depth is None or depth == our_depth else f" (the drafter has {our_depth})"))
     for error in report.get("load_errors", []):
         lines.append(f"  load_weights fails on {error}")
     if report.get("never_loaded"):
-        lines.append(f"  never loads {_count(report['never_loaded'], 'parameter')}: {_listed(report['never_loaded'])}")
+        lines.append(f"  never loads {counted(len(report['never_loaded']), 'parameter')}: "
+                     f"{_listed(report['never_loaded'])}")
     if report.get("uninitialised"):
-        lines.append(f"  {len(report['uninitialised'])} of them hold uninitialised memory on a server "
+        held = len(report["uninitialised"])
+        lines.append(f"  {held} of them {'holds' if held == 1 else 'hold'} uninitialised memory on a server "
                      "(NaN in this check's forward)")
     if report.get("dropped"):
-        lines.append(f"  drops {_count(report['dropped'], 'checkpoint tensor')}: {_listed(report['dropped'])}")
+        lines.append(f"  drops {counted(len(report['dropped']), 'checkpoint tensor')}: {_listed(report['dropped'])}")
     if "weights" in report:
         lines.append(f"  weights: {report['weights']}")
     if "target_captures" in report:
@@ -150,10 +153,6 @@ def describe(report: dict[str, Any], our_indices: list[int] | None, our_depth: i
                                   "serves it as the reference" if our_depth is not None else "stock serves it "
                                   "differently", None: "not fully checked"}[same])
     return lines
-
-
-def _count(items: list, noun: str) -> str:
-    return f"{len(items)} {noun}{'' if len(items) == 1 else 's'}"
 
 
 def max_of(a: float | str, b: float | str) -> float | str:

@@ -213,7 +213,7 @@ def test_layer_count_disagreement_names_the_config_and_the_weights(tmp_path):
         load_drafter(directory)
     (problem,) = error.value.problems
     assert problem.field == "transformer_layer_config.num_hidden_layers"
-    assert "says 2 draft layer(s), the weights hold 1" in problem.message and "layer_types" not in problem.field
+    assert "says 2 draft layers, the weights hold 1" in problem.message and "layer_types" not in problem.field
 
 
 # --- every fix a problem names, applied: it must give the drafter as written, never a misread --
