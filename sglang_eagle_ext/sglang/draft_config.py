@@ -23,8 +23,9 @@ from sglang_eagle_ext.drafter.config_json import SERVED_ARCHITECTURE, canonical_
 from sglang_eagle_ext.drafter.dialects import is_drafter_config
 from sglang_eagle_ext.drafter.target import TargetInfo
 
-# Key that carries the checkpoint directory to the model class, which takes the checkpoint from
-# the process's cached load (`load_drafter`) instead of reading it again.
+# Key that carries the resolved checkpoint directory: the config-loading patch registers the
+# checkpoint each config is made from under it, and the model class takes that checkpoint
+# (compat.config_loading.served_drafter).
 DRAFTER_PATH_KEY = "eagle_ext_drafter_path"
 # Targets whose SGLang model accepts a capture list reaching N (the last layer's output).
 _TARGETS_CAPTURING_LAST_OUTPUT = frozenset({"gpt_oss"})
@@ -92,7 +93,7 @@ def sglang_config_dict(spec: DrafterSpec, target: TargetInfo | None = None) -> d
     """The flat config (``LlamaConfig`` keyword arguments) SGLang is given for this drafter.
 
     The drafter's canonical config with the taps resolved for ``target``; our model class
-    rebuilds every modelling detail from the checkpoint via :data:`DRAFTER_PATH_KEY`.
+    rebuilds every modelling detail from the checkpoint registered under :data:`DRAFTER_PATH_KEY`.
     """
     if spec.embed_tokens_from_target and spec.target_hidden_size != spec.hidden_size:
         raise DrafterError([Problem(

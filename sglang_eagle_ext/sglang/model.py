@@ -38,10 +38,10 @@ from sglang.srt.layers.rotary_embedding import get_rope
 from sglang.srt.layers.vocab_parallel_embedding import ParallelLMHead, VocabParallelEmbedding
 from sglang.srt.models.llama import LlamaForCausalLM
 
-from sglang_eagle_ext.drafter.reader import DrafterCheckpoint, load_drafter
+from sglang_eagle_ext.drafter.reader import DrafterCheckpoint
 from sglang_eagle_ext.sglang.compat import runtime
+from sglang_eagle_ext.sglang.compat.config_loading import served_drafter
 from sglang_eagle_ext.errors import DrafterError, Problem
-from sglang_eagle_ext.sglang.draft_config import DRAFTER_PATH_KEY
 from sglang_eagle_ext.drafter.spec import DrafterSpec, LaterLayerNorm
 
 logger = logging.getLogger(__name__)
@@ -215,9 +215,7 @@ class LlamaForCausalLMEagle3(LlamaForCausalLM):
 
     def __init__(self, config, quant_config=None, prefix: str = "") -> None:
         nn.Module.__init__(self)
-        path = getattr(config, DRAFTER_PATH_KEY, None) or getattr(config, "_name_or_path", None)
-        with torch.device("cpu"):  # SGLang builds models under a CUDA default-device context
-            self.checkpoint: DrafterCheckpoint = load_drafter(path)  # the process's one read
+        self.checkpoint: DrafterCheckpoint = served_drafter(config)  # what `config` was made from
         spec = self.spec = self.checkpoint.spec
         self.config = config
         self.quant_config = quant_config

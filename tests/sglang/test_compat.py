@@ -21,10 +21,10 @@ from transformers import LlamaConfig
 from packaging.version import Version
 
 from sglang_eagle_ext.sglang import compat
-from sglang_eagle_ext.sglang.compat import (capture_ids, draft_width, extend_graph_width, hidden_size_for,
+from sglang_eagle_ext.sglang.compat import (config_loading, draft_width, extend_graph_width, hidden_size_for,
                                             idle_input_width, prompt_token_range, stop_strings)
 from sglang_eagle_ext.sglang.compat.patch import UnsupportedRelease, after_import
-from sglang_eagle_ext.testing import fixtures
+from tests.kit import fixtures
 
 A, T, H = 4, 96, 64  # four aux states of a 96-wide target; the draft is 64 wide
 
@@ -253,8 +253,8 @@ def test_target_capture_ids_come_from_the_normalised_config(tmp_path, runner_cls
 
     assert applied(drafter, target) is None
     holder = "spec_aux_config" if method == "init_attention_backends" else ""
-    assert capture_ids.patch_target_capture_ids(runner_cls, method, holder)
-    assert not capture_ids.patch_target_capture_ids(runner_cls, method, holder)  # once only
+    assert config_loading.patch_target_capture_ids(runner_cls, method, holder)
+    assert not config_loading.patch_target_capture_ids(runner_cls, method, holder)  # once only
     assert applied(drafter, target) == [1, 4, 8, 10]
     # the draft worker's runner and a hub id are left to SGLang
     assert applied(drafter, target, is_draft_worker=True) is None
@@ -270,7 +270,7 @@ def test_each_release_applies_the_capture_ids_where_its_runner_does(release, met
     # (read from each release's model_runner.py) up to 0.5.15 init_aux_hidden_state_capture
     # applies self.eagle_aux_hidden_state_layer_ids; from 0.5.16 init_attention_backends applies
     # spec_aux_config's
-    (patch,) = [p for p in capture_ids.PATCHES if p.needed(Version(release))]
+    (patch,) = [p for p in config_loading.CAPTURE_IDS_PATCHES if p.needed(Version(release))]
     runner_module = SimpleNamespace(ModelRunner=type("ModelRunner", (), {}))
     with pytest.raises(UnsupportedRelease, match=f"ModelRunner.{method}"):
         patch.apply(runner_module)

@@ -7,14 +7,14 @@ import time
 from types import SimpleNamespace
 
 from sglang_eagle_ext.drafter import reader
-from sglang_eagle_ext.testing import fixtures
+from tests.kit import fixtures
 
 
 def test_one_read_per_drafter_per_process(tmp_path, monkeypatch, sglang_dist, no_grad):
     from sglang.srt.configs import model_config
     from transformers import LlamaConfig
 
-    from sglang_eagle_ext.sglang.compat import capture_ids, config_loading
+    from sglang_eagle_ext.sglang.compat import config_loading
     from sglang_eagle_ext.sglang.model import LlamaForCausalLMEagle3
 
     reads = []
@@ -27,7 +27,7 @@ def test_one_read_per_drafter_per_process(tmp_path, monkeypatch, sglang_dist, no
     configs = [model_config.ModelConfig(model_path=directory, is_draft_model=True) for _ in range(3)]
     runner = SimpleNamespace(server_args=SimpleNamespace(speculative_draft_model_path=directory),
                              model_config=SimpleNamespace(hf_config=LlamaConfig(**fixtures.target_config())))
-    assert capture_ids.normalised_capture_ids(runner) == (True, [1, 5, 8])  # default taps, N = 12
+    assert config_loading.normalised_capture_ids(runner) == (True, [1, 5, 8])  # default taps, N = 12
     model = LlamaForCausalLMEagle3(configs[-1].hf_config)
     model.load_weights(iter(()))
     assert reads == [os.path.abspath(directory)]

@@ -26,8 +26,8 @@ from packaging.version import Version
 from sglang_eagle_ext.sglang import compat
 from sglang_eagle_ext.sglang.compat import cpu, fused_verify, launcher, releases
 from sglang_eagle_ext.sglang.compat.patch import Patch, Target
-from sglang_eagle_ext.testing import release_source
-from sglang_eagle_ext.testing.release_source import ReleaseSource, WheelUnavailable
+from tests.kit import release_source
+from tests.kit.release_source import ReleaseSource, WheelUnavailable
 from tests.sglang.conftest import RELEASE_FACTS
 
 # A release of each stretch of SGLang's code the compat layer tells apart: 0.5.11 (v1/v2 verify
@@ -96,7 +96,7 @@ def test_the_compat_modules_declare_targets():
     labels = [label for label, _ in DECLARED]
     assert len(labels) == len(set(labels))
     for needed in ("fused_verify.SEAMS[0]", "tree_kernels.SAMPLING_POINTS[0]", "runtime.GET_PARALLEL",
-                   "capture_ids.PATCHES[0] (target-capture-ids).targets[0]"):
+                   "config_loading.CAPTURE_IDS_PATCHES[0] (target-capture-ids).targets[0]"):
         assert needed in labels
 
 

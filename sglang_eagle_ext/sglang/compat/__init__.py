@@ -3,9 +3,11 @@ table of patches built on them.
 
 Supported: SGLang 0.5.11 - 0.5.23 (:data:`SUPPORTED`). Every behaviour of SGLang that differs
 between releases is a row of :mod:`.releases` (its releases, as a ``SpecifierSet`` on the
-installed SGLang's version). Each patch is a module holding the releases that need it (such a
+installed SGLang's version). Each patch lives in a module with the releases that need it (such a
 row), the SGLang module it changes and its application, which checks with ``hasattr`` that the
-code it changes is there and stops the server otherwise (:class:`~.patch.UnsupportedRelease`).
+code it changes is there and stops the server otherwise (:class:`~.patch.UnsupportedRelease`);
+``draft-config`` and ``target-capture-ids`` share :mod:`.config_loading` (both give SGLang the
+normalised drafter config).
 :data:`PATCHES` lists them; the plugin walks it (:func:`arm`), and the activation log line is
 made from it: the fixes applied by name, then each binding's phrase.
 
@@ -41,14 +43,13 @@ from typing import Callable
 
 from packaging.version import Version
 
-from sglang_eagle_ext.sglang.compat import (capture_ids, config_loading, extend_graph_width, fused_verify,
-                                            hidden_size_for, idle_input_width, prompt_token_range, stop_strings,
-                                            tree_kernels)
+from sglang_eagle_ext.sglang.compat import (config_loading, extend_graph_width, fused_verify, hidden_size_for,
+                                            idle_input_width, prompt_token_range, stop_strings, tree_kernels)
 from sglang_eagle_ext.sglang.compat.patch import Patch, UnsupportedRelease, after_import
 from sglang_eagle_ext.sglang.compat.releases import SUPPORTED, installed_release, older_than_supported
 
 # the bindings last, tree kernels first: the fused-verify dispatcher wraps the greedy op bound then
-PATCHES: tuple[Patch, ...] = (config_loading.PATCH, *capture_ids.PATCHES, extend_graph_width.PATCH,
+PATCHES: tuple[Patch, ...] = (config_loading.PATCH, *config_loading.CAPTURE_IDS_PATCHES, extend_graph_width.PATCH,
                               *idle_input_width.PATCHES, hidden_size_for.PATCH, prompt_token_range.PATCH,
                               stop_strings.PATCH, tree_kernels.PATCH, fused_verify.PATCH)
 BINDINGS: tuple[Patch, ...] = tuple(patch for patch in PATCHES if patch.switch is not None)

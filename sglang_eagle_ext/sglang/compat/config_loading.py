@@ -1,19 +1,34 @@
-"""Patch ``draft-config`` (every release): SGLang loads a drafter's ``config.json`` separately for
-the target (which aux layers to capture), the draft worker (KV depth, buffer widths) and the
-model; every such load gets the normalised config of :mod:`sglang_eagle_ext.sglang.draft_config`,
-made from the process's one cached read of the checkpoint."""
+"""Patches ``draft-config`` and ``target-capture-ids`` (every release): everywhere SGLang reads a
+drafter's config it gets the normalised one of :mod:`sglang_eagle_ext.sglang.draft_config`, made
+from the process's one cached read of the checkpoint; the model class gets that read's description.
+
+SGLang loads a drafter's ``config.json`` separately for the target (which aux layers to capture),
+the draft worker (KV depth, buffer widths) and the model; every such load goes through
+:class:`DraftConfigLoader`. The target's ``ModelRunner`` reads its capture ids from the drafter
+config in ``__init__`` and applies them later; they are set again from the normalised config right
+before they are applied. That is needed with the ``SGLANG_EXTERNAL_MODEL_PACKAGE`` fallback, which
+activates this package when SGLang imports its model registry, i.e. after the target's runner has
+read the raw drafter config; with the entry point it re-states the same ids.
+
+The model class receives its checkpoint through one channel, :func:`served_drafter`: each config
+this loader makes registers the :class:`~sglang_eagle_ext.drafter.reader.DrafterCheckpoint` it was
+made from under the resolved drafter path it carries (``DRAFTER_PATH_KEY``), and the class takes
+that same object. A registry rather than the object on the config: SGLang and the class copy and
+serialise its configs (``copy.deepcopy``, transformers' ``to_dict`` / ``to_json_string`` in
+``repr``), which must stay plain JSON data and must not copy a tensor index along.
+"""
 
 from __future__ import annotations
 
 import sys
 from typing import Any, Callable
 
-from sglang_eagle_ext.drafter.reader import load_drafter
+from sglang_eagle_ext.drafter.reader import DrafterCheckpoint, load_drafter
 from sglang_eagle_ext.drafter.target import TargetInfo, read_target
 from sglang_eagle_ext.errors import DrafterError
 from sglang_eagle_ext.sglang.compat import releases
-from sglang_eagle_ext.sglang.compat.patch import Patch, Target, require
-from sglang_eagle_ext.sglang.draft_config import drafter_directory, sglang_config_dict
+from sglang_eagle_ext.sglang.compat.patch import Patch, Target, require, required_class, wrap_method
+from sglang_eagle_ext.sglang.draft_config import DRAFTER_PATH_KEY, drafter_directory, sglang_config_dict
 
 
 _OVERRIDE_ARGS = "model_override_args"
@@ -21,13 +36,21 @@ _OVERRIDE_ARGS = "model_override_args"
 # args read by name
 GET_CONFIG = Target(releases.EVERY_RELEASE.releases, "sglang.srt.configs.model_config", "get_config",
                     params=("model",), keywords=(_OVERRIDE_ARGS,))
+MODEL_RUNNER = "sglang.srt.model_executor.model_runner"
+# what the runner's capture-id method reads from its holder, and the patch re-sets there
+USES_AUX, LAYER_IDS = "eagle_use_aux_hidden_state", "eagle_aux_hidden_state_layer_ids"
+
+# resolved drafter path -> the checkpoint the last config made for it was made from
+_served: dict[str, DrafterCheckpoint] = {}
 
 
 def normalised_config(path: str, target: TargetInfo | None, override_args: dict | None = None):
-    """The ``LlamaConfig`` SGLang gets for the drafter at ``path`` (resolved for ``target``)."""
+    """The ``LlamaConfig`` SGLang gets for the drafter at ``path`` (resolved for ``target``); the
+    checkpoint it is made from is registered for :func:`served_drafter`."""
     from transformers import LlamaConfig
 
-    values = sglang_config_dict(load_drafter(path).spec, target)
+    checkpoint = load_drafter(path)
+    values = sglang_config_dict(checkpoint.spec, target)
     if override_args:  # --json-model-override-args applies to the draft config too
         values.update(override_args)
     config = LlamaConfig(**values)
@@ -35,7 +58,20 @@ def normalised_config(path: str, target: TargetInfo | None, override_args: dict 
         if not hasattr(config, key):
             setattr(config, key, value)
     config._name_or_path = path
+    _served[checkpoint.spec.path] = checkpoint  # the key sglang_config_dict writes as DRAFTER_PATH_KEY
     return config
+
+
+def served_drafter(config: Any) -> DrafterCheckpoint:
+    """The checkpoint ``config`` was made from by :func:`normalised_config`: what the model class
+    builds and loads, never read again."""
+    checkpoint = _served.get(getattr(config, DRAFTER_PATH_KEY, None))
+    if checkpoint is None:
+        raise RuntimeError(
+            "sglang-eagle-ext: the EAGLE3 draft config was not made by this package's config loader (SGLang "
+            "read it before the plugin activated); start SGLang with the plugin's entry point installed, or "
+            "set SGLANG_EAGLE_EXT=0 to serve with stock SGLang")
+    return checkpoint
 
 
 def target_of(hf_config: Any) -> TargetInfo | None:
@@ -88,3 +124,52 @@ def _apply(model_config_module) -> None:
 
 
 PATCH = Patch("draft-config", GET_CONFIG.releases, GET_CONFIG.module, _apply, (GET_CONFIG,))
+
+
+def normalised_capture_ids(runner) -> tuple[bool, list[int] | None]:
+    """``(True, ids)``: the capture ids of the normalised config of this target runner's drafter
+    (None: SGLang's default taps); ``(False, None)`` when the drafter is not a local EAGLE-3
+    checkpoint directory (a hub id is left to SGLang)."""
+    path = drafter_directory(getattr(runner.server_args, "speculative_draft_model_path", None))
+    if path is None:
+        return False, None
+    config = sglang_config_dict(load_drafter(path).spec, target_of(runner.model_config.hf_config))
+    return True, config["eagle_config"]["eagle_aux_hidden_state_layer_ids"]
+
+
+def patch_target_capture_ids(runner_cls, method: str, holder_name: str) -> bool:
+    """Right before ``runner_cls.method`` applies the capture ids held by ``self.<holder_name>``
+    (``self`` when empty), set them from the normalised drafter config."""
+
+    def make(original):
+        def apply_capture_ids(self, *args, **kwargs):
+            holder = getattr(self, holder_name) if holder_name else self
+            if getattr(holder, USES_AUX, False) and not self.is_draft_worker:
+                known, ids = normalised_capture_ids(self)
+                if known:
+                    setattr(holder, LAYER_IDS, ids)
+            return original(self, *args, **kwargs)
+        return apply_capture_ids
+
+    return wrap_method(runner_cls, method, make)
+
+
+def _capture_ids_patch(fact: releases.Fact, method: str, holder_name: str) -> Patch:
+    """The patch for the releases whose ``ModelRunner.method`` applies the ids held by
+    ``self.<holder_name>``."""
+    holder = ".".join(filter(None, ("self", holder_name)))
+    target = Target(fact.releases, MODEL_RUNNER, "ModelRunner", method,
+                    reads=(f"{holder}.{USES_AUX}", f"{holder}.{LAYER_IDS}"), absent_elsewhere=True)
+
+    def apply(module) -> None:
+        patch_target_capture_ids(required_class(module, target.name, method), method, holder_name)
+
+    return Patch("target-capture-ids", target.releases, MODEL_RUNNER, apply, (target,))
+
+
+# 0.5.11 - 0.5.15 apply the ids in init_aux_hidden_state_capture from self; 0.5.16 moved them
+# into spec_aux_config, applied from init_attention_backends.
+CAPTURE_IDS_PATCHES = (
+    _capture_ids_patch(releases.CAPTURE_IDS_ON_RUNNER, "init_aux_hidden_state_capture", ""),
+    _capture_ids_patch(releases.CAPTURE_IDS_IN_SPEC_AUX_CONFIG, "init_attention_backends", "spec_aux_config"),
+)
