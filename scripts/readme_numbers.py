@@ -8,7 +8,9 @@ result file, which records the machine, date and commit it came from::
     python scripts/readme_numbers.py                # rewrite the generated blocks of every page
     python scripts/readme_numbers.py --check        # exit 1 when a page is not what it would write
     python scripts/readme_numbers.py --measure-cpu  # rerun the demo and eval on this CPU machine
-                                                    # (two fresh builds) into cpu/demo_eval.json
+                                                    # (two fresh builds) into cpu/demo_eval*.json
+    python scripts/readme_numbers.py --check-demo   # one fresh build here: exit 1 when a figure
+                                                    # falls outside the range the CPUs measured
     python scripts/readme_numbers.py --record-tests suite.log  # append a full-suite run (its pytest
                                                     # output) to cpu/test_runs.json
 
@@ -43,7 +45,7 @@ README = ROOT / "README.md"
 DOCS = ROOT / "docs"  # every page here may hold generated blocks too
 RESULTS = ROOT / "benchmarks" / "results"
 CPU_TEST_RUNS = RESULTS / "cpu" / "test_runs.json"
-CPU_DEMO_EVAL = RESULTS / "cpu" / "demo_eval.json"
+CPU_RECORDS = RESULTS / "cpu"  # demo_eval*.json: one record of fresh demo builds per CPU model (--measure-cpu)
 E2E_RAW = RESULTS / "sglang_e2e_raw"
 GPU_DEMOS = RESULTS / "demo"
 TREE_KERNELS = RESULTS / "tree_kernels.json"
@@ -102,7 +104,7 @@ def value_or_range(values, digits: int, unit: str = "") -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-# --measure-cpu: the demo and eval on this machine, two fresh builds
+# --measure-cpu / --check-demo: the demo and eval on this machine, fresh builds
 # ---------------------------------------------------------------------------------------------
 
 BUILD_LABELS = ("a", "b")
@@ -163,7 +165,11 @@ def parse_demo(stdout: str) -> dict:
 
 def measure_build(cli: Path, label: str) -> dict:
     """One fresh build: the demo in a new workdir, then eval on the models it built."""
-    workdir = tempfile.mkdtemp(prefix=f"demo-{label}-")
+    with tempfile.TemporaryDirectory(prefix=f"demo-{label}-") as workdir:
+        return _measure_in(cli, label, workdir)
+
+
+def _measure_in(cli: Path, label: str, workdir: str) -> dict:
     demo_command = [str(cli), "demo", "--workdir", workdir]
     demo, demo_timing = run_timed(demo_command)
     if demo.returncode != 0:
@@ -174,6 +180,7 @@ def measure_build(cli: Path, label: str) -> dict:
     evaluated, eval_timing = run_timed(eval_command)
     if evaluated.returncode != 0:
         raise RuntimeError(f"eval exited {evaluated.returncode}:\n{evaluated.stderr[-2000:]}")
+
     def portable(text: str) -> str:
         """``text`` without this machine's paths (the committed record must name none)."""
         return text.replace(str(cli), relative_cli(cli)).replace(workdir, f"<fresh {label} workdir>")
@@ -196,6 +203,33 @@ def measure_cpu(cli: Path) -> dict:
               "command": f"python scripts/readme_numbers.py --measure-cpu --cli {relative_cli(cli)}"}
     record["builds"] = [measure_build(cli, label) for label in BUILD_LABELS]
     return record
+
+
+def record_path(model: str) -> Path:
+    """Where ``--measure-cpu`` writes the record of a CPU ``model``: the record already kept for that
+    model, else a new file named after it (another vendor's record is never overwritten)."""
+    for path in cpu_record_paths():
+        if read_json(path)["machine"]["cpu_model"] == model:
+            return path
+    words = re.findall(r"[a-z0-9]+", re.sub(r"\((r|tm)\)|\b(processor|cpu)\b", " ", model.lower()))
+    return CPU_RECORDS / f"demo_eval_{'-'.join(words) or 'unknown'}.json"
+
+
+def check_demo(cli: Path) -> int:
+    """One fresh build on this CPU, judged against the range every CPU measured gave: 0 when each
+    figure lies inside it (at the digits the pages show), 1 naming each one outside."""
+    build, ranges = measure_build(cli, "fresh"), measured_ranges()
+    for name, (value, digits) in build_figures(build).items():
+        low, high, _ = ranges.get(name, (value, value, digits))
+        print(f"{name}: {value:.{digits}f} (measured: {value_or_range([low, high], digits)})")
+    outside = judge(build, ranges)
+    for problem in outside:
+        print(f"OUTSIDE: {problem}", file=sys.stderr)
+    if outside:
+        print(f"This CPU ({cpu_model()}) built other models than the CPUs measured ({cpu_models()}); if that is "
+              "its vendor's arithmetic, not a fault, record it with python scripts/readme_numbers.py --measure-cpu "
+              "and regenerate the pages", file=sys.stderr)
+    return 1 if outside else 0
 
 
 def relative_cli(cli: Path) -> str:
@@ -552,11 +586,28 @@ def step_profile() -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-# CPU demo and eval figures (two fresh builds on the CI-like machine)
+# CPU demo and eval figures: fresh builds on each CPU measured, shown as the range over them
 # ---------------------------------------------------------------------------------------------
 
-def cpu_record() -> dict:
-    return read_json(CPU_DEMO_EVAL)
+# The digits each figure is shown with; a fresh build passes --check-demo where its figure, so
+# rounded, lies in the range measured.
+ACCEPTANCE_DIGITS, LOSS_DIGITS, EVAL_DIGITS = 2, 3, 3
+
+
+def cpu_record_paths() -> list[Path]:
+    return sorted(CPU_RECORDS.glob("demo_eval*.json"))
+
+
+def cpu_records() -> list[dict]:
+    return [read_json(path) for path in cpu_record_paths()]
+
+
+def cpu_builds() -> list[dict]:
+    return [build for record in cpu_records() for build in record["builds"]]
+
+
+def cpu_models() -> str:
+    return ", ".join(record["machine"]["cpu_model"] for record in cpu_records())
 
 
 def cpu_machine(record: dict) -> str:
@@ -564,54 +615,103 @@ def cpu_machine(record: dict) -> str:
     return f"{machine['nproc']}-core CPU ({machine['cpu_model']}, {machine['arch']})"
 
 
+def first_loss(build: dict) -> float:
+    """The distillation loss at step 1, as the demo printed it: the first figure training reaches."""
+    return float(re.search(r"training step 1/\d+, loss ([0-9.]+)", build["demo"]["stdout"]).group(1))
+
+
+def build_figures(build: dict) -> dict[str, tuple[float, int]]:
+    """Every figure the pages show of one build, by name, with the digits it is shown with."""
+    report = build["eval"]["report"]
+    figures = {"demo acceptance length": (build["demo"]["acceptance_length"], ACCEPTANCE_DIGITS),
+               "distillation loss at step 1": (first_loss(build), LOSS_DIGITS)}
+    for taps, rows in ((report["aux_indices"], report["rows"]),
+                       (report["compared"]["aux_indices"], report["compared"]["rows"])):
+        for name, row in rows.items():
+            figures[f"eval {name}, taps {taps}"] = (row["accept_length"], EVAL_DIGITS)
+    return figures
+
+
+def measured_ranges() -> dict[str, tuple[float, float, int]]:
+    """Each figure's lowest and highest value over every build of every CPU measured."""
+    ranges = {}
+    for build in cpu_builds():
+        for name, (value, digits) in build_figures(build).items():
+            low, high, _ = ranges.get(name, (value, value, digits))
+            ranges[name] = (min(low, value), max(high, value), digits)
+    return ranges
+
+
+def judge(build: dict, ranges: dict) -> list[str]:
+    """Why ``build`` is not what the CPUs measured gave: each figure outside its range (compared as
+    shown, so a build equal to a record passes), and an output that differs from plain decoding."""
+    def shown(value: float, digits: int) -> float:
+        return float(f"{value:.{digits}f}")
+
+    problems = [] if build["demo"]["equals_plain_greedy"] else ["the demo's output differs from plain greedy decoding"]
+    for name, (value, digits) in build_figures(build).items():
+        if name not in ranges:
+            problems.append(f"{name}: {value:.{digits}f}, a figure no CPU measured")
+            continue
+        low, high, _ = ranges[name]
+        if not shown(low, digits) <= shown(value, digits) <= shown(high, digits):
+            problems.append(f"{name}: {value:.{digits}f}, outside {value_or_range([low, high], digits)}")
+    return problems
+
+
+def demo_cpu_range() -> str:
+    """The demo's acceptance length over every CPU measured (the README's figure)."""
+    return (f"{value_or_range([build['demo']['acceptance_length'] for build in cpu_builds()], ACCEPTANCE_DIGITS)} "
+            f"on the CPUs measured ({cpu_models()})")
+
+
 def demo_cpu_time() -> str:
     """The first run's wall time: fresh workdir, so building the models is included."""
-    record = cpu_record()
-    seconds = value_or_range([build["demo"]["wall_s"] for build in record["builds"]], 0, " s")
-    return f"{seconds} on a {record['machine']['nproc']}-core CPU"
-
-
-def demo_cpu_acceptance() -> str:
-    return value_or_range([build["demo"]["acceptance_length"] for build in cpu_record()["builds"]], 2)
+    seconds = value_or_range([build["demo"]["wall_s"] for build in cpu_builds()], 0, " s")
+    cores = "/".join(sorted({str(record["machine"]["nproc"]) for record in cpu_records()}))
+    return f"{seconds} on {cores}-core CPUs"
 
 
 def demo_cpu_vendors() -> str:
-    """What each CPU measured (``demo_eval*.json``): the demo's builds agree on one CPU and differ
-    between CPU vendors, so the README must not promise one figure for every x86-64 CPU."""
+    """What each CPU measured: the demo's builds agree on one CPU and differ between CPU vendors,
+    so the pages must not promise one figure for every x86-64 CPU."""
     parts = []
-    for path in sorted(CPU_DEMO_EVAL.parent.glob("demo_eval*.json")):
-        record = read_json(path)
-        first_loss = {re.search(r"training step 1/\d+, loss ([0-9.]+)", build["demo"]["stdout"]).group(1)
-                      for build in record["builds"]}
+    for path, record in zip(cpu_record_paths(), cpu_records()):
+        builds = record["builds"]
         parts.append(f"{record['machine']['cpu_model']}: acceptance "
-                     f"{value_or_range([b['demo']['acceptance_length'] for b in record['builds']], 2)}, "
-                     f"distillation loss at step 1 {' / '.join(sorted(first_loss))} "
-                     f"({len(record['builds'])} fresh builds, {record['date'][:10]}, `{relative(path)}`)")
+                     f"{value_or_range([b['demo']['acceptance_length'] for b in builds], ACCEPTANCE_DIGITS)}, "
+                     f"distillation loss at step 1 {value_or_range(map(first_loss, builds), LOSS_DIGITS)} "
+                     f"({len(builds)} fresh builds, {record['date'][:10]}, `{relative(path)}`)")
     return "; ".join(parts)
 
 
 def demo_cpu_source() -> str:
-    record = cpu_record()
-    loads = [load for build in record["builds"] for load in build["demo"]["load_average_1m"]]
-    # A demo timed while other jobs share the cores takes longer than on an idle machine: say so.
-    busy = (f", while other jobs shared the machine (1-minute load {value_or_range(loads, 1)} around the "
-            "demo runs, so the time is an upper bound)" if max(loads) > record["machine"]["nproc"] else "")
-    return (f"CPU figures: {len(record['builds'])} fresh builds on a {cpu_machine(record)}, "
-            f"{record['date'][:10]}, commit `{record['commit']}`{busy}; a range where the builds differ "
-            f"(`{relative(CPU_DEMO_EVAL)}`).")
+    parts = []
+    for path, record in zip(cpu_record_paths(), cpu_records()):
+        loads = [load for build in record["builds"] for load in build["demo"]["load_average_1m"]]
+        # A demo timed while other jobs share the cores takes longer than on an idle machine: say so.
+        busy = (f", while other jobs shared the machine (1-minute load {value_or_range(loads, 1)} around the "
+                "demo runs, so its times are upper bounds)" if max(loads) > record["machine"]["nproc"] else "")
+        parts.append(f"{len(record['builds'])} fresh builds on a {cpu_machine(record)}, {record['date'][:10]}, "
+                     f"commit `{record['commit']}`{busy} (`{relative(path)}`)")
+    return "CPU figures: " + "; ".join(parts) + "; a range where the builds differ."
 
 
 def eval_reports() -> list[dict]:
-    return [build["eval"]["report"] for build in cpu_record()["builds"]]
+    return [build["eval"]["report"] for build in cpu_builds()]
 
 
 def eval_setup() -> str:
-    record, report = cpu_record(), eval_reports()[0]
+    """The eval's settings: tokens per prompt from its recorded command (else the eval's default), not
+    from the tokens counted, which a last verify step may take past the limit."""
+    build = cpu_builds()[0]
+    report = build["eval"]["report"]
+    given = re.search(r"--max-new-tokens (\d+)", build["eval"]["command"])
+    tokens = int(given.group(1)) if given else cli_parsers()["eval"].get_default("max_new_tokens")
     tree = report["rows"]["tree greedy"]
-    tokens_per_prompt = tree["tokens"] // report["prompts"]
-    return (f"{report['prompts']} prompts x {tokens_per_prompt} tokens, {tree['num_steps']} steps, tree "
-            f"top-{tree['topk']}, {cpu_machine(record)}, {record['date'][:10]}, commit `{record['commit']}`, "
-            f"{len(record['builds'])} fresh builds, a cell showing the range where they differ")
+    return (f"{report['prompts']} prompts x {tokens} tokens, {tree['num_steps']} steps, tree top-{tree['topk']}, "
+            f"{len(cpu_builds())} fresh builds on the CPUs measured ({cpu_models()}), a cell showing the range "
+            "where they differ")
 
 
 def gain(rows: dict) -> float:
@@ -620,7 +720,7 @@ def gain(rows: dict) -> float:
 
 
 def eval_table() -> str:
-    """``sglang-eagle eval``'s table, each cell one value or the range over the fresh builds."""
+    """``sglang-eagle eval``'s table, each cell one value or the range over the fresh builds of every CPU."""
     reports = eval_reports()
     tap_sets = [("rows", reports[0]["aux_indices"]), ("compared", reports[0]["compared"]["aux_indices"])]
 
@@ -628,7 +728,7 @@ def eval_table() -> str:
         return report["rows"] if key == "rows" else report["compared"]["rows"]
 
     def cell(name, key):
-        return value_or_range([rows_of(report, key)[name]["accept_length"] for report in reports], 3)
+        return value_or_range([rows_of(report, key)[name]["accept_length"] for report in reports], EVAL_DIGITS)
 
     names = [str(indices) for _, indices in tap_sets]
     cells = {name: [cell(name, key) for key, _ in tap_sets] for name in reports[0]["rows"]}
@@ -953,7 +1053,7 @@ BLOCKS: dict = {
     "fused-verify-e2e": fused_verify_e2e,
     "step-profile": step_profile,
     "demo-cpu-time": demo_cpu_time,
-    "demo-cpu-acceptance": demo_cpu_acceptance,
+    "demo-cpu-range": demo_cpu_range,
     "demo-cpu-source": demo_cpu_source,
     "demo-cpu-vendors": demo_cpu_vendors,
     "eval-setup": eval_setup,
@@ -1021,15 +1121,22 @@ def main(argv: list[str] | None = None) -> int:
     mode.add_argument("--check", action="store_true",
                       help="only report whether README.md and docs/*.md are what this script writes")
     mode.add_argument("--measure-cpu", action="store_true",
-                      help=f"run the demo and eval on two fresh builds, write {relative(CPU_DEMO_EVAL)}")
+                      help="run the demo and eval on two fresh builds, write this CPU's record "
+                           f"({relative(CPU_RECORDS)}/demo_eval*.json)")
+    mode.add_argument("--check-demo", action="store_true",
+                      help="run the demo and eval on one fresh build; exit 1 when a figure falls outside the range "
+                           "the CPUs measured")
     mode.add_argument("--record-tests", type=Path, metavar="LOG",
                       help=f"append the full-suite run whose pytest output is LOG to {relative(CPU_TEST_RUNS)}")
     parser.add_argument("--cli", type=Path, default=ROOT / ".venv" / "bin" / "sglang-eagle",
-                        help="the sglang-eagle executable --measure-cpu runs (default: .venv's)")
+                        help="the sglang-eagle executable --measure-cpu and --check-demo run (default: .venv's)")
     args = parser.parse_args(argv)
     if args.measure_cpu:
-        write_atomically(CPU_DEMO_EVAL, json.dumps(measure_cpu(args.cli), indent=1) + "\n")
+        record = measure_cpu(args.cli)
+        write_atomically(record_path(record["machine"]["cpu_model"]), json.dumps(record, indent=1) + "\n")
         return 0
+    if args.check_demo:
+        return check_demo(args.cli)
     if args.record_tests:
         return record_tests(args.record_tests)
     try:
