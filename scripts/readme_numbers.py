@@ -32,6 +32,7 @@ import os
 import platform
 import re
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -788,6 +789,24 @@ def real_target_headline() -> str:
     return "\n\n" + table.headline(json.loads(path.read_text()), relative(path)) + "\n\n"
 
 
+def real_target_summary() -> str:
+    """The headline table in words, from the same run: this plugin's acceptance lengths and speedups,
+    how far plain decoding's own rounds spread (the noise a speedup must clear), and how its greedy
+    outputs compare with plain decoding's."""
+    run = read_json(newest_file(sorted(REAL_TARGET.glob("serve_*.json"))))
+    cells = [cell for name, arm in run["arms"].items() if name.endswith("/plugin") for cell in arm["cells"].values()]
+    spread = [100 * (max(cell["tok_s"]) - min(cell["tok_s"])) / statistics.median(cell["tok_s"])
+              for cell in run["arms"]["plain"]["cells"].values()]
+    greedy = [cell["vs_plain"] for cell in cells if "vs_plain" in cell]
+    elsewhere = sum(len(verdict["mismatch"]) for verdict in greedy)
+    return (f"this plugin's drafters accept {value_or_range([c['accept_length'] for c in cells], 2)} tokens per "
+            f"verify step and run at {value_or_range([c['speedup_best'] for c in cells], 2)}x plain decoding's "
+            f"tokens/s, while plain decoding's own rounds spread by {value_or_range(spread, 0)}%; of "
+            f"{sum(v['requests'] for v in greedy)} greedy outputs, {sum(v['exact'] for v in greedy)} equal plain "
+            f"decoding's and {sum(v['near_tie'] for v in greedy)} first depart from it at a bf16 near-tie"
+            + (f", {elsewhere} elsewhere" if elsewhere else ""))
+
+
 def newest_file(paths: list[Path]) -> Path:
     """Of result files, the one whose own ``date`` is latest (the last listed among equals)."""
     return max(reversed(paths), key=lambda path: json.loads(path.read_text()).get("date", ""))
@@ -1041,6 +1060,7 @@ def stock_summary() -> str:
 
 BLOCKS: dict = {
     "real-target": real_target_headline,
+    "real-target-summary": real_target_summary,
     "layouts": layouts_table,
     "producer-files": producer_files_table,
     "stock-vs-plugin": stock_vs_plugin_table,

@@ -204,3 +204,25 @@ def test_the_eval_setup_gives_the_tokens_asked_for():
     """The eval asked 48 new tokens per prompt; a last verify step may take a prompt past that, so
     counting the tokens generated gave 49."""
     assert "8 prompts x 48 tokens" in load_script().eval_setup()
+
+
+def test_the_real_target_summary_is_read_from_the_headline_run(tmp_path, monkeypatch):
+    """Acceptance and speedup over this plugin's cells only, plain decoding's spread between its own
+    rounds, and the greedy outputs' tally, from the newest run (the one the headline table shows)."""
+    import json
+
+    script = load_script()
+    greedy = {"requests": 8, "exact": 3, "near_tie": 4, "mismatch": [{"prompt": 2}]}
+    run = {"date": "2026-11-28", "arms": {
+        "plain": {"cells": {"batch1/greedy": {"tok_s": [90.0, 100.0, 110.0]},
+                            "batch1/sampled": {"tok_s": [95.0, 100.0, 100.0]}}},
+        "d/wide/plugin": {"cells": {"batch1/greedy": {"accept_length": 2.1, "speedup_best": 0.9, "vs_plain": greedy},
+                                    "batch1/sampled": {"accept_length": 1.9, "speedup_best": 1.1}}},
+        "d/wide/stock": {"cells": {"batch1/greedy": {"accept_length": 3.0, "speedup_best": 2.0}}}}}
+    (tmp_path / "serve_old.json").write_text(json.dumps({"date": "2026-11-01", "arms": {}}))
+    (tmp_path / "serve_new.json").write_text(json.dumps(run))
+    monkeypatch.setattr(script, "REAL_TARGET", tmp_path)
+    assert script.real_target_summary() == (
+        "this plugin's drafters accept 1.90-2.10 tokens per verify step and run at 0.90-1.10x plain decoding's "
+        "tokens/s, while plain decoding's own rounds spread by 5-20%; of 8 greedy outputs, 3 equal plain "
+        "decoding's and 4 first depart from it at a bf16 near-tie, 1 elsewhere")
