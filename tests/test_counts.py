@@ -54,3 +54,12 @@ def test_serve_names_one_layer(tmp_path, capsys):
     assert main(["serve", "--target", str(target), "--draft", draft, "--device", "cpu", "--print-only"]) == 0
     drafter_line = next(line for line in capsys.readouterr().out.splitlines() if " dialect, " in line)
     assert ", 1 layer, " in drafter_line
+
+
+def test_the_demos_result_line():
+    from sglang_eagle_ext.demo.run import ServedRun
+
+    one = ServedRun({}, [{"completion_tokens": 1, "spec_verify_ct": 1}], [])
+    assert one.acceptance_line(1) == "acceptance length: 1.00 tokens per verify step (1 token, 1 draft step, chain)"
+    two = ServedRun({}, [{"completion_tokens": 6, "spec_verify_ct": 2}] * 2, [])
+    assert two.acceptance_line(3).endswith("(12 tokens, 3 draft steps, chain)")

@@ -26,6 +26,7 @@ from sglang_eagle_ext.cli.options import SERVING_DEVICES, device_problem, positi
 from sglang_eagle_ext.cli.serve_cmd import INSTALL_HINT, cache_dir
 from sglang_eagle_ext.demo.build import TARGET_DIR, build_models, drafter_dir
 from sglang_eagle_ext.drafter.producer_export import LAYOUTS
+from sglang_eagle_ext.errors import counted
 from sglang_eagle_ext.sglang.compat import cpu, installed_release
 from sglang_eagle_ext.sglang.plugin import SWITCH
 from sglang_eagle_ext.targets import TARGETS
@@ -131,9 +132,17 @@ class ServedRun:
     activation: list[str]  # this package's log lines from SGLang's processes
 
     @property
+    def tokens(self) -> int:
+        return sum(o["completion_tokens"] for o in self.outputs)
+
+    @property
     def accept_length(self) -> float:
-        tokens = sum(o["completion_tokens"] for o in self.outputs)
-        return tokens / max(sum(o["spec_verify_ct"] or 0 for o in self.outputs), 1)
+        return self.tokens / max(sum(o["spec_verify_ct"] or 0 for o in self.outputs), 1)
+
+    def acceptance_line(self, num_steps: int) -> str:
+        """The demo's result line (``scripts/readme_numbers.py`` reads the acceptance length from it)."""
+        return (f"acceptance length: {self.accept_length:.2f} tokens per verify step "
+                f"({counted(self.tokens, 'token')}, {counted(num_steps, 'draft step')}, chain)")
 
 
 class DemoFailure(RuntimeError):
@@ -243,9 +252,7 @@ def run(args) -> int:
     same = [o["output_ids"] == e for o, e in zip(served.outputs, expected)]
     for prompt, output in zip(PROMPTS, served.outputs):
         print(f"\nprompt: {prompt!r}\noutput: {output['text']!r}")
-    tokens = sum(o["completion_tokens"] for o in served.outputs)
-    print(f"\nacceptance length: {served.accept_length:.2f} tokens per verify step ({tokens} tokens, "
-          f"{args.num_steps} draft steps, chain)")
+    print("\n" + served.acceptance_line(args.num_steps))
     print(f"output equals plain greedy decoding: {'yes' if all(same) else 'NO'}")
     if args.compare_stock:
         compare_with_stock(args, target, drafter, device, served, all(same), expected)
@@ -331,9 +338,7 @@ def run_real_target(args, device: str) -> int:
     verdicts = agreement_with_plain(served, plain)
     for prompt, output, verdict in zip(CHAT_PROMPTS, served.outputs, verdicts):
         print(f"\nprompt: {prompt!r}\noutput: {output['text']!r}\nagainst plain decoding: {verdict}")
-    tokens = sum(o["completion_tokens"] for o in served.outputs)
-    print(f"\nacceptance length: {served.accept_length:.2f} tokens per verify step ({tokens} tokens, "
-          f"{args.num_steps} draft steps, chain)")
+    print("\n" + served.acceptance_line(args.num_steps))
     lossless = not any(verdict.startswith("DIFFERS") for verdict in verdicts)
     print(f"output equals plain decoding: {'yes' if lossless else 'NO'}"
           + ("" if all(v == "equal" for v in verdicts) else " (up to bf16 near-ties)" if lossless else ""))
