@@ -60,6 +60,9 @@ TP_RESULTS = RESULTS / "tp"  # run_tp2.sh's other files: server_*, acceptance_*,
 STOCK_VS_PLUGIN = RESULTS / "cpu"  # stock_vs_plugin_sglang-<release>.json, from scripts/stock_vs_plugin.py
 STOCK_VS_PLUGIN_GPU = RESULTS / "gpu"  # stock_vs_plugin_acceptance_sglang-<release>_<target>.json (tree drafting)
 REAL_TARGET = RESULTS / "real_target"  # serve_<device>_sglang-<release>.json, from benchmarks/real_target/
+# the headline's run: every drafter with chain and tree, this plugin and stock, against one plain decoding;
+# later runs add arms (the wide tree, stock on an edited config) with their own plain decoding, in serve.md
+REAL_TARGET_HEADLINE = REAL_TARGET / "serve_h100_sglang-0.5.23.json"
 
 from sglang_eagle_ext.cli import COMMANDS  # noqa: E402  (this checkout's, by the path set above)
 from sglang_eagle_ext.errors import counted  # noqa: E402
@@ -785,15 +788,16 @@ def real_target_headline() -> str:
     spec = importlib.util.spec_from_file_location("real_target_table", ROOT / "benchmarks" / "real_target" / "table.py")
     table = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(table)
-    path = newest_file(sorted(REAL_TARGET.glob("serve_*.json")))
-    return "\n\n" + table.headline(json.loads(path.read_text()), relative(path)) + "\n\n"
+    later = tuple((read_json(path), relative(path)) for path in sorted(REAL_TARGET.glob("serve_*.json"))
+                  if path != REAL_TARGET_HEADLINE)
+    return "\n\n" + table.headline(read_json(REAL_TARGET_HEADLINE), relative(REAL_TARGET_HEADLINE), later) + "\n\n"
 
 
 def real_target_summary() -> str:
     """The headline table in words, from the same run: this plugin's acceptance lengths and speedups,
     how far plain decoding's own rounds spread (the noise a speedup must clear), and how its greedy
     outputs compare with plain decoding's."""
-    run = read_json(newest_file(sorted(REAL_TARGET.glob("serve_*.json"))))
+    run = read_json(REAL_TARGET_HEADLINE)
     cells = [cell for name, arm in run["arms"].items() if name.endswith("/plugin") for cell in arm["cells"].values()]
     spread = [100 * (max(cell["tok_s"]) - min(cell["tok_s"])) / statistics.median(cell["tok_s"])
               for cell in run["arms"]["plain"]["cells"].values()]
@@ -805,11 +809,6 @@ def real_target_summary() -> str:
             f"{sum(v['requests'] for v in greedy)} greedy outputs, {sum(v['exact'] for v in greedy)} equal plain "
             f"decoding's and {sum(v['near_tie'] for v in greedy)} first depart from it at a bf16 near-tie"
             + (f", {elsewhere} elsewhere" if elsewhere else ""))
-
-
-def newest_file(paths: list[Path]) -> Path:
-    """Of result files, the one whose own ``date`` is latest (the last listed among equals)."""
-    return max(reversed(paths), key=lambda path: json.loads(path.read_text()).get("date", ""))
 
 
 def layouts_table() -> str:

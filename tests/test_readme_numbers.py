@@ -208,7 +208,7 @@ def test_the_eval_setup_gives_the_tokens_asked_for():
 
 def test_the_real_target_summary_is_read_from_the_headline_run(tmp_path, monkeypatch):
     """Acceptance and speedup over this plugin's cells only, plain decoding's spread between its own
-    rounds, and the greedy outputs' tally, from the newest run (the one the headline table shows)."""
+    rounds, and the greedy outputs' tally, from the headline's declared run (not a later one)."""
     import json
 
     script = load_script()
@@ -219,10 +219,28 @@ def test_the_real_target_summary_is_read_from_the_headline_run(tmp_path, monkeyp
         "d/wide/plugin": {"cells": {"batch1/greedy": {"accept_length": 2.1, "speedup_best": 0.9, "vs_plain": greedy},
                                     "batch1/sampled": {"accept_length": 1.9, "speedup_best": 1.1}}},
         "d/wide/stock": {"cells": {"batch1/greedy": {"accept_length": 3.0, "speedup_best": 2.0}}}}}
-    (tmp_path / "serve_old.json").write_text(json.dumps({"date": "2026-11-01", "arms": {}}))
-    (tmp_path / "serve_new.json").write_text(json.dumps(run))
+    (tmp_path / "serve_headline.json").write_text(json.dumps(run))
+    (tmp_path / "serve_later.json").write_text(json.dumps({"date": "2026-11-29", "arms": {}}))
     monkeypatch.setattr(script, "REAL_TARGET", tmp_path)
+    monkeypatch.setattr(script, "REAL_TARGET_HEADLINE", tmp_path / "serve_headline.json")
     assert script.real_target_summary() == (
         "this plugin's drafters accept 1.90-2.10 tokens per verify step and run at 0.90-1.10x plain decoding's "
         "tokens/s, while plain decoding's own rounds spread by 5-20%; of 8 greedy outputs, 3 equal plain "
         "decoding's and 4 first depart from it at a bf16 near-tie, 1 elsewhere")
+
+
+def test_a_drafter_stock_did_not_run_takes_its_stock_cell_from_a_later_edited_config_run():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("real_target_table", ROOT / "benchmarks" / "real_target" / "table.py")
+    table = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(table)
+    cell = {"speedup_best": 0.8, "accept_length": 1.5}
+    headline_run = {"drafters": {"d": "/d"}, "batches": [1], "device": "GPU", "sglang": "0.5.23", "date": "x",
+                    "arms": {"plain": {"cells": {}}, "d/chain/plugin": {"shape": "chain 3/1/4", "cells": {
+                        "batch1/greedy": cell, "batch1/sampled": cell}}}}
+    later = {"arms": {"d/chain/stock-edit": {"shape": "chain 3/1/4", "cells": {
+        "batch1/greedy": {"speedup_best": 0.7, "accept_length": 1.44}, "batch1/sampled": cell}}}}
+    assert "| not run |" in table.headline(headline_run, "a.json")
+    text = table.headline(headline_run, "a.json", ((later, "b.json"),))
+    assert "refuses its config; rewritten as SGLang's flat format: 0.70x, 1.44 (chain 3/1/4, `b.json`)" in text

@@ -138,8 +138,10 @@ def best_shape(results: dict, drafter: str, side: str, key: str) -> tuple[str, d
     return best
 
 
-def headline(results: dict, source: str) -> str:
-    """Per drafter and mode: this plugin's best shape per batch size, and stock SGLang's."""
+def headline(results: dict, source: str, later: tuple[tuple[dict, str], ...] = ()) -> str:
+    """Per drafter and mode: this plugin's best shape per batch size, and stock SGLang's. A drafter stock
+    was not run on in ``results`` takes its stock cell from a ``later`` (run, source) that ran stock on
+    its config rewritten as SGLang's flat format (``stock-edit``), so labelled."""
     batches = results.get("batches", [1, 16, 64])
     lines = ["| drafter (trained by its producer on ShareGPT) | mode | " + " | ".join(
         f"batch {b}: this plugin" for b in batches) + " | stock SGLang, best shape |",
@@ -154,7 +156,16 @@ def headline(results: dict, source: str) -> str:
             stock = [best_shape(results, drafter, "stock", f"batch{b}/{mode}") for b in batches]
             tried = [arm for name, arm in results["arms"].items() if name.startswith(f"{drafter}/")
                      and name.endswith("/stock")]
-            if not tried:
+            edited = [(run, where) for run, where in later if any(
+                name.startswith(f"{drafter}/") and name.endswith("/stock-edit") and "cells" in arm
+                for name, arm in run["arms"].items())]
+            if not tried and edited:
+                run, where = edited[0]
+                best = [best_shape(run, drafter, "stock-edit", f"batch{b}/{mode}") for b in batches]
+                stock_cell = ("refuses its config; rewritten as SGLang's flat format: " + " / ".join(
+                    "-" if s is None else f"{s[1]['speedup_best']:.2f}x, {s[1].get('accept_length', 0):.2f}"
+                    for s in best) + f" ({best[0][0] if best[0] else '-'}, `{where}`)")
+            elif not tried:
                 stock_cell = "not run"
             elif all(s is None for s in stock):
                 stock_cell = "cannot serve it"
