@@ -196,24 +196,31 @@ def measure_arm(name: str, args, ids, drafters: dict, plain: dict | None) -> dic
             cell["logprob_run_equal"] = result["output_ids"] == cell["outputs"]
     parent.send(None)
     process.join(timeout=60)
-    for key, cell in cells.items():
+    for cell in cells.values():
         cell["tok_s_median"] = round(statistics.median(cell["tok_s"]), 1)
         if cell["verify"]:
             cell["accept_length"] = round(cell["tokens"] / cell["verify"], 3)
+    compare_cells(cells, plain, args.batches, name == "plain")
+    record["cells"] = cells
+    return record
+
+
+def compare_cells(cells: dict, plain: dict | None, batches, is_plain: bool) -> None:
+    """Each cell (its ``tok_s_median`` set) against plain decoding's same cell: the speedup and, greedy,
+    the outputs' agreement; plain decoding's own cells get their batched-vs-single agreement (the floor)."""
+    for key, cell in cells.items():
         if plain is not None and key in plain["cells"]:
             base = plain["cells"][key]
             cell["speedup_median"] = round(cell["tok_s_median"] / base["tok_s_median"], 3)
             if key.endswith("greedy"):
                 cell["vs_plain"] = agreement(cell["outputs"], base["outputs"], base.get("top2"))
-    if name == "plain":
+    if is_plain:
         single = cells["batch1/greedy"]["outputs"]
-        for batch in args.batches[1:]:
+        for batch in batches[1:]:
             batched = cells[f"batch{batch}/greedy"]
             count = min(len(single), len(batched["outputs"]))
             batched["plain_batched_vs_single"] = agreement(batched["outputs"][:count], single[:count],
                                                            cells["batch1/greedy"]["top2"][:count])
-    record["cells"] = cells
-    return record
 
 
 def environment() -> dict:

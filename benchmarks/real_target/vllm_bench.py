@@ -304,20 +304,9 @@ def measure_arm(name: str, args, ids, drafters: dict, plain: dict | None) -> dic
             cell["logprob_run_equal"] = result["output_ids"] == cell["outputs"]
     parent.send(None)
     end_group(process, grace=60)
-    for key, cell in cells.items():
+    for cell in cells.values():
         finish_cell(cell)
-        if plain is not None and key in plain["cells"]:
-            base = plain["cells"][key]
-            cell["speedup_median"] = round(cell["tok_s_median"] / base["tok_s_median"], 3)
-            if key.endswith("greedy"):
-                cell["vs_plain"] = serve_bench.agreement(cell["outputs"], base["outputs"], base.get("top2"))
-    if name == "plain":
-        single = cells["batch1/greedy"]["outputs"]
-        for batch in args.batches[1:]:
-            batched = cells[f"batch{batch}/greedy"]
-            count = min(len(single), len(batched["outputs"]))
-            batched["plain_batched_vs_single"] = serve_bench.agreement(batched["outputs"][:count], single[:count],
-                                                                       cells["batch1/greedy"]["top2"][:count])
+    serve_bench.compare_cells(cells, plain, args.batches, name == "plain")
     record["cells"] = cells
     return record
 
