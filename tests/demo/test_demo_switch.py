@@ -52,7 +52,9 @@ def test_caller_forces_the_switch_over_the_users(started, monkeypatch, plugin, e
 
 def test_tree_drafting_reaches_the_engine_child(started):
     run.serve_greedy("target", "drafter", "cpu", num_steps=3, new_tokens=2, topk=4, draft_tokens=8)
-    run.serve_greedy("target", "drafter", "cpu", num_steps=3, new_tokens=2, prompts=["one", "two", "three"])
-    assert started[0]["argv"][-3:] == ["4", "8", json.dumps(run.PROMPTS)]
-    # a chain verifies its 3 drafts and one more token; the prompts given are the ones served
-    assert started[1]["argv"][-3:] == ["1", "4", '["one", "two", "three"]']
+    run.serve_greedy("target", "drafter", "cpu", num_steps=3, new_tokens=2, prompts=["one", "two", "three"],
+                     ignore_eos=False)
+    assert started[0]["argv"][-4:] == ["4", "8", json.dumps(run.PROMPTS), "1"]
+    # a chain verifies its 3 drafts and one more token; the prompts given are the ones served, and an
+    # answer may end at the end token (a real target's demo)
+    assert started[1]["argv"][-4:] == ["1", "4", '["one", "two", "three"]', "0"]
