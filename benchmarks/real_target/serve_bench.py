@@ -235,20 +235,26 @@ def environment() -> dict:
             "command": " ".join(sys.argv)}
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options every engine's serving benchmark takes (this one and ``vllm_bench.py``): the same
+    target, prompts, drafters, arms and cells."""
     parser.add_argument("out")
     parser.add_argument("--target", required=True)
     parser.add_argument("--prompts", required=True, help="JSON lines {prompt} (data.py mtbench)")
     parser.add_argument("--drafter", action="append", default=[], help="NAME=DIR, repeatable")
     parser.add_argument("--arms", help="comma-separated arm names (default: every arm)")
-    parser.add_argument("--shapes", default=",".join(SHAPES), help=f"of {', '.join(SHAPES)}")
     parser.add_argument("--batches", type=lambda text: tuple(int(b) for b in text.split(",")), default=BATCHES,
                         help="batch sizes, the first of them 1")
     parser.add_argument("--single", type=int, default=8, help="prompts of the batch-1 cells")
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--context-length", type=int, default=2048)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_run_arguments(parser)
+    parser.add_argument("--shapes", default=",".join(SHAPES), help=f"of {', '.join(SHAPES)}")
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
     drafters = dict(item.split("=", 1) for item in args.drafter)

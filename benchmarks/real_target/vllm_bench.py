@@ -326,19 +326,9 @@ def environment() -> dict:
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("out")
-    parser.add_argument("--target", required=True)
-    parser.add_argument("--prompts", required=True, help="JSON lines {prompt} (data.py mtbench)")
-    parser.add_argument("--drafter", action="append", default=[], help="NAME=DIR, repeatable")
-    parser.add_argument("--arms", help="comma-separated arm names (default: every arm)")
+    serve_bench.add_run_arguments(parser)
     parser.add_argument("--chains", type=lambda text: [int(k) for k in text.split(",")], default=list(CHAINS),
                         help="num_speculative_tokens of the EAGLE-3 arms")
-    parser.add_argument("--batches", type=lambda text: tuple(int(b) for b in text.split(",")),
-                        default=serve_bench.BATCHES, help="batch sizes, the first of them 1")
-    parser.add_argument("--single", type=int, default=8, help="prompts of the batch-1 cells")
-    parser.add_argument("--new-tokens", type=int, default=128)
-    parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--context-length", type=int, default=2048)
     parser.add_argument("--attention-backend", help="e.g. FLASH_ATTN or TRITON_ATTN (default: vLLM's choice)")
     parser.add_argument("--memory", type=float, default=MEMORY, help="gpu_memory_utilization")
     parser.add_argument("--compilation", type=json.loads,
