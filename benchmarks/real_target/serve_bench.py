@@ -49,11 +49,13 @@ sys.path.insert(0, os.path.join(os.path.dirname(HERE), "gpu"))
 import engines  # noqa: E402
 from results_file import save_json  # noqa: E402
 
+# the demo's near-tie rule (nats between plain decoding's top-2 at the first departure), stated once
+from sglang_eagle_ext.demo.run import NEAR_TIE, first_departure  # noqa: E402
+
 SHAPES = {shape.name: shape for shape in (engines.Shape("chain", 3, 1, 4), engines.Shape("tree", 5, 4, 8),
                                           engines.Shape("wide", 6, 8, 32))}
 BATCHES = (1, 16, 64)
 MODES = {"greedy": {"temperature": 0.0}, "sampled": {"temperature": 0.7, "top_p": 0.9}}
-NEAR_TIE = 1.0  # nats between plain decoding's top-2 at the first departure (e2e_sglang's rule)
 START_TIMEOUT_S = 300
 SEED = 0
 
@@ -132,10 +134,10 @@ def agreement(outputs: list[list[int]], reference: list[list[int]], top2: list |
     """Outputs equal to ``reference``; departures at a near-tie of ``top2`` (reference's log-probs)."""
     exact, near_tie, mismatch = 0, 0, []
     for index, (ids, ref) in enumerate(zip(outputs, reference)):
-        if ids == ref:
+        position = first_departure(ids, ref)
+        if position is None:
             exact += 1
             continue
-        position = next((i for i, (a, b) in enumerate(zip(ids, ref)) if a != b), min(len(ids), len(ref)))
         margin = None
         if top2 is not None and position < len(top2[index]) and len(top2[index][position]) == 2:
             margin = top2[index][position][0] - top2[index][position][1]
