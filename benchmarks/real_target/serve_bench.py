@@ -70,7 +70,7 @@ def arm_names(drafters: list[str], shapes: list[str]) -> list[str]:
 
 def stock_edit_copy(drafter: str, directory: str) -> str:
     """``directory``: ``drafter``'s weight files linked, its config.json the flat SGLang-format one."""
-    from sglang_eagle_ext.drafter.config_json import canonical_config
+    from sglang_eagle_ext.drafter.spec import canonical_config
     from sglang_eagle_ext.drafter.model_dir import write_json
     from sglang_eagle_ext.drafter.reader import read_drafter
 

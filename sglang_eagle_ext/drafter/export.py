@@ -20,7 +20,7 @@ from safetensors.torch import save_file
 from sglang_eagle_ext.drafter.reader import read_drafter
 from sglang_eagle_ext.errors import DrafterError, Problem
 from sglang_eagle_ext.drafter.model_dir import membership_mask, staged_directory, write_json
-from sglang_eagle_ext.drafter.config_json import canonical_config
+from sglang_eagle_ext.drafter.spec import canonical_config
 
 EXPORT_RECORD = "exported_from.json"
 # Fields that legitimately differ between the legacy checkpoint and its export.

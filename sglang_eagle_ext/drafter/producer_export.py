@@ -5,7 +5,7 @@ stock SGLang misreads (docs/stock-sglang.md), the same trained weights can be se
 SGLang and by this plugin side by side. Each writer follows the producer's code at the commit this
 package's layout fixtures cite (``tests/kit/drafter_configs/SOURCES.md``):
 
-* ``sglang``: this package's own flat config (:func:`.config_json.canonical_config`), ``layers.{i}``;
+* ``sglang``: this package's own flat config (:func:`.spec.canonical_config`), ``layers.{i}``;
 * ``speculators``: ``Eagle3Speculator`` with a ``transformer_layer_config`` and hidden-state indices
   at the top level (vllm-project/speculators@c05b95b3 src/speculators/convert/eagle/eagle3_converter.py);
 * ``specforge``: SpecForge's flat 1-layer export, ``midlayer.*``, EAGLE 3.1's ``fc_norm`` and its
@@ -36,11 +36,10 @@ from typing import Any, Callable
 import torch
 from safetensors.torch import save_file
 
-from sglang_eagle_ext.drafter.config_json import canonical_config
 from sglang_eagle_ext.drafter.model_dir import membership_mask, staged_directory, write_json
 from sglang_eagle_ext.drafter.reader import read_drafter
 from sglang_eagle_ext.drafter.run_config import NEMO_RUN_CONFIG, nemo_run_config_text
-from sglang_eagle_ext.drafter.spec import DrafterSpec, LaterLayerNorm
+from sglang_eagle_ext.drafter.spec import DrafterSpec, LaterLayerNorm, canonical_config
 
 # Fields that say where a checkpoint came from, not what it computes.
 _PROVENANCE = {"path", "dialect", "architecture", "files", "notes", "aux_layers", "torch_dtype"}

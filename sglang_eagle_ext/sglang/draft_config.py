@@ -18,8 +18,7 @@ import os
 from typing import Any
 
 from sglang_eagle_ext.errors import DrafterError, Problem
-from sglang_eagle_ext.drafter.spec import DrafterSpec, aux_ids_fix
-from sglang_eagle_ext.drafter.config_json import SERVED_ARCHITECTURE, canonical_config
+from sglang_eagle_ext.drafter.spec import SERVED_ARCHITECTURE, DrafterSpec, aux_ids_fix, canonical_config
 from sglang_eagle_ext.drafter.dialects import is_drafter_config
 from sglang_eagle_ext.drafter.target import TargetInfo
 

@@ -46,7 +46,7 @@ def _register(registry_module) -> None:
     """Runs when SGLang imports its model registry: our class under the built-in's name. Set in
     the registry dict explicitly: it keeps the classes it imported, whatever module attributes
     are patched later."""
-    from sglang_eagle_ext.drafter.config_json import SERVED_ARCHITECTURE
+    from sglang_eagle_ext.drafter.spec import SERVED_ARCHITECTURE
 
     try:
         model_class = getattr(importlib.import_module(MODEL_MODULE), MODEL_CLASS)

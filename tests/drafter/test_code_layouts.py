@@ -11,9 +11,8 @@ import random
 import pytest
 import torch
 
-from sglang_eagle_ext.drafter.config_json import canonical_config
 from sglang_eagle_ext.drafter.reader import read_drafter
-from sglang_eagle_ext.drafter.spec import Dialect
+from sglang_eagle_ext.drafter.spec import Dialect, canonical_config
 from sglang_eagle_ext.errors import DrafterError
 from tests.kit import code_layouts, fixtures
 

@@ -9,7 +9,7 @@ import pytest
 
 from sglang_eagle_ext.drafter.reader import read_drafter
 from sglang_eagle_ext.drafter.model_dir import membership_mask
-from sglang_eagle_ext.drafter.config_json import canonical_config
+from sglang_eagle_ext.drafter.spec import canonical_config
 from tests.kit import fixtures
 
 PROVENANCE = {"path", "dialect", "architecture", "files", "notes", "aux_layers"}

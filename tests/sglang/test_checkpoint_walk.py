@@ -28,7 +28,6 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 # The modules met, under sglang_eagle_ext/: 17 before this list was first written (issue 36)
 WALK = [
-    "drafter/config_json.py",
     "drafter/dialects.py",
     "drafter/reader.py",
     "drafter/run_config.py",
