@@ -136,7 +136,7 @@ def _target_kv_bytes(target: str, tokens: int) -> int | None:
 def run(args) -> int:
     from sglang_eagle_ext.drafter.export import export_is_current, export_legacy
     from sglang_eagle_ext.drafter.reader import read_drafter
-    from sglang_eagle_ext.sglang.draft_config import capture_layer_ids
+    from sglang_eagle_ext.sglang.compat.config_loading import capture_layer_ids
 
     device = serving_device(args.device)
     problem = device_problem(device)

@@ -17,7 +17,7 @@ import torch
 from sglang_eagle_ext.drafter.reader import read_drafter
 from sglang_eagle_ext.drafter.target import read_target
 from sglang_eagle_ext.errors import DrafterError
-from sglang_eagle_ext.sglang.draft_config import sglang_config_dict
+from sglang_eagle_ext.sglang.compat.config_loading import sglang_config_dict
 from tests.kit.producer_layouts import LAYOUTS, build, config_sources
 
 SERVED = sorted(name for name, layout in LAYOUTS.items() if layout.refusal is None)

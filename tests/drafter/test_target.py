@@ -13,7 +13,7 @@ from sglang_eagle_ext.cli import main
 from sglang_eagle_ext.drafter.reader import read_drafter
 from sglang_eagle_ext.drafter.target import TARGET_KEYS, read_target
 from sglang_eagle_ext.errors import DrafterError
-from sglang_eagle_ext.sglang.draft_config import capture_layer_ids
+from sglang_eagle_ext.sglang.compat.config_loading import capture_layer_ids
 from tests.kit import code_layouts, fixtures
 from tests.conftest import needs_sglang
 

@@ -41,7 +41,6 @@ WALK = [
     "sglang/compat/patch.py",
     "sglang/compat/releases.py",
     "sglang/compat/runtime.py",
-    "sglang/draft_config.py",
     "sglang/model.py",
     "sglang/plugin.py",
 ]
@@ -56,6 +55,7 @@ LANDMARKS = {"activate", "_register", "DraftConfigLoader.__call__", "read_target
 def trace_walk() -> None:
     """The child's work: print ``{"walk": {module: [function, ...]}, "left_out": [module, ...]}``."""
     import inspect
+    import socket
     import tempfile
     from types import SimpleNamespace
 
@@ -85,7 +85,10 @@ def trace_walk() -> None:
         json.dump(fixtures.target_config(), handle)
     drafters = [fixtures.build(name, os.path.join(root, name), seed=1)
                 for name in fixtures.FIXTURES if not name.startswith("F5-")]
-    init_single_process_dist(master_port=29000 + os.getpid() % 1000)
+    with socket.socket() as probe:  # a free port
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    init_single_process_dist(master_port=port)
 
     walk: dict[str, set[str]] = {}
     left_out: set[str] = set()
@@ -129,8 +132,10 @@ def trace_walk() -> None:
 
 @needs_sglang
 def test_following_a_checkpoint_meets_the_declared_modules():
+    # the plugin's switches at their defaults; the distributed rendezvous the parent's tests set up left out
     environment = {key: value for key, value in os.environ.items()
-                   if key not in ("SGLANG_EXTERNAL_MODEL_PACKAGE", "SGLANG_EAGLE_EXT")}
+                   if key not in ("SGLANG_EXTERNAL_MODEL_PACKAGE", "SGLANG_EAGLE_EXT", "MASTER_ADDR", "MASTER_PORT",
+                                  "RANK", "WORLD_SIZE", "LOCAL_RANK")}
     environment.update(PYTHONPATH=ROOT, TRITON_INTERPRET="1")
     result = subprocess.run([sys.executable, "-c", "from tests.sglang.test_checkpoint_walk import trace_walk; "
                              "trace_walk()"], capture_output=True, text=True, env=environment, cwd=ROOT,

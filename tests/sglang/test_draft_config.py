@@ -10,7 +10,7 @@ import pytest
 from sglang_eagle_ext.drafter.reader import read_drafter
 from sglang_eagle_ext.errors import DrafterError
 from sglang_eagle_ext.drafter.dialects import is_drafter_config
-from sglang_eagle_ext.sglang.draft_config import sglang_config_dict
+from sglang_eagle_ext.sglang.compat.config_loading import DraftConfigLoader, sglang_config_dict
 from sglang_eagle_ext.drafter.target import read_target
 from tests.kit import fixtures
 
@@ -62,7 +62,6 @@ def test_declared_duplicate_ids_fail(tmp_path):
     config = json.load(open(path))
     config["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = [1, 5, 5]
     json.dump(config, open(path, "w"))
-    from sglang_eagle_ext.sglang.compat.config_loading import DraftConfigLoader
 
     with pytest.raises(DrafterError, match="duplicate aux layer ids"):  # before any model is built
         DraftConfigLoader(original=None)(directory)
