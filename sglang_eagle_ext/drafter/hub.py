@@ -15,8 +15,7 @@ import os
 from dataclasses import dataclass
 from typing import Iterator
 
-from sglang_eagle_ext.drafter.reader import WEIGHT_FILES, shard_names
-from sglang_eagle_ext.drafter.tensor_facts import META_FILES, TOKEN_MAP_FILE
+from sglang_eagle_ext.drafter.reader import META_FILES, TOKEN_MAP_FILE, WEIGHT_FILES, shard_names
 from sglang_eagle_ext.errors import DrafterError, Problem
 
 # What a drafter's repository holds beyond its config: weights, shard indices, vocabulary side files.

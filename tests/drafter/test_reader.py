@@ -10,11 +10,11 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from sglang_eagle_ext.drafter import tensor_facts
 from sglang_eagle_ext.drafter.reader import read_drafter
 from sglang_eagle_ext.errors import DrafterError
 from sglang_eagle_ext.drafter.spec import Dialect, IdConvention, LaterLayerNorm
 from sglang_eagle_ext.drafter.target import read_target
+from sglang_eagle_ext.drafter.tensors import expected_shapes
 from tests.kit import fixtures
 from tests.kit.fixtures import Geometry, canonical_tensors, rename, shrink, template
 
@@ -76,7 +76,7 @@ def test_tensors_come_back_under_canonical_names_bit_exact(name, tmp_path):
     fixtures.build(name, str(tmp_path), seed=seed)
     checkpoint = read_drafter(tmp_path)
     loaded = checkpoint.load_tensors()
-    assert set(loaded) == set(tensor_facts.expected_shapes(checkpoint.spec))
+    assert set(loaded) == set(expected_shapes(checkpoint.spec))
     # Regenerate the canonical originals from the same seed and geometry the builder used.
     spec = checkpoint.spec
     originals = canonical_tensors(_geometry_of(spec), seed)

@@ -33,7 +33,6 @@ WALK = [
     "drafter/run_config.py",
     "drafter/spec.py",
     "drafter/target.py",
-    "drafter/tensor_facts.py",
     "drafter/tensors.py",
     "errors.py",
     "sglang/compat/__init__.py",
