@@ -6,7 +6,8 @@ writes the *target's* config with its depth in ``num_hidden_layers``. Where each
 declared once, on the fields of :class:`~.spec.DrafterSpec`; this module detects the producer,
 reads every declared key with its type and range checked, and reports keys it does not know
 (a near-miss of a key it reads is an error: a misspelt flag would otherwise silently take its
-default). :mod:`.reader` combines these values with the tensors.
+default). NeMo Automodel keeps the aux ids it trained with in its run config beside the weights
+instead (:func:`with_run_config`). :mod:`.reader` combines these values with the tensors.
 """
 
 from __future__ import annotations
@@ -14,12 +15,14 @@ from __future__ import annotations
 import difflib
 import json
 import math
+import os
 import typing
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from sglang_eagle_ext.drafter.spec import (REQUIRED, AuxLayers, Dialect, DrafterSpec, IdConvention,
                                            Key, Place, aux_ids_fix, declarations, default_of)
+from sglang_eagle_ext.drafter.tensors import JSON_FILE_LIMIT
 from sglang_eagle_ext.errors import Problem
 
 PARALLEL_DRAFTING_ARCHITECTURES = frozenset({
@@ -354,7 +357,7 @@ def _aux_layers(found, places, result, problems):
         return default_of(declarations()["aux_layers"], result.values)
     layers = [AuxLayers(ids, key.ids, key.path(result.dialect)) for key, ids in read]
     first = layers[0]
-    check_concatenation_order(result.dialect, first, result.file, problems)
+    _check_concatenation_order(result.dialect, first, result.file, problems)
     for other in layers[1:]:
         if first.hidden_state_indices() != other.hidden_state_indices():
             problems.append(Problem(
@@ -367,7 +370,7 @@ def _aux_layers(found, places, result, problems):
     return first
 
 
-def check_concatenation_order(dialect: Dialect, layers: AuxLayers, file: str, problems: list[Problem]) -> None:
+def _check_concatenation_order(dialect: Dialect, layers: AuxLayers, file: str, problems: list[Problem]) -> None:
     """A trainer that concatenated the aux states in the order its ids are written trained fc on
     permuted inputs wherever that order is not ascending (SGLang captures in layer order)."""
     if dialect in WRITTEN_ORDER_TRAINERS and list(layers.declared) != sorted(layers.declared):
@@ -514,3 +517,111 @@ def _id_key_names() -> set[str]:
 
 def _listed_ints(value: Any) -> list[int] | None:
     return value if isinstance(value, list) and all(isinstance(v, int) for v in value) else None
+
+# --- NeMo's run config: trained settings kept beside the weights, not in config.json -------------
+# NeMo Automodel's EAGLE-3 recipe saves the target's ``config.json`` (with its draft keys over it) and
+# records the aux layer ids it trained with only in the run config it dumps next to the weights:
+# ``epoch_*_step_*/config.yaml``, ``recipe_args.aux_layer_ids`` (nemo-automodel==0.7.0
+# nemo_automodel/recipes/llm/train_eagle3.py:1681 -> components/checkpoint/checkpointing.py:2410),
+# absent when the run used its default ``[1, N//2-1, N-4]``. Its ids are layer outputs (a forward hook
+# on layer j's output, components/speculative/eagle/target.py:278,285), concatenated in the order
+# written (target.py:361). The weights sit in ``model/consolidated/`` (or ``model/``) under that folder.
+
+NEMO_RUN_CONFIG = "config.yaml"
+_NEMO_IDS_PATH = ("recipe_args", "aux_layer_ids")
+_FIELD = ".".join(_NEMO_IDS_PATH)
+
+
+def _find_nemo_run_config(directory: str) -> str | None:
+    """The run config of the NeMo checkpoint whose weights are in ``directory`` (the folder itself,
+    ``model/`` or ``model/consolidated/`` of a step folder)."""
+    folder = directory
+    for _ in range(3):
+        path = os.path.join(folder, NEMO_RUN_CONFIG)
+        if os.path.isfile(path):
+            return path
+        folder = os.path.dirname(folder)
+    return None
+
+
+def _nemo_aux_layers(directory: str, config_file: str, stated_in_config: bool,
+                    problems: list[Problem]) -> tuple[AuxLayers | None, str | None]:
+    """The aux layers NeMo trained with, from its run config: ``(layers, run config path)``.
+    ``layers`` is None where the run config names none (NeMo's default taps, the package's) or
+    where ``config.json`` states the ids itself; a missing or unreadable run config is a problem
+    unless ``config.json`` states them."""
+    path = _find_nemo_run_config(directory)
+    if path is None:
+        if not stated_in_config:
+            problems.append(Problem(
+                config_file, "aux layer ids", "a NeMo Automodel checkpoint whose run config (config.yaml, which "
+                f"holds the trained {_FIELD}) is not beside its weights, and config.json names no aux layers: the "
+                "taps it was trained with are unknown", "serve the step folder as NeMo wrote it (epoch_*_step_*/, "
+                "holding config.yaml and model/), or " + aux_ids_fix() + f" (NeMo's {_FIELD}; [1, N//2-1, N-4] "
+                "if the run set none)"))
+        return None, None
+    run_config = _load_yaml(path, problems)
+    if run_config is None:
+        return None, path
+    ids: Any = run_config
+    for part in _NEMO_IDS_PATH:
+        ids = ids.get(part) if isinstance(ids, dict) else None
+    if ids is None:
+        return None, path
+    if not isinstance(ids, list) or not ids or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0
+                                                       for i in ids) or len(set(ids)) != len(ids):
+        problems.append(Problem(path, _FIELD, "must list distinct non-negative layer ids",
+                                "restore the run config NeMo wrote with this checkpoint", found=repr(ids)[:80]))
+        return None, path
+    return AuxLayers(tuple(ids), IdConvention.LAYER_OUTPUT, f"{NEMO_RUN_CONFIG}: {_FIELD}"), path
+
+
+def _load_yaml(path: str, problems: list[Problem]) -> dict | None:
+    import yaml
+
+    try:
+        if os.path.getsize(path) > JSON_FILE_LIMIT:
+            raise ValueError(f"{os.path.getsize(path)} bytes, far larger than a run config")
+        with open(path, encoding="utf-8") as handle:
+            data = yaml.safe_load(handle)
+        if not isinstance(data, dict):
+            raise ValueError(f"a YAML {type(data).__name__}, not a mapping of settings")
+    except (OSError, ValueError, yaml.YAMLError) as exc:
+        problems.append(Problem(path, NEMO_RUN_CONFIG, f"unreadable run config ({str(exc).splitlines()[0]})",
+                                "restore the config.yaml NeMo wrote with this checkpoint"))
+        return None
+    return data
+
+
+def nemo_run_config_text(aux_layer_ids: list[int] | None) -> str:
+    """A run config as NeMo's recipe dumps it, holding only what this package reads (for writers of
+    NeMo's layout); ``None``: the run used NeMo's default ids, which it then does not write."""
+    lines = ["recipe_args:", "  ttt_steps: 1"]
+    if aux_layer_ids is not None:
+        lines += ["  aux_layer_ids:"] + [f"  - {i}" for i in aux_layer_ids]
+    return "\n".join(lines) + "\n"
+
+
+def with_run_config(directory: str, config: ConfigValues) -> tuple[ConfigValues, str | None, list[Problem]]:
+    """``config`` with NeMo's trained aux ids from the run config beside its weights (config.json,
+    the target's, names none); the run config's path where one was read, and its problems."""
+    if config.dialect is not Dialect.NEMO:
+        return config, None, []
+    problems: list[Problem] = []
+    stated = "aux_layers" in config.stated
+    layers, path = _nemo_aux_layers(directory, config.file, stated, problems)
+    if layers is None:
+        if path is not None and not stated:
+            note = f"{path} names no aux_layer_ids: NeMo's default taps (the run set none)"
+            return replace(config, notes=[*config.notes, note]), path, problems
+        return config, path, problems
+    if stated and config.values["aux_layers"].hidden_state_indices() != layers.hidden_state_indices():
+        problems.append(Problem(config.file, config.stated["aux_layers"], "names other aux layers than the run "
+                                f"config NeMo trained with ({path}: {layers.source})", aux_ids_fix(layers.declared)
+                                + "; NeMo's run config holds the ids it trained with (layer outputs)",
+                                expected=f"hidden states {list(layers.hidden_state_indices())}",
+                                found=f"hidden states {list(config.values['aux_layers'].hidden_state_indices())}"))
+        return config, path, problems
+    _check_concatenation_order(config.dialect, layers, path, problems)
+    return replace(config, values={**config.values, "aux_layers": layers},
+                   stated={**config.stated, "aux_layers": layers.source}), path, problems

@@ -38,7 +38,7 @@ from safetensors.torch import save_file
 
 from sglang_eagle_ext.drafter.model_dir import membership_mask, staged_directory, write_json
 from sglang_eagle_ext.drafter.reader import read_drafter
-from sglang_eagle_ext.drafter.run_config import NEMO_RUN_CONFIG, nemo_run_config_text
+from sglang_eagle_ext.drafter.dialects import NEMO_RUN_CONFIG, nemo_run_config_text
 from sglang_eagle_ext.drafter.spec import DrafterSpec, LaterLayerNorm, canonical_config
 
 # Fields that say where a checkpoint came from, not what it computes.

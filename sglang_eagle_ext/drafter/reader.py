@@ -19,13 +19,12 @@ from __future__ import annotations
 import json
 import os
 import threading
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Iterator, Mapping
 
 import torch
 
-from sglang_eagle_ext.drafter.dialects import PEAGLE_FIX, ConfigValues, check_concatenation_order, read_config_values
-from sglang_eagle_ext.drafter.run_config import nemo_aux_layers
+from sglang_eagle_ext.drafter.dialects import PEAGLE_FIX, ConfigValues, read_config_values, with_run_config
 from sglang_eagle_ext.drafter.spec import (GATED_ACTIVATIONS, Dialect, DrafterSpec, LaterLayerNorm, aux_ids_fix,
                                            declarations, default_of)
 from sglang_eagle_ext.drafter.target import TargetInfo, check_against_target, read_target
@@ -199,31 +198,6 @@ def _weight_files(directory: str, problems: list[Problem], remote: Mapping[str, 
     return []
 
 
-def _with_run_config(directory: str, config: ConfigValues) -> tuple[ConfigValues, str | None, list[Problem]]:
-    """``config`` with NeMo's trained aux ids from the run config beside its weights (config.json,
-    the target's, names none); the run config's path where one was read, and its problems."""
-    if config.dialect is not Dialect.NEMO:
-        return config, None, []
-    problems: list[Problem] = []
-    stated = "aux_layers" in config.stated
-    layers, path = nemo_aux_layers(directory, config.file, stated, problems)
-    if layers is None:
-        if path is not None and not stated:
-            note = f"{path} names no aux_layer_ids: NeMo's default taps (the run set none)"
-            return replace(config, notes=[*config.notes, note]), path, problems
-        return config, path, problems
-    if stated and config.values["aux_layers"].hidden_state_indices() != layers.hidden_state_indices():
-        problems.append(Problem(config.file, config.stated["aux_layers"], "names other aux layers than the run "
-                                f"config NeMo trained with ({path}: {layers.source})", aux_ids_fix(layers.declared)
-                                + "; NeMo's run config holds the ids it trained with (layer outputs)",
-                                expected=f"hidden states {list(layers.hidden_state_indices())}",
-                                found=f"hidden states {list(config.values['aux_layers'].hidden_state_indices())}"))
-        return config, path, problems
-    check_concatenation_order(config.dialect, layers, path, problems)
-    return replace(config, values={**config.values, "aux_layers": layers},
-                   stated={**config.stated, "aux_layers": layers.source}), path, problems
-
-
 def _read(directory: str, remote: Mapping[str, FileBytes] | None = None) -> DrafterCheckpoint:
     """Read and validate ``directory`` (config + weight headers + vocab map); files in ``remote``
     are read through it instead of from disk."""
@@ -233,7 +207,7 @@ def _read(directory: str, remote: Mapping[str, FileBytes] | None = None) -> Draf
     config = read_config_values(_read_config(directory), config_file, problems)
     if config is None:
         raise DrafterError(problems)
-    config, run_config, run_config_problems = _with_run_config(directory, config)
+    config, run_config, run_config_problems = with_run_config(directory, config)
     problems += run_config_problems
     files = _weight_files(directory, problems, remote)
     index = TensorIndex()

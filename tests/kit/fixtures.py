@@ -21,7 +21,7 @@ from typing import Callable
 import torch
 from safetensors.torch import save_file
 
-from sglang_eagle_ext.drafter.run_config import NEMO_RUN_CONFIG, nemo_run_config_text
+from sglang_eagle_ext.drafter.dialects import NEMO_RUN_CONFIG, nemo_run_config_text
 from sglang_eagle_ext.drafter.model_dir import membership_mask, staged_directory, write_json
 
 TARGET_LAYERS = 12

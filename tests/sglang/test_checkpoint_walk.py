@@ -30,7 +30,6 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 WALK = [
     "drafter/dialects.py",
     "drafter/reader.py",
-    "drafter/run_config.py",
     "drafter/spec.py",
     "drafter/target.py",
     "drafter/tensors.py",
