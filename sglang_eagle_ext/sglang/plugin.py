@@ -17,8 +17,12 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+from typing import TYPE_CHECKING
 
 from sglang_eagle_ext import env
+
+if TYPE_CHECKING:
+    from packaging.version import Version
 
 SWITCH = "SGLANG_EAGLE_EXT"  # off ("0", "false", "off", "no") turns the plugin off
 
@@ -75,11 +79,12 @@ def activate() -> str:
         return _activation
     try:
         from sglang_eagle_ext.sglang import compat
+        from sglang_eagle_ext.sglang.compat.patch import after_import
 
         release = compat.installed_release()
         bound: list[str] = []
-        patches = compat.arm(release, lambda phrase: _on_bound(bound, phrase))
-        compat.after_import("sglang.srt.models.registry", _register)
+        patches = arm(release, bound)
+        after_import("sglang.srt.models.registry", _register)
         bindings = "; ".join(bound) if len(bound) == len(compat.BINDINGS) else _BOUND_LATER
     except env.SwitchError as exc:
         raise PluginActivationError(_bad_switch(exc)) from exc
@@ -93,6 +98,33 @@ def activate() -> str:
                    f"{release}{untested} (pid {os.getpid()}); patches: {', '.join(patches)}; {bindings}")
     _log(_activation)
     return _activation
+
+
+def arm(release: Version, bound: list[str]) -> list[str]:
+    """Schedule every patch of the table (:data:`compat.PATCHES`) that ``release`` needs, each
+    applied when SGLang imports its module; return the fixes' names for the log line. Each
+    binding's switch is read now; once it is applied, its phrase of the log line joins ``bound``.
+    A release older than :data:`compat.SUPPORTED` is refused; a newer one gets the newest
+    release's patches, whose checks stop the server if its code has moved."""
+    from sglang_eagle_ext.sglang.compat import PATCHES, SUPPORTED
+    from sglang_eagle_ext.sglang.compat.patch import UnsupportedRelease, after_import
+    from sglang_eagle_ext.sglang.compat.releases import older_than_supported
+
+    if older_than_supported(release):
+        raise UnsupportedRelease(f"sglang-eagle-ext: SGLang {release} is older than the supported "
+                                 f"range ({SUPPORTED}); install a supported release or set {SWITCH}=0")
+    names: list[str] = []
+    for patch in PATCHES:
+        if not patch.needed(release):
+            continue
+        if patch.switch is None:
+            after_import(patch.module, patch.apply)
+            if patch.name not in names:
+                names.append(patch.name)
+            continue
+        patch.switch(release)
+        after_import(patch.module, lambda module, apply=patch.apply: _on_bound(bound, apply(module)))
+    return names
 
 
 def _on_bound(bound: list[str], phrase: str) -> None:

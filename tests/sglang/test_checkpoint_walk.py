@@ -34,7 +34,6 @@ WALK = [
     "drafter/target.py",
     "drafter/tensors.py",
     "errors.py",
-    "sglang/compat/__init__.py",
     "sglang/compat/config_loading.py",
     "sglang/compat/patch.py",
     "sglang/compat/releases.py",

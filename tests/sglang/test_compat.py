@@ -20,7 +20,7 @@ from transformers import LlamaConfig
 
 from packaging.version import Version
 
-from sglang_eagle_ext.sglang import compat
+from sglang_eagle_ext.sglang import compat, plugin
 from sglang_eagle_ext.sglang.compat import (config_loading, draft_width, extend_graph_width, hidden_size_for,
                                             idle_input_width, prompt_token_range, stop_strings)
 from sglang_eagle_ext.sglang.compat.patch import UnsupportedRelease, after_import
@@ -165,14 +165,14 @@ RELEASE_PATCHES = {
 
 @pytest.mark.parametrize("release", sorted(RELEASE_PATCHES))
 def test_release_table(release, monkeypatch):
-    monkeypatch.setattr("sglang_eagle_ext.sglang.compat.after_import", lambda name, hook: None)
-    assert compat.arm(Version(release)) == RELEASE_PATCHES[release]
+    monkeypatch.setattr("sglang_eagle_ext.sglang.compat.patch.after_import", lambda name, hook: None)
+    assert plugin.arm(Version(release), []) == RELEASE_PATCHES[release]
     assert (Version(release) in compat.SUPPORTED) == (release != "0.6.0")
 
 
 def test_releases_before_the_range_are_refused():
     with pytest.raises(UnsupportedRelease, match="older than the supported range"):
-        compat.arm(Version("0.5.10"))
+        plugin.arm(Version("0.5.10"), [])
 
 
 def test_installed_release_is_read_from_its_metadata():

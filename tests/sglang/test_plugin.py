@@ -80,7 +80,7 @@ def test_fallback_package_without_entry_points():
 
 def test_activation_failure_stops_the_process():
     # the plugin itself cannot run: SGLang's loader would log and go on; we exit instead
-    result = run("import sglang_eagle_ext.sglang.compat as c; c.arm = None; "
+    result = run("import sglang_eagle_ext.sglang.plugin as p; p.arm = None; "
                  "from sglang.srt.plugins import load_plugins; load_plugins(); print('SURVIVED')")
     assert result.returncode != 0 and "SURVIVED" not in result.stdout
     assert "sglang-eagle-ext failed to activate (TypeError" in result.stderr

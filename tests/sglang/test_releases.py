@@ -15,7 +15,7 @@ import pytest
 from packaging.version import Version
 
 import sglang_eagle_ext
-from sglang_eagle_ext.sglang import compat
+from sglang_eagle_ext.sglang import compat, plugin
 from sglang_eagle_ext.sglang.compat import releases
 from tests.sglang.test_release_source import DECLARED
 
@@ -119,9 +119,9 @@ def _constant_name(fact) -> str:
 
 def test_the_activation_line_is_made_from_the_table(monkeypatch):
     armed = []
-    monkeypatch.setattr(compat, "after_import", lambda module, hook: armed.append((module, hook)))
-    phrases = []
-    names = compat.arm(Version("0.5.11"), phrases.append)
+    monkeypatch.setattr("sglang_eagle_ext.sglang.compat.patch.after_import",
+                        lambda module, hook: armed.append((module, hook)))
+    names = plugin.arm(Version("0.5.11"), [])
     needed = [patch for patch in compat.PATCHES if patch.needed(Version("0.5.11"))]
     assert len(armed) == len(needed)
     assert names == list(dict.fromkeys(patch.name for patch in needed if patch.switch is None))

@@ -8,8 +8,8 @@ row), the SGLang module it changes and its application, which checks with ``hasa
 code it changes is there and stops the server otherwise (:class:`~.patch.UnsupportedRelease`);
 ``draft-config`` and ``target-capture-ids`` share :mod:`.config_loading` (both give SGLang the
 normalised drafter config).
-:data:`PATCHES` lists them; the plugin walks it (:func:`arm`), and the activation log line is
-made from it: the fixes applied by name, then each binding's phrase.
+:data:`PATCHES` lists them; the plugin walks it (:func:`sglang_eagle_ext.sglang.plugin.arm`), and
+the activation log line is made from it: the fixes applied by name, then each binding's phrase.
 
 ===========================  ===============  ===========================================
 patch                        releases         what it does
@@ -39,14 +39,10 @@ the wheels of the supported releases by ``tests/sglang/test_release_source.py``.
 
 from __future__ import annotations
 
-from typing import Callable
-
-from packaging.version import Version
-
 from sglang_eagle_ext.sglang.compat import (config_loading, extend_graph_width, fused_verify, hidden_size_for,
                                             idle_input_width, prompt_token_range, stop_strings, tree_kernels)
-from sglang_eagle_ext.sglang.compat.patch import Patch, UnsupportedRelease, after_import
-from sglang_eagle_ext.sglang.compat.releases import SUPPORTED, installed_release, older_than_supported
+from sglang_eagle_ext.sglang.compat.patch import Patch
+from sglang_eagle_ext.sglang.compat.releases import SUPPORTED, installed_release
 
 # the bindings last, tree kernels first: the fused-verify dispatcher wraps the greedy op bound then
 PATCHES: tuple[Patch, ...] = (config_loading.PATCH, *config_loading.CAPTURE_IDS_PATCHES, extend_graph_width.PATCH,
@@ -54,29 +50,4 @@ PATCHES: tuple[Patch, ...] = (config_loading.PATCH, *config_loading.CAPTURE_IDS_
                               stop_strings.PATCH, tree_kernels.PATCH, fused_verify.PATCH)
 BINDINGS: tuple[Patch, ...] = tuple(patch for patch in PATCHES if patch.switch is not None)
 
-
-def arm(release: Version, on_bound: Callable[[str], None] = lambda phrase: None) -> list[str]:
-    """Schedule every patch ``release`` needs (each applies when SGLang imports its module);
-    return the fixes' names for the log line. Each binding's switch is read now; once it is
-    applied, its phrase of the log line goes to ``on_bound``. A release older than
-    :data:`SUPPORTED` is refused; a newer one gets the newest release's patches, whose checks
-    stop the server if its code has moved."""
-    if older_than_supported(release):
-        raise UnsupportedRelease(f"sglang-eagle-ext: SGLang {release} is older than the supported "
-                                 f"range ({SUPPORTED}); install a supported release or set SGLANG_EAGLE_EXT=0")
-    names: list[str] = []
-    for patch in PATCHES:
-        if not patch.needed(release):
-            continue
-        if patch.switch is None:
-            after_import(patch.module, patch.apply)
-            if patch.name not in names:
-                names.append(patch.name)
-            continue
-        patch.switch(release)
-        after_import(patch.module, lambda module, apply=patch.apply: on_bound(apply(module)))
-    return names
-
-
-__all__ = ["BINDINGS", "PATCHES", "SUPPORTED", "Patch", "UnsupportedRelease", "after_import", "arm",
-           "installed_release"]
+__all__ = ["BINDINGS", "PATCHES", "SUPPORTED", "installed_release"]
