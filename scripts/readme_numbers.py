@@ -63,6 +63,8 @@ REAL_TARGET = RESULTS / "real_target"  # serve_<device>_sglang-<release>.json, f
 # the headline's run: every drafter with chain and tree, this plugin and stock, against one plain decoding;
 # later runs add arms (the wide tree, stock on an edited config) with their own plain decoding, in serve.md
 REAL_TARGET_HEADLINE = REAL_TARGET / "serve_h100_sglang-0.5.23.json"
+# the side-by-side run (issue 38): SGLang's arms and vLLM's, one after the other on one GPU
+VS_VLLM = (REAL_TARGET / "serve_vs-vllm_h100_sglang-0.5.23.json", REAL_TARGET / "vllm_h100_vllm-0.33.0.json")
 
 from sglang_eagle_ext.cli import COMMANDS  # noqa: E402  (this checkout's, by the path set above)
 from sglang_eagle_ext.errors import counted  # noqa: E402
@@ -783,14 +785,26 @@ def producer_files_table() -> str:
 def real_target_headline() -> str:
     """The README's opening table: SmolLM2 served with drafters its producers' trainers made, per
     batch size, against plain decoding and stock SGLang (``benchmarks/real_target/table.py``)."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("real_target_table", ROOT / "benchmarks" / "real_target" / "table.py")
-    table = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(table)
+    table, _ = real_target_modules()
     later = tuple((read_json(path), relative(path)) for path in sorted(REAL_TARGET.glob("serve_*.json"))
                   if path != REAL_TARGET_HEADLINE)
     return "\n\n" + table.headline(read_json(REAL_TARGET_HEADLINE), relative(REAL_TARGET_HEADLINE), later) + "\n\n"
+
+
+def real_target_modules() -> tuple:
+    """``benchmarks/real_target``'s ``table`` and ``vs_vllm`` scripts (the second imports the first by name)."""
+    from tests.script_module import load_siblings
+
+    return tuple(load_siblings("benchmarks/real_target", "table", "vs_vllm"))
+
+
+def vs_vllm_table() -> str:
+    """The README's table of this package on SGLang against vLLM, same GPU, target, drafters and cells
+    (``benchmarks/real_target/vs_vllm.py``), with where vLLM is faster said in words from the same files."""
+    _, vs_vllm = real_target_modules()
+    sglang, vllm = (read_json(path) for path in VS_VLLM)
+    table = vs_vllm.headline(sglang, vllm, tuple(relative(path) for path in VS_VLLM))
+    return "\n\n" + table + "\n\n" + vs_vllm.where_faster(sglang, vllm) + "\n\n"
 
 
 def real_target_summary() -> str:
@@ -1060,6 +1074,7 @@ def stock_summary() -> str:
 BLOCKS: dict = {
     "real-target": real_target_headline,
     "real-target-summary": real_target_summary,
+    "vs-vllm": vs_vllm_table,
     "layouts": layouts_table,
     "producer-files": producer_files_table,
     "stock-vs-plugin": stock_vs_plugin_table,

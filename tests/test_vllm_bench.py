@@ -18,6 +18,7 @@ BENCH_DIR = ROOT / "benchmarks" / "real_target"
 # A stand-in for vllm: greedy outputs depend on the prompt only (so speculative arms agree with plain
 # decoding), each request counts 10 drafts with k/2 accepted tokens each (acceptance length 1 + k/2).
 FAKE_VLLM = textwrap.dedent('''
+    import time
     import types
 
     class SamplingParams:
@@ -47,6 +48,7 @@ FAKE_VLLM = textwrap.dedent('''
                 engine_core=types.SimpleNamespace(shutdown=lambda: None))
 
         def generate(self, prompts, params, use_tqdm=True):
+            time.sleep(0.003)  # a call's wall time: the time to first token of a one-token wave
             if self.fails_later and params.max_tokens > 8:
                 raise RuntimeError("CUDA error: an illegal memory access was encountered")
             outputs = []
@@ -177,7 +179,10 @@ def test_measured_arm_with_a_stand_in_vllm(tmp_path):
     assert cell["accept_length"] == 3.0 and cell["accept_rate_per_position"] == [1.0, 1.0, 0.0, 0.0]
     assert cell["spec"]["drafts"] == 2 * 3 * 10  # two rounds of three one-request waves
     assert cell["vs_plain"] == {"requests": 3, "exact": 3, "near_tie": 0, "mismatch": []}
-    assert cell["ttft_ms_median"] == 2.0 and len(cell["tok_s"]) == 2 and "speedup_median" in cell
+    assert cell["engine_ttft_ms_median"] == 2.0 and len(cell["tok_s"]) == 2 and "speedup_median" in cell
+    # time to first token as serve_bench measures it: each wave alone with one new token, once per round
+    assert len(cell["ttft_ms"]) == 2 * 3 and len(spec["cells"]["batch16/greedy"]["ttft_ms"]) == 2 * 2
+    assert all(ms >= 3 for ms in cell["ttft_ms"]) and "ttft_ms" not in spec["cells"]["batch1/sampled"]
     assert "accept_length" not in plain["cells"]["batch1/greedy"]
     assert result["broken"]["failed"] == "ValueError: cannot read this drafter"
     assert result["later"]["failed"].startswith("during the cells: RuntimeError: CUDA error")

@@ -16,6 +16,8 @@
 #   profile     step_profile.py on the target with the SpecForge drafter, this plugin's class and stock's
 #               -> ROOT/profile
 #   demo        `sglang-eagle demo --target` with the speculators drafter -> ROOT/demo.log
+#   vllm        vllm_bench.py: the same cells on vLLM 0.33 (benchmarks/vllm_kit installed into VLLM_SITE,
+#               default /tmp/site_vllm), plain and EAGLE-3 chains with both drafters -> ROOT/vllm
 # Each phase's limit is RT_LIMIT_<PHASE> seconds; its process group is ended after it. A phase whose
 # output exists is skipped (a run continued on the same machine).
 set -uo pipefail
@@ -39,6 +41,8 @@ phase_command() {
     serve) echo "python3 $HERE/serve_bench.py $ROOT/serve --target $ROOT/target --prompts $CARRY/data/mtbench.jsonl --drafter specforge=$ROOT/drafters/specforge --drafter speculators=$ROOT/drafters/speculators \${RT_SERVE_ARGS:-}" ;;
     profile) echo "python3 benchmarks/gpu/step_profile.py $ROOT/profile --target $ROOT/target --drafter $ROOT/drafters/\${RT_PROFILE_DRAFTER:-specforge} --trees 0,1 --classes plugin,stock --rounds 2" ;;
     demo) echo "python3 -m sglang_eagle_ext demo --target $ROOT/target --drafter $ROOT/drafters/speculators --attention-backend triton \${RT_DEMO_ARGS:-}" ;;
+    # vLLM's site first (its env sources the SGLang kit's env beneath it); serve_bench's cells and rules
+    vllm) echo ". \${VLLM_SITE:-/tmp/site_vllm}/env_vllm.sh && python3 $HERE/vllm_bench.py $ROOT/vllm --target $ROOT/target --prompts $CARRY/data/mtbench.jsonl --drafter specforge=$ROOT/drafters/specforge --drafter speculators=$ROOT/drafters/speculators \${RT_VLLM_ARGS:-}" ;;
     *) echo "unknown phase $1" >&2; return 1 ;;
   esac
 }
@@ -48,12 +52,13 @@ done_marker() {  # a phase's output: present means done
     setup) echo "$ROOT/target/config.json" ;; regen) echo "$ROOT/data.jsonl" ;;
     specforge|speculators) echo "$ROOT/drafters/$1/config.json" ;;
     serve) echo "$ROOT/serve.done" ;; profile) echo "$ROOT/profile.done" ;; demo) echo "$ROOT/demo.done" ;;
+    vllm) echo "$ROOT/vllm.done" ;;
   esac
 }
 
 limit_of() {
   local default; case "$1" in setup) default=240;; regen) default=400;; specforge|speculators) default=480;;
-    serve) default=1500;; profile) default=500;; demo) default=300;; esac
+    serve) default=1500;; profile) default=500;; demo) default=300;; vllm) default=1500;; esac
   local var="RT_LIMIT_${1^^}"; echo "${!var:-$default}"
 }
 
@@ -62,14 +67,14 @@ run_phase() {
   if [ -e "$(done_marker "$name")" ]; then echo "# phase $name: done before, skipped" | tee -a "$ROOT/status.txt"; return 0; fi
   command=$(phase_command "$name") || return 1
   run_phase_command "$name" "$command" "$(limit_of "$name")"; rc=$?
-  if [ "$rc" = 0 ] && { [ "$name" = serve ] || [ "$name" = profile ] || [ "$name" = demo ]; }; then touch "$ROOT/$name.done"; fi
+  if [ "$rc" = 0 ] && { [ "$name" = serve ] || [ "$name" = profile ] || [ "$name" = demo ] || [ "$name" = vllm ]; }; then touch "$ROOT/$name.done"; fi
   return "$rc"
 }
 
 pack() {  # results and logs into $OUT (at most 8 files of 16 MiB); drafters in 15 MiB pieces
   OUT="${OUT:-/tmp/rt_out}"; mkdir -p "$OUT"
   (cd "$ROOT" && tar czf "$OUT/results.tgz" --exclude='*.safetensors' --exclude=target --exclude=data.jsonl \
-     --exclude='drafters/*/checkpoints' status.txt device.txt ./*.log data.jsonl.summary.json serve profile drafters 2>/dev/null)
+     --exclude='drafters/*/checkpoints' status.txt device.txt ./*.log data.jsonl.summary.json serve profile vllm drafters 2>/dev/null)
   if [ -n "${RT_PACK_DRAFTERS:-}" ] && [ -d "$ROOT/drafters" ]; then  # carried back in a later machine's setup
     (cd "$ROOT" && tar cf - --exclude='drafters/*/checkpoints' drafters | gzip -1 | split -b 15m - "$OUT/drafters.tgz.part")
     [ -e "$ROOT/data.jsonl" ] && gzip -c "$ROOT/data.jsonl" > "$OUT/data.jsonl.gz"

@@ -9,19 +9,21 @@ is timed beside another's start-up):
   (``SGLANG_EAGLE_EXT=0``): stock SGLang's own EAGLE-3 class and loader. A drafter stock cannot
   load is tried once, with the first shape, and the other shapes' cells say so.
 
-Shapes: chain 3/1/4, SGLang's default tree for Llama (5 steps, top-k 4, 8 tokens) and a wider tree
-(6/8/32). Cells: batch 1 (the first ``--single`` MT-bench first turns, one request at a time), 16 and
-64 (the first 32 and 64 prompts, in requests of 16 and 64 sent together), greedy and temperature
-0.7 / top-p 0.9, ``--new-tokens`` each (``ignore_eos``: every request decodes the same number of
-tokens, so the batch stays at its size for the whole cell), ``--rounds`` timed rounds per cell in
-rotating mode order, after an untimed warm-up of every batch size and mode (the run committed on
-2026-11-27 predates it: its first rounds carry the warm-up, and its tables show each cell's faster
-round). Each cell: output tokens/s (median over rounds and every round's value),
-acceptance length (SGLang's completion tokens / verify steps), and for greedy cells the outputs'
-agreement with plain decoding at the same batch size under the near-tie rule: an output that departs
-where plain decoding's top-2 log-probabilities lie within ``NEAR_TIE`` nats counts as a near-tie
-(bf16 batch-dependence), one that departs elsewhere as a mismatch. Plain decoding's own agreement
-between batch 1 and the batched cells is recorded beside them (the engine's floor).
+Shapes: chain 3/1/4, SGLang's default tree for Llama (5 steps, top-k 4, 8 tokens), a wider tree
+(6/8/32) and the shortest chain, 1/1/2 (``chain1``; vLLM's ``num_speculative_tokens`` 1). Cells:
+batch 1 (the first ``--single`` MT-bench first turns, one request at a time), 16 and 64 (the first 32
+and 64 prompts, in requests of 16 and 64 sent together), greedy and temperature 0.7 / top-p 0.9,
+``--new-tokens`` each (``ignore_eos``: every request decodes the same number of tokens, so the batch
+stays at its size for the whole cell), ``--rounds`` timed rounds per cell in rotating mode order, after
+an untimed warm-up of every batch size and mode (the run committed on 2026-11-27 predates it: its
+first rounds carry the warm-up, and its tables show each cell's faster round). Each cell: output
+tokens/s (median over rounds and every round's value), time to first token (greedy cells;
+:func:`first_token_requests`), acceptance length (SGLang's completion tokens / verify steps), and
+for greedy cells the outputs' agreement with plain decoding at the same batch size under the near-tie
+rule: an output that departs where plain decoding's top-2 log-probabilities lie within ``NEAR_TIE``
+nats counts as a near-tie (bf16 batch-dependence), one that departs elsewhere as a mismatch. Plain
+decoding's own agreement between batch 1 and the batched cells is recorded beside them (the engine's
+floor).
 
 usage (repository root; SGLang 0.5.23 and this package staged, see benchmarks/gpu/stage_package.sh)::
 
@@ -53,7 +55,7 @@ from results_file import save_json  # noqa: E402
 from sglang_eagle_ext.demo.run import NEAR_TIE, first_departure  # noqa: E402
 
 SHAPES = {shape.name: shape for shape in (engines.Shape("chain", 3, 1, 4), engines.Shape("tree", 5, 4, 8),
-                                          engines.Shape("wide", 6, 8, 32))}
+                                          engines.Shape("wide", 6, 8, 32), engines.Shape("chain1", 1, 1, 2))}
 BATCHES = (1, 16, 64)
 MODES = {"greedy": {"temperature": 0.0}, "sampled": {"temperature": 0.7, "top_p": 0.9}}
 START_TIMEOUT_S = 300
@@ -90,6 +92,13 @@ def cell_prompts(ids: list[list[int]], batch: int, single: int) -> list[list[lis
     count = batch if batch >= 64 else 2 * batch  # at least 64 requests' worth of work per cell when batched
     chosen = [ids[i % len(ids)] for i in range(count)]
     return [chosen[i:i + batch] for i in range(0, count, batch)]
+
+
+def first_token_requests(waves: list[list[list[int]]], rounds: int) -> list[tuple]:
+    """Time to first token, measured alike in every engine's benchmark: each wave sent alone with one new
+    token (its prefill, the draft's prefill where there is one, and the first token), ``rounds`` times;
+    a request's wall time is its wave's time to first token (the requests of a wave arrive together)."""
+    return [([wave], "greedy", 1, False) for _ in range(rounds) for wave in waves]
 
 
 def host(connection, target: str, drafter: str | None, shape_name: str | None, plugin: bool, log_path: str,
@@ -190,6 +199,10 @@ def measure_arm(name: str, args, ids, drafters: dict, plain: dict | None) -> dic
                 cell["verify"] += result["verify"]
                 if mode == "greedy":
                     cell.setdefault("outputs", result["output_ids"])
+        ttft = cells[f"batch{batch}/greedy"].setdefault("ttft_ms", [])
+        for request in first_token_requests(waves, args.rounds):
+            parent.send(request)
+            ttft.append(round(1000 * parent.recv()["seconds"], 2))
         if name == "plain":  # the reference outputs with their top-2 log-probs (untimed)
             parent.send((waves, "greedy", args.new_tokens, True))
             result = parent.recv()
@@ -200,6 +213,8 @@ def measure_arm(name: str, args, ids, drafters: dict, plain: dict | None) -> dic
     process.join(timeout=60)
     for cell in cells.values():
         cell["tok_s_median"] = round(statistics.median(cell["tok_s"]), 1)
+        if cell.get("ttft_ms"):
+            cell["ttft_ms_median"] = round(statistics.median(cell["ttft_ms"]), 2)
         if cell["verify"]:
             cell["accept_length"] = round(cell["tokens"] / cell["verify"], 3)
     compare_cells(cells, plain, args.batches, name == "plain")
@@ -290,7 +305,8 @@ def main() -> int:
             stock_refused[drafter_name, side] = f"stock failed to serve this drafter with {record.get('shape')}"
         results["arms"][name] = record
         save_json(path, results)
-        summary = {k: (v.get("tok_s_median"), v.get("accept_length")) for k, v in record.get("cells", {}).items()}
+        summary = {k: (v.get("tok_s_median"), v.get("accept_length"), v.get("ttft_ms_median"))
+                   for k, v in record.get("cells", {}).items()}
         print(f"  {record.get('failed') or summary}", flush=True)
     return 0
 

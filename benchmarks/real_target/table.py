@@ -51,7 +51,7 @@ def _arm(results: dict, drafter: str, shape: str, side: str) -> dict | None:
     return results["arms"].get(f"{drafter}/{shape}/{side}")
 
 
-def _lossless(cell: dict) -> str:
+def lossless(cell: dict) -> str:
     agreement = cell.get("vs_plain")
     if not agreement:
         return ""
@@ -74,7 +74,7 @@ def _cell(arm: dict | None, key: str) -> str:
 def markdown(results: dict) -> str:
     batches = results.get("batches", [1, 16, 64])
     shapes = sorted({arm["arm"].split("/")[1] for arm in results["arms"].values() if arm["arm"] != "plain"},
-                    key=["chain", "tree", "wide"].index)
+                    key=["chain1", "chain", "tree", "wide"].index)
     drafters = list(results["drafters"])
     plain = results["arms"]["plain"]["cells"]
     lines = [f"{results['device']}, SGLang {results['sglang']}, torch {results['torch']}, commit {results['commit']}, "
@@ -102,7 +102,7 @@ def markdown(results: dict) -> str:
                     row = [DRAFTER_NAMES.get(drafter, drafter), arm.get("shape") or shape, label]
                     row += [_cell(arm, f"batch{b}/{mode}") for b in batches]
                     if mode == "greedy":
-                        row.append(" / ".join(_lossless(arm.get("cells", {}).get(f"batch{b}/greedy", {}))
+                        row.append(" / ".join(lossless(arm.get("cells", {}).get(f"batch{b}/greedy", {}))
                                               for b in batches) if "cells" in arm else "")
                     lines.append("| " + " | ".join(row) + " |")
         lines.append("")

@@ -15,8 +15,10 @@ Arms, one engine each, started one after another in a child process:
 Cells as in serve_bench: batch 1 (the first ``--single`` MT-bench first turns, one request at a time), 16
 and 64 (64 requests in waves of that size), greedy and temperature 0.7 / top-p 0.9, ``--new-tokens`` each
 with ``ignore_eos``, ``--rounds`` timed rounds after an untimed warm-up of every batch size and mode. Per
-cell: output tokens/s (median and every round), time to first token (each request's
-``RequestOutput.metrics.first_token_latency``: arrival to first token, vllm/v1/metrics/stats.py:525),
+cell: output tokens/s (median and every round), time to first token as serve_bench measures it (greedy
+cells: serve_bench.first_token_requests, each wave alone with one new token) and as vLLM reports it in the
+timed rounds (``engine_ttft_ms``: each request's ``RequestOutput.metrics.first_token_latency``, arrival to
+first token, vllm/v1/metrics/stats.py:525),
 acceptance length from vLLM's own spec-decode counters (``LLM.get_metrics()``, read before and after each
 timed round: 1 + accepted / drafts, vLLM's definition at vllm/v1/spec_decode/metrics.py:186-190; a draft is
 one request's verify step), per-position acceptance, and for greedy cells the outputs' agreement with
@@ -202,7 +204,7 @@ def host(connection, kwargs: dict, log_path: str, batches: tuple[int, ...]) -> N
             seconds = time.perf_counter() - started
             result = {"seconds": seconds, "tokens": sum(len(o.outputs[0].token_ids) for o in outputs),
                       "output_ids": [list(o.outputs[0].token_ids) for o in outputs],
-                      "ttft_s": [o.metrics.first_token_latency for o in outputs if o.metrics is not None],
+                      "engine_ttft_s": [o.metrics.first_token_latency for o in outputs if o.metrics is not None],
                       "spec": counts_delta(spec_counts(llm.get_metrics()), before)}
             if top2:
                 result["top2"] = [top2_of(o.outputs[0].logprobs or []) for o in outputs]
@@ -241,8 +243,9 @@ def receive(connection, process, timeout: float):
 
 def finish_cell(cell: dict) -> None:
     cell["tok_s_median"] = round(statistics.median(cell["tok_s"]), 1)
-    if cell["ttft_ms"]:
-        cell["ttft_ms_median"] = round(statistics.median(cell["ttft_ms"]), 2)
+    for key in ("ttft_ms", "engine_ttft_ms"):
+        if cell.get(key):
+            cell[key + "_median"] = round(statistics.median(cell[key]), 2)
     if cell["spec"]["drafts"]:
         spec = cell["spec"]
         cell["accept_length"] = round(1 + spec["accepted"] / spec["drafts"], 3)
@@ -286,14 +289,21 @@ def measure_arm(name: str, args, ids, drafters: dict, plain: dict | None) -> dic
                 result = receive(parent, process, CELL_TIMEOUT_S)
                 if "failed" in result:
                     return stop(record, cells, result, process)
-                cell = cells.setdefault(f"batch{batch}/{mode}", {"tok_s": [], "tokens": 0, "ttft_ms": [],
+                cell = cells.setdefault(f"batch{batch}/{mode}", {"tok_s": [], "tokens": 0, "engine_ttft_ms": [],
                                                                  "spec": zero_counts()})
                 cell["tok_s"].append(round(result["tokens"] / result["seconds"], 1))
                 cell["tokens"] += result["tokens"]
-                cell["ttft_ms"] += [round(1000 * t, 2) for t in result["ttft_s"]]
+                cell["engine_ttft_ms"] += [round(1000 * t, 2) for t in result["engine_ttft_s"]]
                 cell["spec"] = add_counts(cell["spec"], result["spec"])
                 if mode == "greedy":
                     cell.setdefault("outputs", result["output_ids"])
+        ttft = cells[f"batch{batch}/greedy"].setdefault("ttft_ms", [])
+        for request in serve_bench.first_token_requests(waves, args.rounds):
+            parent.send(request)
+            result = receive(parent, process, CELL_TIMEOUT_S)
+            if "failed" in result:
+                return stop(record, cells, result, process)
+            ttft.append(round(1000 * result["seconds"], 2))
         if name == "plain":  # the reference outputs with their top-2 log-probs (untimed)
             parent.send((waves, "greedy", args.new_tokens, True))
             result = receive(parent, process, CELL_TIMEOUT_S)

@@ -1,0 +1,295 @@
+"""SGLang with this plugin against vLLM on the same GPU, target, drafters and cells (issue 38).
+
+Reads one ``serve_bench.py`` run and one ``vllm_bench.py`` run made on the same machine, one after the
+other (both committed by ``table.py import``: token ids dropped, each cell's best round kept). Every
+figure compares like with like: each engine's EAGLE-3 arms against its own plain decoding, and the
+engines against each other at the same cell.
+
+``markdown SGLANG VLLM`` prints the full comparison (``benchmarks/results/real_target/vs_vllm.md``);
+:func:`headline` is the README's table (``scripts/readme_numbers.py``).
+
+Definitions, per cell (MT-bench first turns, ``new_tokens`` each, batch 1 / 16 / 64, greedy or T 0.7):
+
+* output tok/s: the median of the timed rounds (every round is in the files);
+* acceptance length: tokens per verify step of a request. SGLang's is completion tokens / verify steps
+  (``meta_info``), vLLM's 1 + accepted / drafts (its spec-decode counters); SGLang's counts the prefill's
+  token too, so it reads about 1 / (verify steps per request) higher, under 0.02 at 128 tokens;
+* time to first token: each wave sent alone with one new token, wall time (``serve_bench.first_token_requests``,
+  the same in both engines);
+* speedup: output tok/s over the same engine's plain decoding in the same cell;
+* SGLang / vLLM: the ratio of the two engines' output tok/s, each at its own best shape for that cell.
+
+usage::
+
+    cd benchmarks/results/real_target && python3 ../../real_target/vs_vllm.py markdown \
+        serve_vs-vllm_h100_sglang-0.5.23.json vllm_h100_vllm-0.33.0.json > vs_vllm.md
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+
+from table import DRAFTER_NAMES, lossless, spread
+
+MODES = {"greedy": "greedy", "sampled": "T 0.7, top-p 0.9"}
+
+
+def engine_label(results: dict) -> str:
+    return f"vLLM {results['vllm']}" if results.get("engine") == "vllm" else f"SGLang {results['sglang']} + this plugin"
+
+
+def arms_of(results: dict, drafter: str) -> dict:
+    """The EAGLE-3 arms of ``drafter`` that measured cells: name -> arm (stock SGLang's arms left out)."""
+    return {name: arm for name, arm in results["arms"].items()
+            if name.startswith(f"{drafter}/") and name.split("/")[-1] in ("plugin", "vllm") and "cells" in arm}
+
+
+def best_arm(results: dict, drafter: str, key: str) -> tuple[str, dict] | None:
+    """The arm with the highest median output tok/s in cell ``key``: (its shape, the cell)."""
+    measured = [(arm.get("shape") or name, arm["cells"][key]) for name, arm in arms_of(results, drafter).items()
+                if key in arm["cells"]]
+    return max(measured, key=lambda pair: pair[1]["tok_s_median"], default=None)
+
+
+def chain_length(shape: str) -> int | None:
+    """Draft tokens of a chain shape label ("chain 3/1/4" or "chain1 1/1/2": steps/top-k/tokens), else None."""
+    name, numbers = shape.split(" ", 1)
+    steps, topk, _ = (int(n) for n in numbers.split("/"))
+    return steps if name.startswith("chain") and topk == 1 else None
+
+
+def _cell_text(cell: dict | None, plain: dict | None) -> str:
+    if cell is None:
+        return "-"
+    text = f"{cell['tok_s_median']:,.0f}"
+    if plain is not None:
+        text += f" ({cell['tok_s_median'] / plain['tok_s_median']:.2f}x"
+        text += f", {cell['accept_length']:.2f})" if "accept_length" in cell else ")"
+    return text
+
+
+def _ttft(cell: dict | None) -> str:
+    return "-" if cell is None or "ttft_ms_median" not in cell else f"{cell['ttft_ms_median']:.1f}"
+
+
+def same_world(sglang: dict, vllm: dict) -> list[str]:
+    """What differs between the two runs' worlds that must not (device, target, prompts, cells)."""
+    problems = []
+    for key in ("device", "new_tokens", "single", "batches", "near_tie_nats"):
+        if sglang.get(key) != vllm.get(key):
+            problems.append(f"{key}: SGLang run {sglang.get(key)!r}, vLLM run {vllm.get(key)!r}")
+    return problems
+
+
+def markdown(sglang: dict, vllm: dict) -> str:
+    problems = same_world(sglang, vllm)
+    if problems:
+        raise ValueError("the two runs are not side by side: " + "; ".join(problems))
+    batches = sglang["batches"]
+    drafters = [d for d in sglang["drafters"] if d in vllm["drafters"]]
+    lines = [f"{sglang['device']}, one after the other on the same machine: {engine_label(sglang)} (torch "
+             f"{sglang['torch']}, commit {sglang['commit']}) and {engine_label(vllm)} (torch {vllm['torch']}), "
+             f"{sglang['date']}. SmolLM2-135M-Instruct, MT-bench first turns (chat template), {sglang['new_tokens']} "
+             f"new tokens each (ignore_eos); batch 1: {sglang['single']} prompts one at a time, batch 16 and 64: "
+             f"64 requests in waves of that size; the median of {sglang['rounds']} (SGLang) and {vllm['rounds']} "
+             "(vLLM) timed rounds after a warm-up.", ""]
+    for mode, mode_label in MODES.items():
+        lines += [f"### {mode_label}", "",
+                  "Output tok/s (speedup over the same engine's plain decoding, acceptance length)", "",
+                  "| engine | drafter | shape | " + " | ".join(f"batch {b}" for b in batches) + " |",
+                  "|" + "---|" * (3 + len(batches))]
+        for results in (sglang, vllm):
+            plain = results["arms"]["plain"]["cells"]
+            lines.append(f"| {engine_label(results)} | plain decoding | - | "
+                         + " | ".join(_cell_text(plain.get(f"batch{b}/{mode}"), None) for b in batches) + " |")
+            for drafter in drafters:
+                for name, arm in arms_of(results, drafter).items():
+                    lines.append(f"| {engine_label(results)} | {DRAFTER_NAMES.get(drafter, drafter)} | "
+                                 f"{arm.get('shape') or name} | " + " | ".join(
+                                     _cell_text(arm["cells"].get(f"batch{b}/{mode}"), plain.get(f"batch{b}/{mode}"))
+                                     for b in batches) + " |")
+        lines += ["", "SGLang + this plugin / vLLM, output tok/s, each engine at its best shape for the cell:", "",
+                  "| drafter | " + " | ".join(f"batch {b}" for b in batches) + " |", "|" + "---|" * (1 + len(batches))]
+        lines.append("| plain decoding | " + " | ".join(
+            _ratio(sglang["arms"]["plain"]["cells"].get(f"batch{b}/{mode}"),
+                   vllm["arms"]["plain"]["cells"].get(f"batch{b}/{mode}")) for b in batches) + " |")
+        for drafter in drafters:
+            cells = []
+            for b in batches:
+                key = f"batch{b}/{mode}"
+                ours, theirs = best_arm(sglang, drafter, key), best_arm(vllm, drafter, key)
+                if ours is None or theirs is None:
+                    cells.append("-")
+                    continue
+                cells.append(f"{_ratio(ours[1], theirs[1])} ({ours[0]} / {theirs[0]})")
+            lines.append(f"| {DRAFTER_NAMES.get(drafter, drafter)} | " + " | ".join(cells) + " |")
+        lines.append("")
+    lines += ["### Time to first token, ms (each wave alone, one new token; greedy)", "",
+              "| engine | drafter | shape | " + " | ".join(f"batch {b}" for b in batches) + " |",
+              "|" + "---|" * (3 + len(batches))]
+    for results in (sglang, vllm):
+        lines.append(f"| {engine_label(results)} | plain decoding | - | " + " | ".join(
+            _ttft(results["arms"]["plain"]["cells"].get(f"batch{b}/greedy")) for b in batches) + " |")
+        for drafter in drafters:
+            for name, arm in arms_of(results, drafter).items():
+                lines.append(f"| {engine_label(results)} | {DRAFTER_NAMES.get(drafter, drafter)} | "
+                             f"{arm.get('shape') or name} | " + " | ".join(
+                                 _ttft(arm["cells"].get(f"batch{b}/greedy")) for b in batches) + " |")
+    lines += ["", "### Acceptance parity (the same drafter and chain length in both engines)", "",
+              "| drafter | mode | chain | " + " | ".join(f"batch {b}: SGLang / vLLM" for b in batches) + " |",
+              "|" + "---|" * (3 + len(batches))]
+    for drafter in drafters:
+        for mode in MODES:
+            for k, ours, theirs in parity_pairs(sglang, vllm, drafter):
+                lines.append(f"| {DRAFTER_NAMES.get(drafter, drafter)} | {mode} | {k} | " + " | ".join(
+                    _parity(ours["cells"].get(f"batch{b}/{mode}"), theirs["cells"].get(f"batch{b}/{mode}"))
+                    for b in batches) + " |")
+    lines += ["", "### Cost of a speculative step, in plain decoding steps (plain tok/s x acceptance / EAGLE-3 tok/s; "
+              "greedy)", "", "| engine | drafter | shape | " + " | ".join(f"batch {b}" for b in batches) + " |",
+              "|" + "---|" * (3 + len(batches))]
+    for results in (sglang, vllm):
+        plain = results["arms"]["plain"]["cells"]
+        for drafter in drafters:
+            for name, arm in arms_of(results, drafter).items():
+                lines.append(f"| {engine_label(results)} | {DRAFTER_NAMES.get(drafter, drafter)} | "
+                             f"{arm.get('shape') or name} | " + " | ".join(
+                                 _step_cost(arm["cells"].get(f"batch{b}/greedy"), plain.get(f"batch{b}/greedy"))
+                                 for b in batches) + " |")
+    lines += ["", "### Greedy outputs against the same engine's plain decoding (exact + near-tie / requests)", "",
+              "| engine | drafter | shape | " + " | ".join(f"batch {b}" for b in batches) + " |",
+              "|" + "---|" * (3 + len(batches))]
+    for results in (sglang, vllm):
+        for drafter in drafters:
+            for name, arm in arms_of(results, drafter).items():
+                lines.append(f"| {engine_label(results)} | {DRAFTER_NAMES.get(drafter, drafter)} | "
+                             f"{arm.get('shape') or name} | " + " | ".join(
+                                 lossless(arm["cells"].get(f"batch{b}/greedy", {})) or "-" for b in batches) + " |")
+    lines += ["", "A/A spread, plain decoding's timed rounds in one engine, (fastest - slowest) / median:", ""]
+    for results in (sglang, vllm):
+        plain = results["arms"]["plain"]["cells"]
+        lines.append(f"- {engine_label(results)}: " + "; ".join(
+            f"batch {b} {mode} {spread(plain[f'batch{b}/{mode}']['tok_s']):.0%}" for b in batches for mode in MODES
+            if f"batch{b}/{mode}" in plain))
+    lines.append("")
+    notes = [note for results in (sglang, vllm) for note in results.get("notes", [])]
+    lines += [f"Note: {note}" for note in dict.fromkeys(notes)]  # a note both runs carry, once
+    return "\n".join(lines) + "\n"
+
+
+def parity_pairs(sglang: dict, vllm: dict, drafter: str) -> list[tuple[int, dict, dict]]:
+    """(chain length, SGLang arm, vLLM arm) for each chain length both engines ran with ``drafter``."""
+    theirs = {chain_length(arm["shape"]): arm for arm in arms_of(vllm, drafter).values()}
+    pairs = []
+    for arm in arms_of(sglang, drafter).values():
+        k = chain_length(arm["shape"])
+        if k is not None and k in theirs:
+            pairs.append((k, arm, theirs[k]))
+    return sorted(pairs, key=lambda pair: pair[0])
+
+
+def _step_cost(cell: dict | None, plain: dict | None) -> str:
+    """A speculative step's time in plain decoding steps: it yields ``accept_length`` tokens per request in
+    the time plain decoding yields (plain tok/s / speculative tok/s) x ``accept_length``."""
+    if cell is None or plain is None or "accept_length" not in cell:
+        return "-"
+    return f"{plain['tok_s_median'] * cell['accept_length'] / cell['tok_s_median']:.2f}"
+
+
+def _ratio(ours: dict | None, theirs: dict | None) -> str:
+    if ours is None or theirs is None:
+        return "-"
+    return f"{ours['tok_s_median'] / theirs['tok_s_median']:.2f}"
+
+
+def _parity(ours: dict | None, theirs: dict | None) -> str:
+    if ours is None or theirs is None or "accept_length" not in ours or "accept_length" not in theirs:
+        return "-"
+    return f"{ours['accept_length']:.2f} / {theirs['accept_length']:.2f}"
+
+
+def headline(sglang: dict, vllm: dict, sources: tuple[str, str]) -> str:
+    """Per drafter and mode, per batch size: each engine's best output tok/s (its shape) and SGLang / vLLM;
+    plain decoding's the same way."""
+    batches = sglang["batches"]
+    drafters = [d for d in sglang["drafters"] if d in vllm["drafters"]]
+    lines = ["| drafter | mode | " + " | ".join(f"batch {b}: SGLang+plugin / vLLM tok/s (ratio)" for b in batches)
+             + " |", "|" + "---|" * (2 + len(batches))]
+    for mode, mode_label in (("greedy", "greedy"), ("sampled", "T 0.7")):
+        plain = [(sglang["arms"]["plain"]["cells"].get(f"batch{b}/{mode}"),
+                  vllm["arms"]["plain"]["cells"].get(f"batch{b}/{mode}")) for b in batches]
+        lines.append(f"| plain decoding | {mode_label} | " + " | ".join(
+            "-" if None in pair else f"{pair[0]['tok_s_median']:,.0f} / {pair[1]['tok_s_median']:,.0f} "
+            f"({_ratio(*pair)})" for pair in plain) + " |")
+        for drafter in drafters:
+            cells = []
+            for b in batches:
+                key = f"batch{b}/{mode}"
+                ours, theirs = best_arm(sglang, drafter, key), best_arm(vllm, drafter, key)
+                cells.append("-" if ours is None or theirs is None else
+                             f"{ours[1]['tok_s_median']:,.0f} / {theirs[1]['tok_s_median']:,.0f} "
+                             f"({_ratio(ours[1], theirs[1])}; {ours[0]} / {theirs[0]})")
+            lines.append(f"| {DRAFTER_NAMES.get(drafter, drafter)} | {mode_label} | " + " | ".join(cells) + " |")
+    spreads = [spread(results["arms"]["plain"]["cells"][f"batch{b}/{mode}"]["tok_s"])
+               for results in (sglang, vllm) for b in batches for mode in MODES]
+    lines += ["", f"Median output tok/s of {sglang['rounds']} timed rounds; each engine's best EAGLE-3 shape per cell "
+              f"(steps/top-k/draft tokens; vLLM drafts chains only). A/A spread of plain decoding's rounds: median "
+              f"{statistics.median(spreads):.0%}, up to {max(spreads):.0%}. SmolLM2-135M-Instruct, MT-bench first "
+              f"turns, {sglang['device']}, {engine_label(sglang)} (commit {sglang['commit']}) and "
+              f"{engine_label(vllm)}, "
+              f"torch {sglang['torch']}, {sglang['date']}, `{sources[0]}`, `{sources[1]}`."]
+    return "\n".join(lines)
+
+
+def where_faster(sglang: dict, vllm: dict) -> str:
+    """Which engine is ahead where, in words, over :func:`headline`'s cells; a lead counts as beyond noise only
+    past the larger A/A spread of the two engines' plain decoding in that cell (one engine timed again)."""
+    ahead = {"vLLM": [], "SGLang + this plugin": []}
+    gains = {"SGLang + this plugin": [], "vLLM": []}  # best shape's speedup over the engine's own plain decoding
+    cells = 0
+    for mode, mode_label in (("greedy", "greedy"), ("sampled", "T 0.7")):
+        for b in sglang["batches"]:
+            key = f"batch{b}/{mode}"
+            plains = [results["arms"]["plain"]["cells"][key] for results in (sglang, vllm)]
+            noise = max(spread(plain["tok_s"]) for plain in plains)
+            pairs = [("plain decoding", *plains)]
+            for drafter in (d for d in sglang["drafters"] if d in vllm["drafters"]):
+                ours, theirs = best_arm(sglang, drafter, key), best_arm(vllm, drafter, key)
+                if ours is not None and theirs is not None:
+                    pairs.append((DRAFTER_NAMES.get(drafter, drafter).split(",")[0], ours[1], theirs[1]))
+                    gains["SGLang + this plugin"].append(ours[1]["tok_s_median"] / plains[0]["tok_s_median"])
+                    gains["vLLM"].append(theirs[1]["tok_s_median"] / plains[1]["tok_s_median"])
+            for label, ours, theirs in pairs:
+                cells += 1
+                ratio = ours["tok_s_median"] / theirs["tok_s_median"]
+                if ratio != 1:  # a tie leads nowhere
+                    ahead["vLLM" if ratio < 1 else "SGLang + this plugin"].append(
+                        (f"{label} {mode_label} batch {b} ({ratio:.2f})", abs(ratio - 1) > noise))
+    parts = []
+    for side, won in ahead.items():  # every cell where vLLM leads; where this plugin leads, those past the noise
+        beyond = [text for text, past in won if past]
+        listed = won if side == "vLLM" else [(text, True) for text in beyond]
+        parts.append(f"**{side} ahead in {len(won)} of {cells}**, {len(beyond) or 'none'} beyond the spread"
+                     + (": " + "; ".join(text for text, _ in listed) if listed else ""))
+    speedups = "; ".join(f"{side} {min(values):.2f}-{max(values):.2f}x" for side, values in gains.items())
+    return ("SGLang + this plugin / vLLM in the cells above, a lead beyond noise only past the larger A/A spread "
+            "of the two engines in that cell: " + ". ".join(parts) + ". Over its own plain decoding, each engine's "
+            f"best EAGLE-3 shape: {speedups} (`benchmarks/results/real_target/vs_vllm.md`: a speculative step's "
+            "cost in plain steps, time to first token, acceptance parity).")
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) == 3 and argv[0] == "markdown":
+        runs = []
+        for path in argv[1:]:
+            with open(path, encoding="utf-8") as handle:
+                runs.append(json.load(handle))
+        print(markdown(*runs), end="")
+        return 0
+    print(__doc__, file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

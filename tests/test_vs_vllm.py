@@ -1,0 +1,102 @@
+"""benchmarks/real_target/vs_vllm.py: which arms it compares, its ratios and words, on two small runs built
+here with figures chosen so each answer is computed by hand; and the committed comparison page is the one
+its committed runs generate."""
+
+import copy
+import json
+
+import pytest
+
+from tests.script_module import ROOT, load_siblings
+
+table, vs_vllm = load_siblings("benchmarks/real_target", "table", "vs_vllm")
+RESULTS = ROOT / "benchmarks" / "results" / "real_target"
+
+
+def cell(tok_s: list[float], accept: float | None = None, ttft: float | None = None) -> dict:
+    out = {"tok_s": tok_s, "tok_s_median": sorted(tok_s)[len(tok_s) // 2]}
+    if accept is not None:
+        out["accept_length"] = accept
+    if ttft is not None:
+        out["ttft_ms_median"] = ttft
+    return out
+
+
+def run(engine: str, plain: dict, arms: dict) -> dict:
+    world = {"device": "GPU X", "new_tokens": 128, "single": 8, "batches": [1, 16], "near_tie_nats": 1.0,
+             "rounds": 3, "date": "2026-11-27", "torch": "2.14.1", "commit": "abc1234", "drafters": {"d": "/d"}}
+    world.update({"engine": "vllm", "vllm": "0.33.0"} if engine == "vllm" else {"sglang": "0.5.23"})
+    world["arms"] = {"plain": {"arm": "plain", "cells": plain}, **arms}
+    return world
+
+
+@pytest.fixture()
+def runs():
+    # plain decoding: SGLang 100 / 1000 tok/s, vLLM 80 / 1000, rounds spread 10 % (SGLang) and 20 % (vLLM)
+    sglang_plain = {"batch1/greedy": cell([95, 100, 105]), "batch1/sampled": cell([95, 100, 105]),
+                    "batch16/greedy": cell([950, 1000, 1050]), "batch16/sampled": cell([950, 1000, 1050])}
+    vllm_plain = {"batch1/greedy": cell([72, 80, 88]), "batch1/sampled": cell([72, 80, 88]),
+                  "batch16/greedy": cell([900, 1000, 1100]), "batch16/sampled": cell([900, 1000, 1100])}
+
+    def arm(name, shape, values, accept):
+        return {name: {"arm": name, "shape": shape, "cells": {
+            f"batch{b}/{mode}": cell([v, v, v], accept, ttft=10.0) for (b, v) in zip((1, 16), values)
+            for mode in ("greedy", "sampled")}}}
+
+    sglang = run("sglang", sglang_plain, {**arm("d/chain/plugin", "chain 3/1/4", (80, 500), 2.0),
+                                          **arm("d/wide/plugin", "wide 6/8/32", (90, 400), 2.5),
+                                          **arm("d/chain/stock", "chain 3/1/4", (999, 9999), 2.0)})
+    vllm = run("vllm", vllm_plain, {**arm("d/k3/vllm", "chain 3/1/4", (120, 600), 1.9),
+                                    **arm("d/k1/vllm", "chain 1/1/2", (100, 700), 1.5)})
+    return sglang, vllm
+
+
+def test_best_arm_is_the_fastest_of_this_engine_never_stock(runs):
+    sglang, vllm = runs
+    assert vs_vllm.best_arm(sglang, "d", "batch1/greedy")[0] == "wide 6/8/32"  # 90 > 80; stock's 999 left out
+    assert vs_vllm.best_arm(sglang, "d", "batch16/greedy")[0] == "chain 3/1/4"
+    assert vs_vllm.best_arm(vllm, "d", "batch16/sampled")[0] == "chain 1/1/2"
+    assert vs_vllm.best_arm(vllm, "other", "batch1/greedy") is None
+
+
+def test_chain_lengths_and_parity_pairs(runs):
+    assert [vs_vllm.chain_length(s) for s in ("chain 3/1/4", "chain1 1/1/2", "wide 6/8/32", "tree 5/4/8")] == \
+        [3, 1, None, None]
+    pairs = vs_vllm.parity_pairs(*runs, "d")
+    assert [(k, a["arm"], b["arm"]) for k, a, b in pairs] == [(3, "d/chain/plugin", "d/k3/vllm")]
+
+
+def test_markdown_figures(runs):
+    text = vs_vllm.markdown(*runs)
+    # SGLang's chain at batch 1: 80 tok/s, 0.80x its plain 100, acceptance 2.00; a step costs 100 x 2 / 80 plain steps
+    assert "| SGLang 0.5.23 + this plugin | d | chain 3/1/4 | 80 (0.80x, 2.00) | 500 (0.50x, 2.00) |" in text
+    assert "| SGLang 0.5.23 + this plugin | d | chain 3/1/4 | 2.50 | 4.00 |" in text
+    # best shapes per cell: batch 1 wide 90 against vLLM's k3 120; batch 16 chain 500 against k1 700
+    assert "| d | 0.75 (wide 6/8/32 / chain 3/1/4) | 0.71 (chain 3/1/4 / chain 1/1/2) |" in text
+    assert "| plain decoding | 1.25 | 1.00 |" in text
+    assert "| d | greedy | 3 | 2.00 / 1.90 | 2.00 / 1.90 |" in text
+    assert "stock" not in text.replace("stock SGLang", "")
+
+
+def test_runs_from_different_worlds_are_refused(runs):
+    sglang, vllm = runs
+    other = copy.deepcopy(vllm)
+    other["device"] = "GPU Y"
+    with pytest.raises(ValueError, match="device"):
+        vs_vllm.markdown(sglang, other)
+
+
+def test_where_faster_counts_leads_against_the_spread(runs):
+    words = vs_vllm.where_faster(*runs)
+    # 8 cells (plain + d, 2 modes x 2 batch sizes). vLLM leads d everywhere (0.75, 0.71 per mode): 4 cells, the
+    # spread there 20 %, so every lead is past it. SGLang leads plain at batch 1 (1.25 > 1 + 20 %); at 16 a tie.
+    assert "**vLLM ahead in 4 of 8**, 4 beyond the spread" in words
+    assert "**SGLang + this plugin ahead in 2 of 8**, 2 beyond the spread: plain decoding greedy batch 1 (1.25); " \
+           "plain decoding T 0.7 batch 1 (1.25)" in words
+    assert "SGLang + this plugin 0.50-0.90x; vLLM 0.70-1.50x" in words
+
+
+def test_committed_page_is_generated_from_the_committed_runs():
+    sglang = json.loads((RESULTS / "serve_vs-vllm_h100_sglang-0.5.23.json").read_text())
+    vllm = json.loads((RESULTS / "vllm_h100_vllm-0.33.0.json").read_text())
+    assert (RESULTS / "vs_vllm.md").read_text() == vs_vllm.markdown(sglang, vllm)
