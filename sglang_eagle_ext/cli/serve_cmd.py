@@ -28,6 +28,11 @@ from sglang_eagle_ext.drafter.locate import Located, locate_drafter, read_named_
 from sglang_eagle_ext.drafter.train_serve import producer_warnings
 from sglang_eagle_ext.errors import DrafterError, counted
 from sglang_eagle_ext.sglang.compat import SUPPORTED, cpu, launcher, releases
+from sglang_eagle_ext.sglang.compat.adaptive_shape import ENV_SWITCH as ADAPTIVE_SWITCH
+from sglang_eagle_ext.sglang.compat.adaptive_shape import RELEASES as ADAPTIVE_RELEASES
+from sglang_eagle_ext.sglang.shape_policy import DEFAULT_STEPS
+
+_DEPTHS = " or ".join(str(steps) for steps in DEFAULT_STEPS if steps > 0)
 
 INSTALL_HINT = ("SGLang is not installed in this Python environment. With a GPU:\n"
                 f"    pip install 'sglang{SUPPORTED}'\n"
@@ -46,6 +51,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--num-draft-tokens", type=positive_int, default=None,
                         help="verified tokens per step (default: num-steps + 1 for topk 1, else "
                              "topk * num-steps + 1)")
+    parser.add_argument("--adaptive", action="store_true",
+                        help="choose the drafting depth per decode step, per batch size, from measured step "
+                             f"costs and live acceptance: no speculation or a chain of {_DEPTHS} steps (SGLang "
+                             f"0.5.21+, --topk 1, --num-steps one of those; adds --speculative-adaptive and "
+                             f"{ADAPTIVE_SWITCH}=1)")
     parser.add_argument("--device", choices=SERVING_DEVICES, default="auto",
                         help="auto: the GPU when one is visible, else the CPU (float32, Triton's "
                              "interpreter, SGLang's CPU flags added unless given after --)")
@@ -97,12 +107,28 @@ def build_command(args, model_dir: str, device: str) -> list[str]:
                "--speculative-num-steps", str(args.num_steps),
                "--speculative-eagle-topk", str(args.topk),
                "--speculative-num-draft-tokens", str(draft_tokens)]
+    if args.adaptive:  # stock builds a graph set per candidate depth; this package's policy picks among them
+        command.append("--speculative-adaptive")
     extra = list(args.extra)
     if extra and extra[0] == "--":
         extra = extra[1:]
     if device == "cpu":
         command += cpu.server_flags(extra, args.cpu_kv_tokens, release)
     return command + extra
+
+
+def adaptive_problem(args) -> str | None:
+    """Why ``--adaptive`` cannot serve these options (SGLang would refuse them at start-up), else None."""
+    if not args.adaptive:
+        return None
+    release = serving_release()
+    if release not in ADAPTIVE_RELEASES:
+        return f"needs SGLang 0.5.21 or later (its --speculative-adaptive takes a policy); this is {release}"
+    if (args.topk != 1 or args.num_steps not in DEFAULT_STEPS or args.num_steps == 0
+            or args.num_draft_tokens not in (None, args.num_steps + 1)):
+        return (f"chooses among chains (top-k 1) of {_DEPTHS} steps and no speculation: start it at one of them "
+                f"(--topk 1 --num-steps {max(DEFAULT_STEPS)}, no --num-draft-tokens)")
+    return None
 
 
 def kv_pool_line(args, spec, device: str) -> list[str]:
@@ -143,6 +169,10 @@ def run(args) -> int:
     if problem:
         print(f"serve: --device {problem}", file=sys.stderr)
         return 2
+    problem = adaptive_problem(args)
+    if problem:
+        print(f"serve: --adaptive {problem}", file=sys.stderr)
+        return 2
     try:
         located = locate_drafter(args.draft)
         target = read_named_target(args.target)
@@ -169,6 +199,8 @@ def run(args) -> int:
     lines += kv_pool_line(args, spec, device)
     # On a CPU the server needs the shims' variables too: the printed line runs as printed in a shell.
     environment = server_environment(dict(os.environ), device)
+    if args.adaptive:
+        environment[ADAPTIVE_SWITCH] = "1"
     variables = {name: value for name, value in environment.items() if os.environ.get(name) != value}
     command_line = "command:        " + " ".join([f"{name}={shlex.quote(value)}" for name, value in variables.items()]
                                                 + [shlex.join(command)])

@@ -66,12 +66,13 @@ def test_every_synopsis_lists_every_argument(arguments):
 
 
 def test_a_synopsis_without_an_option_is_caught(arguments):
-    """The README's serve synopsis before docs/cli.md: every option but --algorithm and --stock-check."""
+    """The README's serve synopsis before docs/cli.md: every option but --algorithm, --adaptive (newer) and
+    --stock-check."""
     old = ("`sglang-eagle serve --target T --draft D [--num-steps N] [--topk K] [--num-draft-tokens M]\n"
            "[--device auto|cpu|cuda] [--cpu-kv-tokens N] [--export-dir DIR] [--print-only]\n"
            "[-- SGLANG ARGS]` launches `sglang serve`")
     [synopsis] = synopses(old, "serve")
-    assert missing(synopsis, arguments["serve"]) == ["--algorithm", "--stock-check", "SGLANG_ARGS"]
+    assert missing(synopsis, arguments["serve"]) == ["--algorithm", "--adaptive", "--stock-check", "SGLANG_ARGS"]
 
 
 def test_the_readme_points_to_the_options():

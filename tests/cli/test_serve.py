@@ -258,3 +258,35 @@ def test_print_only_says_what_stock_does_only_when_asked(tmp_path, target, capsy
     assert main(["serve", "--target", target, "--draft", draft, "--print-only", "--stock-check"]) == 0
     out = capsys.readouterr().out
     assert "refuses it: ValueError: Unrecognized model in" in out and "this plugin can" in out
+
+
+def test_adaptive_adds_sglangs_flag_and_this_packages_switch(tmp_path, target, monkeypatch):
+    draft = fixtures.build("F7-speculators-2-layers", str(tmp_path / "d"))
+    seen = []
+    monkeypatch.delenv("SGLANG_EAGLE_EXT_ADAPTIVE", raising=False)
+    monkeypatch.setattr(serve_cmd, "launch", lambda command, env=None: seen.append((command, env)) or 0)
+    assert main(["serve", "--target", target, "--draft", draft, "--adaptive", "--device", "cpu"]) == 0
+    command, env = seen[0]
+    assert "--speculative-adaptive" in command and env["SGLANG_EAGLE_EXT_ADAPTIVE"] == "1"
+    # SGLang starts the deepest chain of the depths the policy chooses among (stock requires one of them)
+    assert command[command.index("--speculative-num-steps") + 1] == "3"
+    assert command[command.index("--speculative-num-draft-tokens") + 1] == "4"
+
+
+@pytest.mark.parametrize("options", [["--topk", "2"], ["--num-steps", "2"], ["--num-steps", "3", "--num-draft-tokens",
+                                                                             "6"]])
+def test_adaptive_refuses_a_shape_it_cannot_start_from(tmp_path, target, capsys, options):
+    draft = fixtures.build("F7-speculators-2-layers", str(tmp_path / "d"))
+    assert main(["serve", "--target", target, "--draft", draft, "--adaptive", "--print-only", *options]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith("serve: --adaptive chooses among chains (top-k 1) of 1 or 3 steps") and \
+        "--topk 1 --num-steps 3" in error
+
+
+def test_adaptive_needs_a_release_with_sglangs_policy(tmp_path, target, capsys, monkeypatch):
+    from packaging.version import Version
+
+    draft = fixtures.build("F7-speculators-2-layers", str(tmp_path / "d"))
+    monkeypatch.setattr(serve_cmd, "serving_release", lambda: Version("0.5.16"))
+    assert main(["serve", "--target", target, "--draft", draft, "--adaptive", "--print-only"]) == 2
+    assert "needs SGLang 0.5.21 or later" in capsys.readouterr().err

@@ -1,0 +1,74 @@
+"""The binding of ``SGLANG_EAGLE_EXT_ADAPTIVE``: this package's
+:class:`~sglang_eagle_ext.sglang.shape_policy.ShapePolicy` in place of stock's policy under
+``--speculative-adaptive`` (SGLang 0.5.21 and later).
+
+Stock's adaptive mode builds one set of CUDA graphs per candidate chain depth (off included) and switches
+between them per decode step; which depth runs is asked of a policy object, constructed in
+``EAGLEWorkerV2.__init__`` from the name ``AdaptiveSpeculativeParams`` that ``speculative/eagle_worker_v2.py``
+imports (0.5.21+, behind the ``AdaptiveSpecPolicy`` protocol of ``speculative/adaptive_runtime_state.py``).
+The binding rebinds that name, so stock keeps building, capturing and switching, and SGLang's own sizing
+(the draft-token bound and KV reservation from the candidate depths of ``--speculative-adaptive-config``)
+covers every depth the policy may choose: it chooses only among them.
+
+Switch values: unset or off: stock's policy; ``1`` / on: the cost policy; ``cycle``: every candidate depth in
+turn, one per step (the test mode that checks outputs across switches). On a release before 0.5.21 a
+switch set on stops start-up with its reason. The switch takes effect only with ``--speculative-adaptive``
+(stock's flag: it makes SGLang build the depths); ``sglang-eagle serve --adaptive`` passes both.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
+
+from sglang_eagle_ext import env
+from sglang_eagle_ext.sglang.compat import releases
+from sglang_eagle_ext.sglang.compat.patch import SCHEDULER_MODULE, Patch, Target, require
+from sglang_eagle_ext.sglang.shape_policy import ShapePolicy
+
+ENV_SWITCH = "SGLANG_EAGLE_EXT_ADAPTIVE"
+MODES = ("off", "on", "cycle")
+RELEASES = SpecifierSet(">=0.5.21")
+_WORKER = "sglang.srt.speculative.eagle_worker_v2"
+_STATE = "sglang.srt.speculative.adaptive_runtime_state"
+# the name the worker constructs its policy from, with the keywords it passes
+POLICY_NAME = Target(RELEASES, _WORKER, "AdaptiveSpeculativeParams")
+POLICY_CALL = Target(RELEASES, _WORKER, "EAGLEWorkerV2", "__init__", reads=("AdaptiveSpeculativeParams",
+                                                                           "speculative_adaptive_config"))
+POLICY_INIT = Target(RELEASES, "sglang.srt.speculative.adaptive_spec_params", "AdaptiveSpeculativeParams",
+                     "__init__", params=("self", "initial_steps", "cfg_path"))
+# what the controller asks of the policy: ShapePolicy answers each
+CONTROLLER = (Target(RELEASES, _STATE, "AdaptiveController", "__init__", params=("self", "worker", "policy")),
+              Target(RELEASES, _STATE, "AdaptiveController", "init_states",
+                     reads=("set_cuda_graph_bs", "cuda_graph_bs_for_step", "candidate_steps")),
+              Target(RELEASES, _STATE, "AdaptiveController", "activate_step_by_batch", reads=("get_steps_for_batch",)),
+              Target(RELEASES, _STATE, "AdaptiveController", "on_verify_complete", reads=("on_verify_complete",)))
+
+
+def selected(release: Version) -> str:
+    """``off``, ``on`` or ``cycle``; a switch set on where SGLang has no policy protocol stops start-up."""
+    value = env.choice(ENV_SWITCH, env.ON + env.OFF + ("cycle",), "off")
+    mode = "cycle" if value == "cycle" else "on" if value in env.ON else "off"
+    if mode != "off" and release not in RELEASES:
+        raise env.SwitchError(f"{ENV_SWITCH}={value}: the drafting shape is chosen per step on SGLang 0.5.21 and "
+                              f"later (their --speculative-adaptive takes a policy); this is SGLang {release}. "
+                              f"Unset {ENV_SWITCH} or upgrade SGLang")
+    return mode
+
+
+def _bind_once_scheduler_loads(_scheduler_module) -> str:
+    mode = selected(releases.installed_release())
+    if mode == "off":
+        return "adaptive shape: stock's (--speculative-adaptive steps by acceptance; " + ENV_SWITCH + "=1 weighs costs)"
+    worker = importlib.import_module(_WORKER)
+    require(hasattr(worker, POLICY_NAME.name), POLICY_NAME.path)
+    worker.AdaptiveSpeculativeParams = functools.partial(ShapePolicy, cycle=mode == "cycle")
+    return (f"adaptive shape: {'round-robin over the depths (test mode)' if mode == 'cycle' else 'cost policy'} "
+            f"in place of stock's under --speculative-adaptive ({ENV_SWITCH}={mode})")
+
+
+PATCH = Patch("adaptive-shape", releases.EVERY_RELEASE.releases, SCHEDULER_MODULE, _bind_once_scheduler_loads, (),
+              switch=selected)

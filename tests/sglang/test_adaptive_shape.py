@@ -1,0 +1,255 @@
+"""sglang_eagle_ext/sglang/shape_policy.py: the drafting depth chosen per step (issue 39 stage A).
+
+The policy is driven as SGLang's adaptive controller drives it (a decision before each decode step, a verify
+result after it) against a simulated server: a fake clock advanced by a per-(depth, batch) step cost, and
+accepted drafts drawn (seeded) from per-depth acceptance rates. The references are computed here, apart from
+the policy: the sample mean of the draws, and the throughput of every fixed depth on the same simulated
+server. The last tests drive it with SGLang 0.5.23's own AdaptiveController, and check the switch and the
+binding that puts it where SGLang's worker constructs its policy."""
+
+import json
+import random
+
+import pytest
+from packaging.version import Version
+
+from sglang_eagle_ext import env
+from sglang_eagle_ext.sglang import shape_policy
+from sglang_eagle_ext.sglang.compat import adaptive_shape
+from sglang_eagle_ext.sglang.shape_policy import DepthAcceptance, ShapePolicy, bucket_of
+
+RATES = (0.9, 0.8, 0.7, 0.6, 0.5)  # draft j accepted with RATES[j - 1] when drafts 1 .. j - 1 were
+
+
+def draw(rng: random.Random, steps: int, requests: int) -> list[int]:
+    """Accepted drafts per request of one verify step of a depth-``steps`` chain."""
+    counts = []
+    for _ in range(requests):
+        count = 0
+        while count < steps and rng.random() < RATES[count]:
+            count += 1
+        counts.append(count)
+    return counts
+
+
+def true_tokens(steps: int) -> float:
+    total, reach = 1.0, 1.0
+    for rate in RATES[:steps]:
+        reach *= rate
+        total += reach
+    return total
+
+
+class Server:
+    """A simulated decode loop: ``cost(steps, batch)`` seconds per step on a fake clock. Under the overlap
+    scheduler (``overlap``) the next step is decided before the last step's result is processed."""
+
+    def __init__(self, cost, seed: int = 0, overlap: bool = True):
+        self.cost, self.rng, self.now, self.overlap = cost, random.Random(seed), 0.0, overlap
+
+    def clock(self) -> float:
+        return self.now
+
+    def run(self, policy, work: list[tuple[int, float]]) -> tuple[float, list[int]]:
+        """Each (batch size, tokens) of ``work`` decoded to its last token: (seconds taken, depth of each step)."""
+        started, chosen, waiting = self.now, [], None
+        for batch, tokens in work:
+            made = 0.0
+            while made < tokens:
+                steps = policy.get_steps_for_batch(batch)
+                if waiting is not None:  # the previous step's result, processed while this one runs
+                    policy.on_verify_complete(*waiting)
+                chosen.append(steps)
+                self.now += self.cost(steps, batch)
+                counts = draw(self.rng, steps, batch)
+                made += sum(1 + c for c in counts)
+                waiting = (counts, batch)
+                if not self.overlap:
+                    policy.on_verify_complete(*waiting)
+                    waiting = None
+        if waiting is not None:
+            policy.on_verify_complete(*waiting)
+        return self.now - started, chosen
+
+
+class Fixed:
+    """A fixed depth, driven like the policy (the baseline every choice is judged against)."""
+
+    def __init__(self, steps: int):
+        self.steps = steps
+
+    def get_steps_for_batch(self, batch: int) -> int:
+        return self.steps
+
+    def on_verify_complete(self, counts, batch) -> None:
+        return None
+
+
+def cost(steps: int, batch: int) -> float:
+    """ms per step: a fixed host part, a target forward growing with the verified tokens, draft forwards and
+    the speculative path's own overhead. Best depth: 3 at batch 1 (by 23 %) and 4 (11 %), off at 64 (15 %)."""
+    return 1e-3 * (1.0 + 0.05 * batch * (steps + 1) + 0.2 * steps + 0.02 * batch * steps + (0.3 if steps else 0.0))
+
+
+def policy_on(server: Server, **kwargs) -> ShapePolicy:
+    lines = []
+    policy = ShapePolicy(3, clock=server.clock, log=lines.append, **kwargs)
+    policy.set_cuda_graph_bs([1, 2, 4, 8, 16, 24, 32, 48, 64])
+    policy.lines = lines
+    return policy
+
+
+def test_acceptance_by_depth_is_the_sample_mean():
+    rng = random.Random(7)
+    acceptance = DepthAcceptance(decay=1.0)
+    counts = []
+    for _ in range(400):
+        step = draw(rng, 4, 8)
+        counts += step
+        acceptance.observe(step, 4)
+    # the per-depth rates telescope: 1 + sum_j prod_{i<=j} a_i is 1 + the mean accepted drafts, exactly
+    assert acceptance.expected_tokens(4) == pytest.approx(1 + sum(counts) / len(counts), rel=1e-12)
+    assert acceptance.rates() == pytest.approx(RATES[:4], abs=0.05)
+    assert acceptance.expected_tokens(0) == 1.0
+    # a depth never drafted takes the deepest rate measured
+    rates = acceptance.rates()
+    assert acceptance.expected_tokens(6) == pytest.approx(
+        acceptance.expected_tokens(4) + sum(_prod(rates) * rates[-1] ** k for k in (1, 2)), rel=1e-12)
+    assert DepthAcceptance().expected_tokens(2) is None
+
+
+def _prod(values):
+    out = 1.0
+    for value in values:
+        out *= value
+    return out
+
+
+@pytest.mark.parametrize("overlap", [True, False])
+@pytest.mark.parametrize("batch", [1, 4, 64])
+def test_each_batch_size_runs_its_best_fixed_depth(batch, overlap):
+    best = max((0, 1, 3), key=lambda s: true_tokens(s) / cost(s, batch))
+    server = Server(cost, seed=batch, overlap=overlap)
+    policy = policy_on(server)
+    server.run(policy, [(batch, 300 * batch)])  # probing every depth, then settling
+    seconds, chosen = server.run(policy, [(batch, 3000 * batch)])
+    fixed = {s: Server(cost, seed=batch).run(Fixed(s), [(batch, 3000 * batch)])[0] for s in (0, 1, 3)}
+    assert min(fixed, key=fixed.get) == best  # the cost model's best is the simulated best
+    assert chosen.count(best) / len(chosen) > 0.95, (best, {s: chosen.count(s) for s in (0, 1, 3)})
+    assert seconds <= 1.05 * fixed[best]  # probes included; sampling noise both ways
+
+
+def test_a_drifting_batch_size_beats_every_fixed_depth():
+    work = [(b, 200 * b) for b in (1, 4, 16, 32, 64, 32, 16, 4, 1) for _ in range(3)]
+    server = Server(cost, seed=3)
+    policy = policy_on(server)
+    seconds, _ = server.run(policy, work)
+    for steps in (0, 1, 3):
+        assert seconds < Server(cost, seed=3).run(Fixed(steps), work)[0], steps
+    assert any("adaptive shape: batch" in line for line in policy.lines)
+
+
+def test_switches_are_logged_with_their_reason_at_a_bounded_rate():
+    server = Server(cost, seed=5)
+    policy = policy_on(server)
+    server.run(policy, [(b, 20 * b) for _ in range(100) for b in (1, 64)])  # two buckets taking turns
+    switches = [line for line in policy.lines if "->" in line]
+    assert switches and all("acceptance by depth" in line for line in switches)
+    for key in (1, 64):  # at most one line per bucket per 10 s of the fake clock
+        assert len([line for line in switches if f"batch {key}+" in line]) <= 1 + server.now / \
+            shape_policy.LOG_INTERVAL_S
+
+
+def test_cycle_mode_runs_every_depth_in_turn():
+    server = Server(cost, seed=1)
+    policy = policy_on(server, cycle=True)
+    _, chosen = server.run(policy, [(4, 40)])
+    assert sorted(set(chosen)) == [0, 1, 3] and all(a != b for a, b in zip(chosen, chosen[1:]))
+
+
+def test_candidates_from_sglangs_config_file(tmp_path):
+    path = tmp_path / "adaptive.json"
+    path.write_text(json.dumps({"1": {"candidate_steps": [1, 3]}, "16": {"candidate_steps": [0, 1]},
+                                "ema_alpha": 0.2}))
+    policy = ShapePolicy(1, str(path), log=lambda line: None)
+    policy.set_cuda_graph_bs([1, 2, 4, 8, 16, 32])
+    assert policy.candidate_steps == [0, 1, 3]
+    assert policy.cuda_graph_bs_for_step(3) == [1, 2, 4, 8]
+    assert policy.cuda_graph_bs_for_step(0) == [16, 32]
+    assert policy.cuda_graph_bs_for_step(1) == [1, 2, 4, 8, 16, 32]
+    assert all(policy.get_steps_for_batch(20) in (0, 1) for _ in range(50))
+    (tmp_path / "bad.json").write_text(json.dumps({"ema_alpha": 0.2}))
+    with pytest.raises(ValueError, match="bad.json"):
+        ShapePolicy(1, str(tmp_path / "bad.json"))
+
+
+def test_buckets_are_powers_of_two():
+    assert [bucket_of(b) for b in (1, 2, 3, 4, 7, 8, 48, 64, 100)] == [1, 2, 2, 4, 4, 8, 32, 64, 64]
+
+
+def test_sglangs_own_controller_drives_it():
+    """SGLang 0.5.23's AdaptiveController with a worker stand-in: states built for the policy's depths at the
+    batch sizes it names, and the worker switched to what the policy chooses."""
+    state_module = pytest.importorskip("sglang.srt.speculative.adaptive_runtime_state")
+
+    class Worker:
+        speculative_num_steps = 3
+
+        def __init__(self):
+            self.built, self.applied = {}, []
+
+        def build_adaptive_runtime_state(self, speculative_num_steps, speculative_num_draft_tokens, cuda_graph_bs=None):
+            self.built[speculative_num_steps] = (speculative_num_draft_tokens, cuda_graph_bs)
+            return state_module.SpecRuntimeState(speculative_num_steps, speculative_num_draft_tokens,
+                                                  None, None, None, None, None, None)
+
+        def apply_runtime_state(self, state):
+            self.speculative_num_steps = state.speculative_num_steps
+            self.applied.append(state.speculative_num_steps)
+
+    server = Server(cost, seed=2)
+    worker = Worker()
+    controller = state_module.AdaptiveController(worker, ShapePolicy(3, clock=server.clock, log=lambda line: None))
+    controller.init_states(cuda_graph_bs=[1, 8, 64])
+    assert worker.built == {0: (1, [1, 8, 64]), 1: (2, [1, 8, 64]), 3: (4, [1, 8, 64])}
+    for _ in range(400):  # without overlap: each result processed before the next decision
+        controller.activate_step_by_batch(64)
+        server.now += cost(worker.speculative_num_steps, 64)
+        controller.on_verify_complete(draw(server.rng, worker.speculative_num_steps, 64), batch_size=64)
+    best = max((0, 1, 3), key=lambda s: true_tokens(s) / cost(s, 64))
+    assert worker.speculative_num_steps == best and set(worker.applied) == {0, 1, 3}
+
+
+@pytest.mark.parametrize("value, mode", [(None, "off"), ("0", "off"), ("1", "on"), ("On", "on"), ("cycle", "cycle")])
+def test_the_switch(monkeypatch, value, mode):
+    if value is None:
+        monkeypatch.delenv(adaptive_shape.ENV_SWITCH, raising=False)
+    else:
+        monkeypatch.setenv(adaptive_shape.ENV_SWITCH, value)
+    assert adaptive_shape.selected(Version("0.5.23")) == mode
+    if mode == "off":
+        assert adaptive_shape.selected(Version("0.5.16")) == "off"
+    else:  # set on where SGLang's adaptive mode takes no policy: start-up stops, saying why
+        with pytest.raises(env.SwitchError, match="0.5.21 and later.*this is SGLang 0.5.16"):
+            adaptive_shape.selected(Version("0.5.16"))
+
+
+def test_a_misspelt_switch_is_refused(monkeypatch):
+    monkeypatch.setenv(adaptive_shape.ENV_SWITCH, "fast")
+    with pytest.raises(env.SwitchError, match="SGLANG_EAGLE_EXT_ADAPTIVE='fast'"):
+        adaptive_shape.selected(Version("0.5.23"))
+
+
+@pytest.mark.parametrize("value", ["1", "cycle", "0"])
+def test_the_binding_puts_the_policy_where_sglangs_worker_constructs_it(monkeypatch, value):
+    worker = pytest.importorskip("sglang.srt.speculative.eagle_worker_v2")
+    stock = worker.AdaptiveSpeculativeParams
+    monkeypatch.setattr(worker, "AdaptiveSpeculativeParams", stock)  # put back after the test
+    monkeypatch.setenv(adaptive_shape.ENV_SWITCH, value)
+    phrase = adaptive_shape._bind_once_scheduler_loads(None)
+    policy = worker.AdaptiveSpeculativeParams(initial_steps=3, cfg_path=None)  # as EAGLEWorkerV2.__init__ calls it
+    if value == "0":
+        assert worker.AdaptiveSpeculativeParams is stock and phrase.startswith("adaptive shape: stock's")
+        return
+    assert isinstance(policy, ShapePolicy) and policy.candidate_steps == [0, 1, 3]
+    assert ("round-robin" in phrase) == (value == "cycle") and "--speculative-adaptive" in phrase
