@@ -26,6 +26,8 @@ PRESENCE_CHECKS = {
     ("sglang/compat/fused_verify.py", "apply"): "the seam's check of the code it wraps: stops the server",
     ("sglang/compat/tree_kernels.py", "_bind"): "binding points are bound wherever present",
     ("sglang/compat/stop_strings.py", "_apply"): "the patch's check of the code it changes: stops the server",
+    ("sglang/compat/adaptive_shape.py", "_bind_once_scheduler_loads"): "the binding's check of the name it rebinds: "
+                                                                       "stops the server",
 }
 # The supported releases, each line's first
 LINES = [Version(f"0.5.{minor}") for minor in range(11, 24)]
@@ -125,4 +127,4 @@ def test_the_activation_line_is_made_from_the_table(monkeypatch):
     needed = [patch for patch in compat.PATCHES if patch.needed(Version("0.5.11"))]
     assert len(armed) == len(needed)
     assert names == list(dict.fromkeys(patch.name for patch in needed if patch.switch is None))
-    assert [patch.name for patch in compat.BINDINGS] == ["tree-kernels", "fused-verify"]
+    assert [patch.name for patch in compat.BINDINGS] == ["tree-kernels", "fused-verify", "adaptive-shape"]

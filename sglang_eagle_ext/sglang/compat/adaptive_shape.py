@@ -21,7 +21,6 @@ from __future__ import annotations
 import functools
 import importlib
 
-from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from sglang_eagle_ext import env
@@ -31,7 +30,7 @@ from sglang_eagle_ext.sglang.shape_policy import ShapePolicy
 
 ENV_SWITCH = "SGLANG_EAGLE_EXT_ADAPTIVE"
 MODES = ("off", "on", "cycle")
-RELEASES = SpecifierSet(">=0.5.21")
+RELEASES = releases.ADAPTIVE_POLICY.releases
 _WORKER = "sglang.srt.speculative.eagle_worker_v2"
 _STATE = "sglang.srt.speculative.adaptive_runtime_state"
 # the name the worker constructs its policy from, with the keywords it passes
@@ -60,9 +59,10 @@ def selected(release: Version) -> str:
 
 
 def _bind_once_scheduler_loads(_scheduler_module) -> str:
-    mode = selected(releases.installed_release())
+    release = releases.installed_release()
+    mode = selected(release)
     if mode == "off":
-        return "adaptive shape: stock's (--speculative-adaptive steps by acceptance; " + ENV_SWITCH + "=1 weighs costs)"
+        return "adaptive shape: stock's" + (f" ({ENV_SWITCH}=1: chosen by cost)" if release in RELEASES else "")
     worker = importlib.import_module(_WORKER)
     require(hasattr(worker, POLICY_NAME.name), POLICY_NAME.path)
     worker.AdaptiveSpeculativeParams = functools.partial(ShapePolicy, cycle=mode == "cycle")

@@ -68,6 +68,10 @@ RUNTIME_SERVER_ARGS = _fact("runtime-server-args", ">=0.5.15", "the runtime cont
 RUNTIME_SPEC = _fact("runtime-spec", ">=0.5.17", "the runtime context's get_spec: speculative settings")
 DRAFT_PARALLEL_SPEC = _fact("draft-parallel-spec", ">=0.5.23",
                             "the draft's tensor-parallel layout from a DraftParallelSpec class attribute")
+# Speculating
+ADAPTIVE_POLICY = _fact("adaptive-policy", ">=0.5.21",
+                        "--speculative-adaptive asks a policy object (the AdaptiveSpecPolicy protocol) for each step's "
+                        "depth, constructed from eagle_worker_v2's AdaptiveSpeculativeParams")
 # How the server is started (every release: `sglang serve`, which launch_server's __main__ recommends)
 CUDA_GRAPH_BACKEND_FLAGS = _fact("cuda-graph-backend-flags", ">=0.5.14",
                                  "CUDA graphs are switched off per phase, --cuda-graph-backend-{decode,prefill}="
