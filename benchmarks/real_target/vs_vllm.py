@@ -30,6 +30,7 @@ from __future__ import annotations
 import json
 import statistics
 import sys
+from typing import Callable
 
 from table import DRAFTER_NAMES, lossless, spread
 
@@ -95,21 +96,11 @@ def markdown(sglang: dict, vllm: dict) -> str:
              f"new tokens each (ignore_eos); batch 1: {sglang['single']} prompts one at a time, batch 16 and 64: "
              f"64 requests in waves of that size; the median of {sglang['rounds']} (SGLang) and {vllm['rounds']} "
              "(vLLM) timed rounds after a warm-up.", ""]
+    runs = (sglang, vllm)
     for mode, mode_label in MODES.items():
         lines += [f"### {mode_label}", "",
-                  "Output tok/s (speedup over the same engine's plain decoding, acceptance length)", "",
-                  "| engine | drafter | shape | " + " | ".join(f"batch {b}" for b in batches) + " |",
-                  "|" + "---|" * (3 + len(batches))]
-        for results in (sglang, vllm):
-            plain = results["arms"]["plain"]["cells"]
-            lines.append(f"| {engine_label(results)} | plain decoding | - | "
-                         + " | ".join(_cell_text(plain.get(f"batch{b}/{mode}"), None) for b in batches) + " |")
-            for drafter in drafters:
-                for name, arm in arms_of(results, drafter).items():
-                    lines.append(f"| {engine_label(results)} | {DRAFTER_NAMES.get(drafter, drafter)} | "
-                                 f"{arm.get('shape') or name} | " + " | ".join(
-                                     _cell_text(arm["cells"].get(f"batch{b}/{mode}"), plain.get(f"batch{b}/{mode}"))
-                                     for b in batches) + " |")
+                  "Output tok/s (speedup over the same engine's plain decoding, acceptance length)", ""]
+        lines += _arm_table(runs, drafters, batches, mode, _cell_text, plain_text=lambda cell: _cell_text(cell, None))
         lines += ["", "SGLang + this plugin / vLLM, output tok/s, each engine at its best shape for the cell:", "",
                   "| drafter | " + " | ".join(f"batch {b}" for b in batches) + " |", "|" + "---|" * (1 + len(batches))]
         lines.append("| plain decoding | " + " | ".join(
@@ -126,17 +117,8 @@ def markdown(sglang: dict, vllm: dict) -> str:
                 cells.append(f"{_ratio(ours[1], theirs[1])} ({ours[0]} / {theirs[0]})")
             lines.append(f"| {DRAFTER_NAMES.get(drafter, drafter)} | " + " | ".join(cells) + " |")
         lines.append("")
-    lines += ["### Time to first token, ms (each wave alone, one new token; greedy)", "",
-              "| engine | drafter | shape | " + " | ".join(f"batch {b}" for b in batches) + " |",
-              "|" + "---|" * (3 + len(batches))]
-    for results in (sglang, vllm):
-        lines.append(f"| {engine_label(results)} | plain decoding | - | " + " | ".join(
-            _ttft(results["arms"]["plain"]["cells"].get(f"batch{b}/greedy")) for b in batches) + " |")
-        for drafter in drafters:
-            for name, arm in arms_of(results, drafter).items():
-                lines.append(f"| {engine_label(results)} | {DRAFTER_NAMES.get(drafter, drafter)} | "
-                             f"{arm.get('shape') or name} | " + " | ".join(
-                                 _ttft(arm["cells"].get(f"batch{b}/greedy")) for b in batches) + " |")
+    lines += ["### Time to first token, ms (each wave alone, one new token; greedy)", ""]
+    lines += _arm_table(runs, drafters, batches, "greedy", lambda cell, _: _ttft(cell), plain_text=_ttft)
     lines += ["", "### Acceptance parity (the same drafter and chain length in both engines)", "",
               "| drafter | mode | chain | " + " | ".join(f"batch {b}: SGLang / vLLM" for b in batches) + " |",
               "|" + "---|" * (3 + len(batches))]
@@ -147,25 +129,10 @@ def markdown(sglang: dict, vllm: dict) -> str:
                     _parity(ours["cells"].get(f"batch{b}/{mode}"), theirs["cells"].get(f"batch{b}/{mode}"))
                     for b in batches) + " |")
     lines += ["", "### Cost of a speculative step, in plain decoding steps (plain tok/s x acceptance / EAGLE-3 tok/s; "
-              "greedy)", "", "| engine | drafter | shape | " + " | ".join(f"batch {b}" for b in batches) + " |",
-              "|" + "---|" * (3 + len(batches))]
-    for results in (sglang, vllm):
-        plain = results["arms"]["plain"]["cells"]
-        for drafter in drafters:
-            for name, arm in arms_of(results, drafter).items():
-                lines.append(f"| {engine_label(results)} | {DRAFTER_NAMES.get(drafter, drafter)} | "
-                             f"{arm.get('shape') or name} | " + " | ".join(
-                                 _step_cost(arm["cells"].get(f"batch{b}/greedy"), plain.get(f"batch{b}/greedy"))
-                                 for b in batches) + " |")
-    lines += ["", "### Greedy outputs against the same engine's plain decoding (exact + near-tie / requests)", "",
-              "| engine | drafter | shape | " + " | ".join(f"batch {b}" for b in batches) + " |",
-              "|" + "---|" * (3 + len(batches))]
-    for results in (sglang, vllm):
-        for drafter in drafters:
-            for name, arm in arms_of(results, drafter).items():
-                lines.append(f"| {engine_label(results)} | {DRAFTER_NAMES.get(drafter, drafter)} | "
-                             f"{arm.get('shape') or name} | " + " | ".join(
-                                 lossless(arm["cells"].get(f"batch{b}/greedy", {})) or "-" for b in batches) + " |")
+              "greedy)", ""]
+    lines += _arm_table(runs, drafters, batches, "greedy", _step_cost)
+    lines += ["", "### Greedy outputs against the same engine's plain decoding (exact + near-tie / requests)", ""]
+    lines += _arm_table(runs, drafters, batches, "greedy", lambda cell, _: lossless(cell or {}) or "-")
     lines += ["", "A/A spread, plain decoding's timed rounds in one engine, (fastest - slowest) / median:", ""]
     for results in (sglang, vllm):
         plain = results["arms"]["plain"]["cells"]
@@ -176,6 +143,27 @@ def markdown(sglang: dict, vllm: dict) -> str:
     notes = [note for results in (sglang, vllm) for note in results.get("notes", [])]
     lines += [f"Note: {note}" for note in dict.fromkeys(notes)]  # a note both runs carry, once
     return "\n".join(lines) + "\n"
+
+
+def _arm_table(runs: tuple[dict, dict], drafters: list[str], batches: list[int], mode: str,
+               text: Callable[[dict | None, dict | None], str],
+               plain_text: Callable[[dict | None], str] | None = None) -> list[str]:
+    """A table with a row per engine and EAGLE-3 arm (after the engine's plain decoding, given
+    ``plain_text``): each batch size's column is ``text(the arm's cell, plain decoding's cell)`` of ``mode``."""
+    lines = ["| engine | drafter | shape | " + " | ".join(f"batch {b}" for b in batches) + " |",
+             "|" + "---|" * (3 + len(batches))]
+    for results in runs:
+        plain = results["arms"]["plain"]["cells"]
+        if plain_text is not None:
+            lines.append(f"| {engine_label(results)} | plain decoding | - | " + " | ".join(
+                plain_text(plain.get(f"batch{b}/{mode}")) for b in batches) + " |")
+        for drafter in drafters:
+            for name, arm in arms_of(results, drafter).items():
+                lines.append(f"| {engine_label(results)} | {DRAFTER_NAMES.get(drafter, drafter)} | "
+                             f"{arm.get('shape') or name} | " + " | ".join(
+                                 text(arm["cells"].get(f"batch{b}/{mode}"), plain.get(f"batch{b}/{mode}"))
+                                 for b in batches) + " |")
+    return lines
 
 
 def parity_pairs(sglang: dict, vllm: dict, drafter: str) -> list[tuple[int, dict, dict]]:
