@@ -54,6 +54,18 @@ def best_arm(results: dict, drafter: str, key: str) -> tuple[str, dict] | None:
     return max(measured, key=lambda pair: pair[1]["tok_s_median"], default=None)
 
 
+def head_to_head(sglang: dict, vllm: dict, key: str) -> list[tuple[str, tuple | None, tuple | None]]:
+    """Cell ``key`` in both engines, row by row: plain decoding, then each drafter both served, each engine
+    at its best shape: (row label, SGLang's (shape, cell), vLLM's (shape, cell)); None where not measured."""
+    def plain(results: dict) -> tuple[str, dict] | None:
+        cell = results["arms"]["plain"]["cells"].get(key)
+        return None if cell is None else ("-", cell)
+
+    return [("plain decoding", plain(sglang), plain(vllm))] + [
+        (DRAFTER_NAMES.get(drafter, drafter), best_arm(sglang, drafter, key), best_arm(vllm, drafter, key))
+        for drafter in sglang["drafters"] if drafter in vllm["drafters"]]
+
+
 def chain_length(shape: str) -> int | None:
     """Draft tokens of a chain shape label ("chain 3/1/4" or "chain1 1/1/2": steps/top-k/tokens), else None."""
     name, numbers = shape.split(" ", 1)
@@ -103,19 +115,11 @@ def markdown(sglang: dict, vllm: dict) -> str:
         lines += _arm_table(runs, drafters, batches, mode, _cell_text, plain_text=lambda cell: _cell_text(cell, None))
         lines += ["", "SGLang + this plugin / vLLM, output tok/s, each engine at its best shape for the cell:", "",
                   "| drafter | " + " | ".join(f"batch {b}" for b in batches) + " |", "|" + "---|" * (1 + len(batches))]
-        lines.append("| plain decoding | " + " | ".join(
-            _ratio(sglang["arms"]["plain"]["cells"].get(f"batch{b}/{mode}"),
-                   vllm["arms"]["plain"]["cells"].get(f"batch{b}/{mode}")) for b in batches) + " |")
-        for drafter in drafters:
-            cells = []
-            for b in batches:
-                key = f"batch{b}/{mode}"
-                ours, theirs = best_arm(sglang, drafter, key), best_arm(vllm, drafter, key)
-                if ours is None or theirs is None:
-                    cells.append("-")
-                    continue
-                cells.append(f"{_ratio(ours[1], theirs[1])} ({ours[0]} / {theirs[0]})")
-            lines.append(f"| {DRAFTER_NAMES.get(drafter, drafter)} | " + " | ".join(cells) + " |")
+        columns = [head_to_head(sglang, vllm, f"batch{b}/{mode}") for b in batches]
+        for row in zip(*columns):
+            lines.append(f"| {row[0][0]} | " + " | ".join(
+                "-" if ours is None or theirs is None else _ratio(ours[1], theirs[1])
+                + ("" if ours[0] == "-" else f" ({ours[0]} / {theirs[0]})") for _, ours, theirs in row) + " |")
         lines.append("")
     lines += ["### Time to first token, ms (each wave alone, one new token; greedy)", ""]
     lines += _arm_table(runs, drafters, batches, "greedy", lambda cell, _: _ttft(cell), plain_text=_ttft)
@@ -201,24 +205,15 @@ def headline(sglang: dict, vllm: dict, sources: tuple[str, str]) -> str:
     """Per drafter and mode, per batch size: each engine's best output tok/s (its shape) and SGLang / vLLM;
     plain decoding's the same way."""
     batches = sglang["batches"]
-    drafters = [d for d in sglang["drafters"] if d in vllm["drafters"]]
     lines = ["| drafter | mode | " + " | ".join(f"batch {b}: SGLang+plugin / vLLM tok/s (ratio)" for b in batches)
              + " |", "|" + "---|" * (2 + len(batches))]
     for mode, mode_label in (("greedy", "greedy"), ("sampled", "T 0.7")):
-        plain = [(sglang["arms"]["plain"]["cells"].get(f"batch{b}/{mode}"),
-                  vllm["arms"]["plain"]["cells"].get(f"batch{b}/{mode}")) for b in batches]
-        lines.append(f"| plain decoding | {mode_label} | " + " | ".join(
-            "-" if None in pair else f"{pair[0]['tok_s_median']:,.0f} / {pair[1]['tok_s_median']:,.0f} "
-            f"({_ratio(*pair)})" for pair in plain) + " |")
-        for drafter in drafters:
-            cells = []
-            for b in batches:
-                key = f"batch{b}/{mode}"
-                ours, theirs = best_arm(sglang, drafter, key), best_arm(vllm, drafter, key)
-                cells.append("-" if ours is None or theirs is None else
-                             f"{ours[1]['tok_s_median']:,.0f} / {theirs[1]['tok_s_median']:,.0f} "
-                             f"({_ratio(ours[1], theirs[1])}; {ours[0]} / {theirs[0]})")
-            lines.append(f"| {DRAFTER_NAMES.get(drafter, drafter)} | {mode_label} | " + " | ".join(cells) + " |")
+        columns = [head_to_head(sglang, vllm, f"batch{b}/{mode}") for b in batches]
+        for row in zip(*columns):
+            lines.append(f"| {row[0][0]} | {mode_label} | " + " | ".join(
+                "-" if ours is None or theirs is None else
+                f"{ours[1]['tok_s_median']:,.0f} / {theirs[1]['tok_s_median']:,.0f} ({_ratio(ours[1], theirs[1])}"
+                + (")" if ours[0] == "-" else f"; {ours[0]} / {theirs[0]})") for _, ours, theirs in row) + " |")
     spreads = [spread(results["arms"]["plain"]["cells"][f"batch{b}/{mode}"]["tok_s"])
                for results in (sglang, vllm) for b in batches for mode in MODES]
     lines += ["", f"Median output tok/s of {sglang['rounds']} timed rounds; each engine's best EAGLE-3 shape per cell "
@@ -239,21 +234,21 @@ def where_faster(sglang: dict, vllm: dict) -> str:
     for mode, mode_label in (("greedy", "greedy"), ("sampled", "T 0.7")):
         for b in sglang["batches"]:
             key = f"batch{b}/{mode}"
-            plains = [results["arms"]["plain"]["cells"][key] for results in (sglang, vllm)]
-            noise = max(spread(plain["tok_s"]) for plain in plains)
-            pairs = [("plain decoding", *plains)]
-            for drafter in (d for d in sglang["drafters"] if d in vllm["drafters"]):
-                ours, theirs = best_arm(sglang, drafter, key), best_arm(vllm, drafter, key)
-                if ours is not None and theirs is not None:
-                    pairs.append((DRAFTER_NAMES.get(drafter, drafter).split(",")[0], ours[1], theirs[1]))
-                    gains["SGLang + this plugin"].append(ours[1]["tok_s_median"] / plains[0]["tok_s_median"])
-                    gains["vLLM"].append(theirs[1]["tok_s_median"] / plains[1]["tok_s_median"])
-            for label, ours, theirs in pairs:
+            rows = head_to_head(sglang, vllm, key)
+            (_, (_, our_plain), (_, their_plain)), drafted = rows[0], rows[1:]
+            noise = max(spread(plain["tok_s"]) for plain in (our_plain, their_plain))
+            for label, ours, theirs in rows:
+                if ours is None or theirs is None:
+                    continue
                 cells += 1
-                ratio = ours["tok_s_median"] / theirs["tok_s_median"]
+                ratio = ours[1]["tok_s_median"] / theirs[1]["tok_s_median"]
                 if ratio != 1:  # a tie leads nowhere
                     ahead["vLLM" if ratio < 1 else "SGLang + this plugin"].append(
-                        (f"{label} {mode_label} batch {b} ({ratio:.2f})", abs(ratio - 1) > noise))
+                        (f"{label.split(',')[0]} {mode_label} batch {b} ({ratio:.2f})", abs(ratio - 1) > noise))
+            for _, ours, theirs in drafted:
+                if ours is not None and theirs is not None:
+                    gains["SGLang + this plugin"].append(ours[1]["tok_s_median"] / our_plain["tok_s_median"])
+                    gains["vLLM"].append(theirs[1]["tok_s_median"] / their_plain["tok_s_median"])
     parts = []
     for side, won in ahead.items():  # every cell where vLLM leads; where this plugin leads, those past the noise
         beyond = [text for text, past in won if past]

@@ -124,8 +124,7 @@ def adaptive_problem(args) -> str | None:
     release = serving_release()
     if release not in ADAPTIVE_RELEASES:
         return f"needs SGLang 0.5.21 or later (its --speculative-adaptive takes a policy); this is {release}"
-    if (args.topk != 1 or args.num_steps not in DEFAULT_STEPS or args.num_steps == 0
-            or args.num_draft_tokens not in (None, args.num_steps + 1)):
+    if args.topk != 1 or args.num_steps not in DEFAULT_STEPS or args.num_draft_tokens not in (None, args.num_steps + 1):
         return (f"chooses among chains (top-k 1) of {_DEPTHS} steps and no speculation: start it at one of them "
                 f"(--topk 1 --num-steps {max(DEFAULT_STEPS)}, no --num-draft-tokens)")
     return None

@@ -196,7 +196,7 @@ class ShapePolicy:
             # every period kept: an idle gap or a prefill between two steps is an outlier the median ignores
             self._times.setdefault((key, steps), deque(maxlen=WINDOW)).append(now - previous)
             self._buckets[key].measured_at[steps] = self._buckets[key].decisions
-        self.acceptance.observe(list(num_correct_drafts_per_req), steps)
+        self.acceptance.observe(num_correct_drafts_per_req, steps)
         return None
 
     # -- the choice --
@@ -221,18 +221,17 @@ class ShapePolicy:
         if state.probe_left > 0:
             state.probe_left -= 1
             return state.steps, "probing"
-        unmeasured = [steps for steps in allowed if self.step_time(key, steps) is None
-                      or (steps > 0 and self.acceptance.expected_tokens(steps) is None)]
-        if unmeasured:
-            target = unmeasured[0] if state.steps not in unmeasured else state.steps
-            state.probe_left = PROBE_STEPS if target != state.steps else state.probe_left
-            return target, "not measured at this batch size yet"
+        gains = self.gains(key, allowed)  # once per decision: it takes a median per depth
+        unmeasured = [steps for steps in allowed if steps not in gains]
+        if unmeasured:  # the running depth runs on until measured; another is probed
+            if state.steps not in unmeasured:
+                state.probe_left = PROBE_STEPS
+            return (state.steps if state.steps in unmeasured else unmeasured[0]), "not measured at this batch size yet"
         if state.decisions % REPROBE_EVERY == 0 and len(allowed) > 1:
             stale = min((steps for steps in allowed if steps != state.steps),
                         key=lambda steps: state.measured_at.get(steps, -1))
             state.probe_left = PROBE_STEPS
             return stale, "probing again (costs drift with context length)"
-        gains = self.gains(key, allowed)
         best = max(gains, key=gains.get)
         if (best != state.steps and state.since_switch >= MIN_DWELL
                 and gains[best] > gains.get(state.steps, 0.0) * (1 + MARGIN)):
