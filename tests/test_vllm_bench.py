@@ -132,6 +132,10 @@ def test_engine_kwargs(bench):
     assert bench.sampling_kwargs("sampled", 128) == {"temperature": 0.7, "top_p": 0.9, "max_tokens": 128,
                                                      "ignore_eos": True}
     assert bench.sampling_kwargs("greedy", 8, top2=True)["logprobs"] == 2
+    # a target without a tokenizer (zipf_checkpoint.py's): ids in, ids out, nothing to detokenize with
+    assert "skip_tokenizer_init" not in spec and "detokenize" not in bench.sampling_kwargs("greedy", 8)
+    assert bench.engine_kwargs("T", None, None, (1,), 2048, skip_tokenizer=True)["skip_tokenizer_init"] is True
+    assert bench.sampling_kwargs("greedy", 8, detokenize=False)["detokenize"] is False
 
 
 def test_cells_are_serve_bench_cells(bench):

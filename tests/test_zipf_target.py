@@ -4,13 +4,16 @@ forward gives, after every token, the logits of that token's class profile. Its 
 (benchmarks/gpu/zipf_drafter.py), read by this package and run by the float64 reference drafter on
 the aux states HF captures, drafts those same profiles, in prefill, chain and tree steps."""
 
+import json
 import math
 import statistics
+import subprocess
+import sys
 from types import SimpleNamespace
 
 import pytest
 import torch
-from tests.script_module import load_siblings
+from tests.script_module import ROOT, load_siblings
 
 from sglang_eagle_ext.drafter.reader import read_drafter
 from sglang_eagle_ext.reference.acceptance import DraftSettings, speculative_generate
@@ -184,3 +187,33 @@ def test_zipf_drafter_attention_peaks_beat_every_other_key_by_the_margin():
         others = torch.cat([scores[:peak], scores[peak + 1:]])
         assert int(scores.argmax()) == peak
         assert float(scores[peak] - others.max()) >= zipf_drafter.SCORE_MARGIN - 1e-6
+
+
+def test_checkpoint_files_are_the_target_any_engine_loads(tmp_path):
+    """zipf_checkpoint.py's files, the side-by-side's target for an engine without SGLang's plugin, read
+    by HF transformers' own loader: after every token the logits are its class profile (to bf16 rounding),
+    every other weight lies in the dummy loader's range, the index names every weight, and the drafter
+    beside it is one this package reads, over the target's vocabulary."""
+    from transformers import LlamaForCausalLM
+
+    run = subprocess.run([sys.executable, "benchmarks/gpu/zipf_checkpoint.py", str(tmp_path), "--smoke",
+                          "--device", "cpu"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    target = tmp_path / "models" / "target"
+    config = json.loads((target / "config.json").read_text())
+    model = LlamaForCausalLM.from_pretrained(target, dtype=torch.float32).eval()
+    vocab, hidden = config["vocab_size"], config["hidden_size"]
+    tokens = torch.randint(0, vocab, (2, 12), generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        logits = model(input_ids=tokens).logits
+    profiles, _ = zipf_target.profiles_and_basis(hidden, vocab, 1234, "cpu")  # fused_verify_e2e.SEED
+    torch.testing.assert_close(logits, profiles[tokens % zipf_target.CLASSES], atol=0.08, rtol=0)
+    index = json.loads((target / "model.safetensors.index.json").read_text())
+    weights = dict(model.named_parameters())
+    assert set(index["weight_map"]) == set(weights)
+    rewritten = {"model.embed_tokens.weight", "model.norm.weight", "lm_head.weight"}
+    for name, weight in weights.items():
+        if name not in rewritten:
+            assert 0 < weight.abs().max() <= 1.01e-3 and weight.std() > 1e-4, name
+    drafter = read_drafter(str(tmp_path / "models" / "drafter"))
+    assert drafter.spec.vocab_size == vocab and drafter.spec.draft_vocab_size == 1024

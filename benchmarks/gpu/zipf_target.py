@@ -54,10 +54,25 @@ def _rows(layer: torch.nn.Module, vocab: int) -> tuple[int, int]:
 @torch.no_grad()
 def shape_target(model: torch.nn.Module, seed: int) -> None:
     embed, norm, head = model.model.embed_tokens.weight, model.model.norm.weight, model.lm_head.weight
-    hidden = head.shape[1]
     config = getattr(model, "config", None)
     vocab = getattr(config, "vocab_size", None) or head.shape[0]
-    (e_start, e_end), (h_start, h_end) = _rows(model.model.embed_tokens, vocab), _rows(model.lm_head, vocab)
+    embed_rows, head_rows = _rows(model.model.embed_tokens, vocab), _rows(model.lm_head, vocab)
+    rewrite(embed, norm, head, seed, vocab, embed_rows, head_rows)
+    if head.is_cuda:
+        torch.cuda.empty_cache()  # the ~4 GB of fp32 temporaries go back before SGLang sizes its KV cache
+    # printed, not logged: the engines log at level error
+    print(f"zipf_target: lm_head, embeddings and final norm rewritten (seed {seed}, {CLASSES} classes, "
+          f"vocab {vocab}, hidden {head.shape[1]}, rows {head_rows[0]}-{head_rows[1]})", file=sys.stderr, flush=True)
+
+
+@torch.no_grad()
+def rewrite(embed: torch.Tensor, norm: torch.Tensor, head: torch.Tensor, seed: int, vocab: int,
+            embed_rows: tuple[int, int] | None = None, head_rows: tuple[int, int] | None = None) -> None:
+    """Set in place the embeddings ``[rows, H]``, final norm ``[H]`` and lm_head ``[rows, H]`` of a target
+    whose logits after token t are ``profiles[t mod CLASSES]``; ``*_rows``: the vocabulary rows
+    ``[start, end)`` a tensor-parallel shard holds in its first rows (default: the whole vocabulary)."""
+    hidden = head.shape[1]
+    (e_start, e_end), (h_start, h_end) = embed_rows or (0, vocab), head_rows or (0, vocab)
     if (embed.shape[1] != hidden or norm.shape != (hidden,) or embed.shape[0] < e_end - e_start
             or head.shape[0] < h_end - h_start):
         raise ValueError(f"zipf_target: unexpected shapes embed {tuple(embed.shape)}, norm {tuple(norm.shape)}, "
@@ -68,12 +83,6 @@ def shape_target(model: torch.nn.Module, seed: int) -> None:
     embed[:e_end - e_start].copy_(basis.T[token_class] * math.sqrt(hidden))
     norm.fill_(1.0)
     head[:h_end - h_start].copy_(profiles.T[h_start:h_end] @ basis.T / math.sqrt(hidden))
-    del profiles, basis
-    if head.is_cuda:
-        torch.cuda.empty_cache()  # the ~4 GB of fp32 temporaries go back before SGLang sizes its KV cache
-    # printed, not logged: the engines log at level error
-    print(f"zipf_target: lm_head, embeddings and final norm rewritten (seed {seed}, {CLASSES} classes, "
-          f"vocab {vocab}, hidden {hidden}, rows {h_start}-{h_end})", file=sys.stderr, flush=True)
 
 
 def profile_stats(hidden: int, vocab: int, seed: int, temperature: float, device) -> dict:

@@ -18,6 +18,10 @@
 #   demo        `sglang-eagle demo --target` with the speculators drafter -> ROOT/demo.log
 #   vllm        vllm_bench.py: the same cells on vLLM 0.33 (benchmarks/vllm_kit installed into VLLM_SITE,
 #               default /tmp/site_vllm), plain and EAGLE-3 chains with both drafters -> ROOT/vllm
+#   zipf        zipf_checkpoint.py: the Llama-3.1-8B-geometry target and its drafter as files -> ROOT/zipf/models
+#   serve8b     serve_bench.py on that target (prompts' ids by RT_TOKENIZER's tokenizer, default
+#               CARRY/smolcfg: SmolLM2's) with the zipf drafter -> ROOT/serve8b
+#   vllm8b      vllm_bench.py on the same -> ROOT/vllm8b
 # Each phase's limit is RT_LIMIT_<PHASE> seconds; its process group is ended after it. A phase whose
 # output exists is skipped (a run continued on the same machine).
 set -uo pipefail
@@ -43,8 +47,15 @@ phase_command() {
     demo) echo "python3 -m sglang_eagle_ext demo --target $ROOT/target --drafter $ROOT/drafters/speculators --attention-backend triton \${RT_DEMO_ARGS:-}" ;;
     # vLLM's site first (its env sources the SGLang kit's env beneath it); serve_bench's cells and rules
     vllm) echo ". \${VLLM_SITE:-/tmp/site_vllm}/env_vllm.sh && python3 $HERE/vllm_bench.py $ROOT/vllm --target $ROOT/target --prompts $CARRY/data/mtbench.jsonl --drafter specforge=$ROOT/drafters/specforge --drafter speculators=$ROOT/drafters/speculators \${RT_VLLM_ARGS:-}" ;;
+    zipf) echo "python3 benchmarks/gpu/zipf_checkpoint.py $ROOT/zipf" ;;
+    serve8b) echo "python3 $HERE/serve_bench.py $ROOT/serve8b $(geometry_arguments) \${RT_SERVE8B_ARGS:-}" ;;
+    vllm8b) echo ". \${VLLM_SITE:-/tmp/site_vllm}/env_vllm.sh && python3 $HERE/vllm_bench.py $ROOT/vllm8b $(geometry_arguments) \${RT_VLLM8B_ARGS:-}" ;;
     *) echo "unknown phase $1" >&2; return 1 ;;
   esac
+}
+
+geometry_arguments() {  # the 8B-geometry workload's target, prompts and drafter, alike in both engines
+  echo "--target $ROOT/zipf/models/target --tokenizer \${RT_TOKENIZER:-$CARRY/smolcfg} --prompts $CARRY/data/mtbench.jsonl --drafter zipf=$ROOT/zipf/models/drafter"
 }
 
 done_marker() {  # a phase's output: present means done
@@ -52,13 +63,15 @@ done_marker() {  # a phase's output: present means done
     setup) echo "$ROOT/target/config.json" ;; regen) echo "$ROOT/data.jsonl" ;;
     specforge|speculators) echo "$ROOT/drafters/$1/config.json" ;;
     serve) echo "$ROOT/serve.done" ;; profile) echo "$ROOT/profile.done" ;; demo) echo "$ROOT/demo.done" ;;
-    vllm) echo "$ROOT/vllm.done" ;;
+    vllm) echo "$ROOT/vllm.done" ;; serve8b) echo "$ROOT/serve8b.done" ;; vllm8b) echo "$ROOT/vllm8b.done" ;;
+    zipf) echo "$ROOT/zipf/models/target/model.safetensors.index.json" ;;
   esac
 }
 
 limit_of() {
   local default; case "$1" in setup) default=240;; regen) default=400;; specforge|speculators) default=480;;
-    serve) default=1500;; profile) default=500;; demo) default=300;; vllm) default=1500;; esac
+    serve) default=1500;; profile) default=500;; demo) default=300;; vllm) default=1500;; zipf) default=400;;
+    serve8b|vllm8b) default=1500;; esac
   local var="RT_LIMIT_${1^^}"; echo "${!var:-$default}"
 }
 
@@ -67,14 +80,14 @@ run_phase() {
   if [ -e "$(done_marker "$name")" ]; then echo "# phase $name: done before, skipped" | tee -a "$ROOT/status.txt"; return 0; fi
   command=$(phase_command "$name") || return 1
   run_phase_command "$name" "$command" "$(limit_of "$name")"; rc=$?
-  if [ "$rc" = 0 ] && { [ "$name" = serve ] || [ "$name" = profile ] || [ "$name" = demo ] || [ "$name" = vllm ]; }; then touch "$ROOT/$name.done"; fi
+  case "$name" in serve|profile|demo|vllm|serve8b|vllm8b) [ "$rc" = 0 ] && touch "$ROOT/$name.done" ;; esac
   return "$rc"
 }
 
 pack() {  # results and logs into $OUT (at most 8 files of 16 MiB); drafters in 15 MiB pieces
   OUT="${OUT:-/tmp/rt_out}"; mkdir -p "$OUT"
   (cd "$ROOT" && tar czf "$OUT/results.tgz" --exclude='*.safetensors' --exclude=target --exclude=data.jsonl \
-     --exclude='drafters/*/checkpoints' status.txt device.txt ./*.log data.jsonl.summary.json serve profile vllm drafters 2>/dev/null)
+     --exclude='drafters/*/checkpoints' status.txt device.txt ./*.log data.jsonl.summary.json serve profile vllm serve8b vllm8b drafters 2>/dev/null)
   if [ -n "${RT_PACK_DRAFTERS:-}" ] && [ -d "$ROOT/drafters" ]; then  # carried back in a later machine's setup
     (cd "$ROOT" && tar cf - --exclude='drafters/*/checkpoints' drafters | gzip -1 | split -b 15m - "$OUT/drafters.tgz.part")
     [ -e "$ROOT/data.jsonl" ] && gzip -c "$ROOT/data.jsonl" > "$OUT/data.jsonl.gz"

@@ -102,7 +102,7 @@ def first_token_requests(waves: list[list[list[int]]], rounds: int) -> list[tupl
 
 
 def host(connection, target: str, drafter: str | None, shape_name: str | None, plugin: bool, log_path: str,
-         batches: tuple[int, ...], context_length: int) -> None:
+         batches: tuple[int, ...], context_length: int, skip_tokenizer: bool = False) -> None:
     """Child process hosting one engine; answers (batch, mode, waves, top2) with one measurement."""
     log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
     os.dup2(log, 1)
@@ -112,7 +112,8 @@ def host(connection, target: str, drafter: str | None, shape_name: str | None, p
         where = engines.prepare_process()
         shape = SHAPES[shape_name] if shape_name else None
         engine = engines.start(target, where, drafter, shape, graph_bs=batches, max_running=max(batches),
-                               context_length=context_length, random_seed=SEED)
+                               context_length=context_length, random_seed=SEED,
+                               **({"skip_tokenizer_init": True} if skip_tokenizer else {}))
     except BaseException as exc:  # SGLang raises or exits when the draft cannot be loaded
         traceback.print_exc()
         connection.send({"failed": f"{type(exc).__name__}: {exc}"[:600]})
@@ -172,7 +173,7 @@ def measure_arm(name: str, args, ids, drafters: dict, plain: dict | None) -> dic
     log_path = os.path.join(args.out, name.replace("/", "_") + ".log")
     process = context.Process(target=host, args=(child, args.target, drafter, shape_name,
                                                   side == "plugin", log_path, args.batches,
-                                                  args.context_length))
+                                                  args.context_length, args.tokenizer is not None))
     started = time.perf_counter()
     process.start()
     if not parent.poll(START_TIMEOUT_S):
@@ -266,6 +267,9 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--context-length", type=int, default=2048)
+    parser.add_argument("--tokenizer", help="the model whose tokenizer and chat template make the prompts' ids, "
+                        "for a target without one (zipf_checkpoint.py's); the engines then start without a "
+                        "tokenizer: ids in, ids out (default: the target's own)")
 
 
 def main() -> int:
@@ -280,11 +284,12 @@ def main() -> int:
 
     with open(args.prompts, encoding="utf-8") as handle:
         texts = [json.loads(line)["prompt"] for line in handle if line.strip()]
-    ids = engines.chat_ids(AutoTokenizer.from_pretrained(args.target), texts)
+    ids = engines.chat_ids(AutoTokenizer.from_pretrained(args.tokenizer or args.target), texts)
     names = args.arms.split(",") if args.arms else arm_names(list(drafters), args.shapes.split(","))
     path = os.path.join(args.out, "serve_bench.json")
-    results = {**environment(), "target": args.target, "drafters": drafters, "prompts": args.prompts,
-               "new_tokens": args.new_tokens, "rounds": args.rounds, "single": args.single,
+    results = {**environment(), "target": args.target, "tokenizer": args.tokenizer or args.target,
+               "drafters": drafters, "prompts": args.prompts, "new_tokens": args.new_tokens, "rounds": args.rounds,
+               "single": args.single,
                "batches": list(args.batches),
                "near_tie_nats": NEAR_TIE, "arms": {}}
     if os.path.exists(path):  # a run continued in a later call keeps the arms measured before

@@ -93,12 +93,14 @@ def shape_label(k: int) -> str:
 
 def engine_kwargs(target: str, drafter: str | None, k: int | None, batches: tuple[int, ...], context_length: int,
                   attention_backend: str | None = None, memory: float = MEMORY,
-                  compilation: dict | None = None) -> dict:
+                  compilation: dict | None = None, skip_tokenizer: bool = False) -> dict:
     """``vllm.LLM`` keywords of one arm (vllm/entrypoints/llm.py:177; the rest go to EngineArgs)."""
     kwargs = {"model": target, "dtype": "bfloat16", "seed": serve_bench.SEED, "max_model_len": context_length,
               "max_num_seqs": max(batches), "gpu_memory_utilization": memory, "enable_prefix_caching": False,
               # LLM turns stats off unless asked (llm.py:225); get_metrics() asserts them (v1/engine/llm_engine.py:447)
               "disable_log_stats": False}
+    if skip_tokenizer:
+        kwargs["skip_tokenizer_init"] = True  # ids in, ids out (a target without a tokenizer)
     if attention_backend:
         kwargs["attention_config"] = {"backend": attention_backend}  # config/attention.py:40, a name is accepted
     if compilation:
@@ -108,9 +110,11 @@ def engine_kwargs(target: str, drafter: str | None, k: int | None, batches: tupl
     return kwargs
 
 
-def sampling_kwargs(mode: str, new_tokens: int, top2: bool = False) -> dict:
+def sampling_kwargs(mode: str, new_tokens: int, top2: bool = False, detokenize: bool = True) -> dict:
     """``vllm.SamplingParams`` keywords of a cell (serve_bench's modes; vllm/sampling_params.py:308-342)."""
     kwargs = {**serve_bench.MODES[mode], "max_tokens": new_tokens, "ignore_eos": True}
+    if not detokenize:
+        kwargs["detokenize"] = False  # an engine started without a tokenizer has none to detokenize with
     if top2:
         kwargs["logprobs"] = 2  # the sampled token's log-prob and the top 2 per position
     return kwargs
@@ -188,15 +192,16 @@ def host(connection, kwargs: dict, log_path: str, batches: tuple[int, ...]) -> N
                     "draft_architectures": list(getattr(draft.hf_config, "architectures", None) or []),
                     "draft_hf_config": type(draft.hf_config).__name__,
                     "aux_layer_ids": getattr(draft.hf_config, "eagle_aux_hidden_state_layer_ids", None)}
+    detokenize = not kwargs.get("skip_tokenizer_init")
     for batch in batches:  # the first requests of each batch size and mode compile kernels: untimed
         for mode in serve_bench.MODES:
-            llm.generate([{"prompt_token_ids": [1, 2, 3]}] * batch, SamplingParams(**sampling_kwargs(mode, 8)),
-                         use_tqdm=False)
+            llm.generate([{"prompt_token_ids": [1, 2, 3]}] * batch,
+                         SamplingParams(**sampling_kwargs(mode, 8, detokenize=detokenize)), use_tqdm=False)
     connection.send({"ready": True, "speculative": resolved})
     while (request := connection.recv()) is not None:
         waves, mode, new_tokens, top2 = request
         try:
-            params = SamplingParams(**sampling_kwargs(mode, new_tokens, top2))
+            params = SamplingParams(**sampling_kwargs(mode, new_tokens, top2, detokenize))
             before = spec_counts(llm.get_metrics())
             outputs, started = [], time.perf_counter()
             for wave in waves:
@@ -263,7 +268,7 @@ def stop(record: dict, cells: dict, result: dict, process) -> dict:
 def measure_arm(name: str, args, ids, drafters: dict, plain: dict | None) -> dict:
     drafter_name, k = parse_arm(name)
     kwargs = engine_kwargs(args.target, drafters.get(drafter_name), k, args.batches, args.context_length,
-                           args.attention_backend, args.memory, args.compilation)
+                           args.attention_backend, args.memory, args.compilation, args.tokenizer is not None)
     record = {"arm": name, "drafter": drafter_name, "shape": None if k is None else shape_label(k),
               "engine": "vllm", "engine_kwargs": kwargs}
     context = multiprocessing.get_context("spawn")
@@ -373,7 +378,7 @@ def main(argv=None) -> int:
         for name in names:
             drafter_name, k = parse_arm(name)
             kwargs = engine_kwargs(args.target, drafters.get(drafter_name), k, args.batches, args.context_length,
-                                   args.attention_backend, args.memory, args.compilation)
+                                   args.attention_backend, args.memory, args.compilation, args.tokenizer is not None)
             print(f"{name}: {json.dumps(kwargs)}")
         return 0
     os.makedirs(args.out, exist_ok=True)
@@ -381,9 +386,10 @@ def main(argv=None) -> int:
 
     with open(args.prompts, encoding="utf-8") as handle:
         texts = [json.loads(line)["prompt"] for line in handle if line.strip()]
-    ids = serve_bench.engines.chat_ids(AutoTokenizer.from_pretrained(args.target), texts)  # serve_bench's ids
+    ids = serve_bench.engines.chat_ids(AutoTokenizer.from_pretrained(args.tokenizer or args.target), texts)
     path = os.path.join(args.out, "vllm_bench.json")
-    results = {**environment(), "target": args.target, "drafters": drafters, "prompts": args.prompts,
+    results = {**environment(), "target": args.target, "tokenizer": args.tokenizer or args.target,
+               "drafters": drafters, "prompts": args.prompts,
                "new_tokens": args.new_tokens, "rounds": args.rounds, "single": args.single,
                "batches": list(args.batches), "chains": args.chains, "near_tie_nats": serve_bench.NEAR_TIE,
                "arms": {}}
