@@ -65,6 +65,9 @@ REAL_TARGET = RESULTS / "real_target"  # serve_<device>_sglang-<release>.json, f
 REAL_TARGET_HEADLINE = REAL_TARGET / "serve_h100_sglang-0.5.23.json"
 # the side-by-side run (issue 38): SGLang's arms and vLLM's, one after the other on one GPU
 VS_VLLM = (REAL_TARGET / "serve_vs-vllm_h100_sglang-0.5.23.json", REAL_TARGET / "vllm_h100_vllm-0.33.0.json")
+# the same on the Llama-3.1-8B-geometry workload (zipf target and drafter as files, benchmarks/gpu/zipf_checkpoint.py)
+VS_VLLM_8B = (REAL_TARGET / "serve_vs-vllm_8b-geometry_h100_sglang-0.5.23.json",
+              REAL_TARGET / "vllm_8b-geometry_h100_vllm-0.33.0.json")
 
 from sglang_eagle_ext.cli import COMMANDS  # noqa: E402  (this checkout's, by the path set above)
 from sglang_eagle_ext.errors import counted  # noqa: E402
@@ -798,13 +801,19 @@ def real_target_modules() -> tuple:
     return tuple(load_siblings("benchmarks/real_target", "table", "vs_vllm"))
 
 
-def vs_vllm_table() -> str:
+def vs_vllm_table(runs: tuple[Path, Path] = VS_VLLM, page: str = "vs_vllm.md") -> str:
     """The README's table of this package on SGLang against vLLM, same GPU, target, drafters and cells
     (``benchmarks/real_target/vs_vllm.py``), with where vLLM is faster said in words from the same files."""
     _, vs_vllm = real_target_modules()
-    sglang, vllm = (read_json(path) for path in VS_VLLM)
-    table = vs_vllm.headline(sglang, vllm, tuple(relative(path) for path in VS_VLLM))
-    return "\n\n" + table + "\n\n" + vs_vllm.where_faster(sglang, vllm) + "\n\n"
+    sglang, vllm = (read_json(path) for path in runs)
+    table = vs_vllm.headline(sglang, vllm, tuple(relative(path) for path in runs))
+    words = vs_vllm.where_faster(sglang, vllm, relative(REAL_TARGET / page))
+    return "\n\n" + table + "\n\n" + words + "\n\n"
+
+
+def vs_vllm_8b_table() -> str:
+    """:func:`vs_vllm_table` on the 8B-geometry workload."""
+    return vs_vllm_table(VS_VLLM_8B, "vs_vllm_8b.md")
 
 
 def real_target_summary() -> str:
@@ -1075,6 +1084,7 @@ BLOCKS: dict = {
     "real-target": real_target_headline,
     "real-target-summary": real_target_summary,
     "vs-vllm": vs_vllm_table,
+    "vs-vllm-8b": vs_vllm_8b_table,
     "layouts": layouts_table,
     "producer-files": producer_files_table,
     "stock-vs-plugin": stock_vs_plugin_table,

@@ -22,16 +22,20 @@ FAKE_VLLM = textwrap.dedent('''
     import types
 
     class SamplingParams:
-        def __init__(self, temperature=1.0, top_p=1.0, max_tokens=16, ignore_eos=False, logprobs=None):
+        def __init__(self, temperature=1.0, top_p=1.0, max_tokens=16, ignore_eos=False, logprobs=None,
+                     detokenize=True):
             self.temperature, self.max_tokens, self.logprobs = temperature, max_tokens, logprobs
+            self.detokenize = detokenize
 
     class _Metric:
         def __init__(self, name, value=None, values=None):
             self.name, self.value, self.values, self.labels = name, value, values, {}
 
     class LLM:
-        def __init__(self, model, speculative_config=None, disable_log_stats=True, **kwargs):
+        def __init__(self, model, speculative_config=None, disable_log_stats=True, skip_tokenizer_init=False,
+                     **kwargs):
             assert disable_log_stats is False, "get_metrics needs stats"
+            self.tokenless = skip_tokenizer_init
             if model == "BROKEN":
                 raise ValueError("cannot read this drafter")
             self.fails_later = model == "FAILS_LATER"
@@ -49,6 +53,8 @@ FAKE_VLLM = textwrap.dedent('''
 
         def generate(self, prompts, params, use_tqdm=True):
             time.sleep(0.003)  # a call's wall time: the time to first token of a one-token wave
+            if self.tokenless and params.detokenize:
+                raise ValueError("an engine without a tokenizer cannot detokenize")
             if self.fails_later and params.max_tokens > 8:
                 raise RuntimeError("CUDA error: an illegal memory access was encountered")
             outputs = []
@@ -89,14 +95,18 @@ DRIVER = textwrap.dedent('''
     if __name__ == "__main__":  # the engine's child process is spawned: it imports this file again
         ids = [[1, 2, 3, i] for i in range(80)]
         args = types.SimpleNamespace(target="T", batches=(1, 16), context_length=512, attention_backend=None,
-                                     memory=0.5, compilation=None, out=sys.argv[2], single=3, rounds=2, new_tokens=12)
+                                     memory=0.5, compilation=None, out=sys.argv[2], single=3, rounds=2, new_tokens=12,
+                                     tokenizer=None)
         plain = vllm_bench.measure_arm("plain", args, ids, {}, None)
         spec = vllm_bench.measure_arm("d/k4/vllm", args, ids, {"d": "D"}, plain)
+        args.tokenizer = "TOKENIZER"  # the prompts' ids from another model's tokenizer: the engine has none
+        tokenless = vllm_bench.measure_arm("d/k4/vllm", args, ids, {"d": "D"}, plain)
+        args.tokenizer = None
         args.target = "BROKEN"
         broken = vllm_bench.measure_arm("d/k1/vllm", args, ids, {"d": "D"}, plain)
         args.target = "FAILS_LATER"
         later = vllm_bench.measure_arm("d/k2/vllm", args, ids, {"d": "D"}, plain)
-        print(json.dumps({"plain": plain, "spec": spec, "broken": broken, "later": later}))
+        print(json.dumps({"plain": plain, "spec": spec, "broken": broken, "later": later, "tokenless": tokenless}))
 ''')
 
 
@@ -189,4 +199,7 @@ def test_measured_arm_with_a_stand_in_vllm(tmp_path):
     assert all(ms >= 3 for ms in cell["ttft_ms"]) and "ttft_ms" not in spec["cells"]["batch1/sampled"]
     assert "accept_length" not in plain["cells"]["batch1/greedy"]
     assert result["broken"]["failed"] == "ValueError: cannot read this drafter"
+    tokenless = result["tokenless"]
+    assert "failed" not in tokenless and tokenless["engine_kwargs"]["skip_tokenizer_init"] is True
+    assert tokenless["cells"]["batch1/greedy"]["vs_plain"]["exact"] == 3
     assert result["later"]["failed"].startswith("during the cells: RuntimeError: CUDA error")

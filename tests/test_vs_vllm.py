@@ -84,6 +84,10 @@ def test_runs_from_different_worlds_are_refused(runs):
     other["device"] = "GPU Y"
     with pytest.raises(ValueError, match="device"):
         vs_vllm.markdown(sglang, other)
+    other = copy.deepcopy(vllm)
+    other["workload"] = "another target"  # a run that names its workload against one that does not
+    with pytest.raises(ValueError, match="workload"):
+        vs_vllm.markdown(sglang, other)
 
 
 def test_where_faster_counts_leads_against_the_spread(runs):
@@ -96,7 +100,12 @@ def test_where_faster_counts_leads_against_the_spread(runs):
     assert "SGLang + this plugin 0.50-0.90x; vLLM 0.70-1.50x" in words
 
 
-def test_committed_page_is_generated_from_the_committed_runs():
-    sglang = json.loads((RESULTS / "serve_vs-vllm_h100_sglang-0.5.23.json").read_text())
-    vllm = json.loads((RESULTS / "vllm_h100_vllm-0.33.0.json").read_text())
-    assert (RESULTS / "vs_vllm.md").read_text() == vs_vllm.markdown(sglang, vllm)
+@pytest.mark.parametrize("page, sglang_run, vllm_run", [
+    ("vs_vllm.md", "serve_vs-vllm_h100_sglang-0.5.23.json", "vllm_h100_vllm-0.33.0.json"),
+    ("vs_vllm_8b.md", "serve_vs-vllm_8b-geometry_h100_sglang-0.5.23.json", "vllm_8b-geometry_h100_vllm-0.33.0.json"),
+])
+def test_committed_page_is_generated_from_the_committed_runs(page, sglang_run, vllm_run):
+    sglang = json.loads((RESULTS / sglang_run).read_text())
+    vllm = json.loads((RESULTS / vllm_run).read_text())
+    assert (RESULTS / page).read_text() == vs_vllm.markdown(sglang, vllm)
+    assert vs_vllm.workload(sglang) == vs_vllm.workload(vllm)

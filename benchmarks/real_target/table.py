@@ -19,7 +19,8 @@ import json
 import os
 import sys
 
-DRAFTER_NAMES = {"specforge": "SpecForge 0.2.0, 1 layer", "speculators": "speculators 0.9.0, 2 layers"}
+DRAFTER_NAMES = {"specforge": "SpecForge 0.2.0, 1 layer", "speculators": "speculators 0.9.0, 2 layers",
+                 "zipf": "zipf drafter, 1 layer"}
 SIDES = {"plugin": "this plugin", "stock": "stock SGLang",
          "stock-edit": "stock SGLang, config.json rewritten as SGLang's flat format"}
 

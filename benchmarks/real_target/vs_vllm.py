@@ -23,6 +23,8 @@ usage::
 
     cd benchmarks/results/real_target && python3 ../../real_target/vs_vllm.py markdown \
         serve_vs-vllm_h100_sglang-0.5.23.json vllm_h100_vllm-0.33.0.json > vs_vllm.md
+    cd benchmarks/results/real_target && python3 ../../real_target/vs_vllm.py markdown \
+        serve_vs-vllm_8b-geometry_h100_sglang-0.5.23.json vllm_8b-geometry_h100_vllm-0.33.0.json > vs_vllm_8b.md
 """
 
 from __future__ import annotations
@@ -35,6 +37,13 @@ from typing import Callable
 from table import DRAFTER_NAMES, lossless, spread
 
 MODES = {"greedy": "greedy", "sampled": "T 0.7, top-p 0.9"}
+# the workload of a run whose results do not name one (the first side-by-side run, issue 38)
+SMOLLM2_WORKLOAD = "SmolLM2-135M-Instruct, MT-bench first turns (chat template)"
+
+
+def workload(results: dict) -> str:
+    """The target, drafters and prompts of a run, as its committed file names them."""
+    return results.get("workload", SMOLLM2_WORKLOAD)
 
 
 def engine_label(results: dict) -> str:
@@ -90,7 +99,7 @@ def _ttft(cell: dict | None) -> str:
 def same_world(sglang: dict, vllm: dict) -> list[str]:
     """What differs between the two runs' worlds that must not (device, target, prompts, cells)."""
     problems = []
-    for key in ("device", "new_tokens", "single", "batches", "near_tie_nats"):
+    for key in ("device", "new_tokens", "single", "batches", "near_tie_nats", "workload"):
         if sglang.get(key) != vllm.get(key):
             problems.append(f"{key}: SGLang run {sglang.get(key)!r}, vLLM run {vllm.get(key)!r}")
     return problems
@@ -104,7 +113,7 @@ def markdown(sglang: dict, vllm: dict) -> str:
     drafters = [d for d in sglang["drafters"] if d in vllm["drafters"]]
     lines = [f"{sglang['device']}, one after the other on the same machine: {engine_label(sglang)} (torch "
              f"{sglang['torch']}, commit {sglang['commit']}) and {engine_label(vllm)} (torch {vllm['torch']}), "
-             f"{sglang['date']}. SmolLM2-135M-Instruct, MT-bench first turns (chat template), {sglang['new_tokens']} "
+             f"{sglang['date']}. {workload(sglang)}, {sglang['new_tokens']} "
              f"new tokens each (ignore_eos); batch 1: {sglang['single']} prompts one at a time, batch 16 and 64: "
              f"64 requests in waves of that size; the median of {sglang['rounds']} (SGLang) and {vllm['rounds']} "
              "(vLLM) timed rounds after a warm-up.", ""]
@@ -218,14 +227,14 @@ def headline(sglang: dict, vllm: dict, sources: tuple[str, str]) -> str:
                for results in (sglang, vllm) for b in batches for mode in MODES]
     lines += ["", f"Median output tok/s of {sglang['rounds']} timed rounds; each engine's best EAGLE-3 shape per cell "
               f"(steps/top-k/draft tokens; vLLM drafts chains only). A/A spread of plain decoding's rounds: median "
-              f"{statistics.median(spreads):.0%}, up to {max(spreads):.0%}. SmolLM2-135M-Instruct, MT-bench first "
-              f"turns, {sglang['device']}, {engine_label(sglang)} (commit {sglang['commit']}) and "
+              f"{statistics.median(spreads):.0%}, up to {max(spreads):.0%}. {workload(sglang)}; "
+              f"{sglang['device']}, {engine_label(sglang)} (commit {sglang['commit']}) and "
               f"{engine_label(vllm)}, "
               f"torch {sglang['torch']}, {sglang['date']}, `{sources[0]}`, `{sources[1]}`."]
     return "\n".join(lines)
 
 
-def where_faster(sglang: dict, vllm: dict) -> str:
+def where_faster(sglang: dict, vllm: dict, page: str = "benchmarks/results/real_target/vs_vllm.md") -> str:
     """Which engine is ahead where, in words, over :func:`headline`'s cells; a lead counts as beyond noise only
     past the larger A/A spread of the two engines' plain decoding in that cell (one engine timed again)."""
     ahead = {"vLLM": [], "SGLang + this plugin": []}
@@ -258,7 +267,7 @@ def where_faster(sglang: dict, vllm: dict) -> str:
     speedups = "; ".join(f"{side} {min(values):.2f}-{max(values):.2f}x" for side, values in gains.items())
     return ("SGLang + this plugin / vLLM in the cells above, a lead beyond noise only past the larger A/A spread "
             "of the two engines in that cell: " + ". ".join(parts) + ". Over its own plain decoding, each engine's "
-            f"best EAGLE-3 shape: {speedups} (`benchmarks/results/real_target/vs_vllm.md`: a speculative step's "
+            f"best EAGLE-3 shape: {speedups} (`{page}`: a speculative step's "
             "cost in plain steps, time to first token, acceptance parity).")
 
 
