@@ -1,0 +1,156 @@
+"""Greedy and sampled decoding stay lossless while the drafting depth changes every step (issue 39 point 2),
+on a CPU server.
+
+SGLang's ``--speculative-adaptive`` with this package's policy in its test mode switches the depth at every
+step (no speculation, chain 1, chain 3, in turn). Each step's verify is SGLang's, but the state carried across
+a switch (the drafter's KV, its hidden rows, the drafted tokens) is what could go wrong, and a wrong draft
+that is then accepted by mistake biases the output towards the drafter. The check needs a target whose
+next-token law is known exactly at every position: ``zipf_target``'s, written as files by
+``benchmarks/gpu/zipf_checkpoint.py --smoke``, where the law after token t is
+``softmax(profiles[t mod 64] / T)`` whatever came before, with its ``zipf_drafter``, which drafts that law
+(so drafts are accepted and every depth does work). Greedy, the output is the law's argmax chain and each
+step at depth d makes d + 1 tokens (the drafts are right), which a damaged carried state would break. Each
+sampled token is mapped through the exact
+conditional law to its rank there (0: the most probable token); Pearson's chi-square compares the binned
+ranks with the counts that law expects (a drafter's bias shows as too many top ranks, a wrong temperature
+as a shifted spread). The same tokens judged under a neighbouring law (T 0.8 for 0.7) are rejected, so the
+test can fail.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from tests.conftest import needs_sglang
+from tests.script_module import ROOT, load_siblings
+
+_, zipf_target = load_siblings("benchmarks/gpu", "verify_workload", "zipf_target")
+
+TEMPERATURE = 0.7
+REQUESTS, PROMPT_TOKENS, GREEDY_TOKENS, SAMPLED_TOKENS = 24, 12, 16, 40
+SEED = 1234  # fused_verify_e2e.SEED: the profiles zipf_checkpoint.py wrote
+RANK_BINS = (0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64, 128, 1 << 30)  # at least 10 tokens expected in each here
+
+
+def engine_child() -> None:
+    """Runs in a fresh process: one engine, greedy then sampled generation of the same prompts, one RESULT
+    line. Arguments: TARGET DRAFTER PROMPTS_JSON."""
+    from sglang_eagle_ext.sglang.compat import cpu
+
+    cpu.install()
+    import sglang
+
+    from sglang_eagle_ext.sglang.compat.releases import installed_release
+
+    target, drafter, prompts = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+    engine = sglang.Engine(model_path=target, skip_tokenizer_init=True, max_total_tokens=8192, context_length=256,
+                           log_level="error", random_seed=7, speculative_algorithm="EAGLE3",
+                           speculative_draft_model_path=drafter, speculative_num_steps=3, speculative_eagle_topk=1,
+                           speculative_num_draft_tokens=4, speculative_adaptive=True,
+                           **cpu.engine_options(installed_release()))
+    results = {}
+    try:
+        for mode, params in (("greedy", {"temperature": 0.0, "max_new_tokens": GREEDY_TOKENS}),
+                             ("sampled", {"temperature": TEMPERATURE, "max_new_tokens": SAMPLED_TOKENS})):
+            outputs = engine.generate(input_ids=prompts, sampling_params={**params, "ignore_eos": True})
+            results[mode] = [{"output_ids": o["output_ids"], "verify": o["meta_info"].get("spec_verify_ct")}
+                             for o in outputs]
+    finally:
+        engine.shutdown()
+    print("RESULT " + json.dumps(results), flush=True)
+
+
+def rank_test_p_value(previous: list[int], drawn: list[int], logits: torch.Tensor, temperature: float) -> float:
+    """Pearson's chi-square p-value of the drawn tokens' ranks, binned, against the counts expected when each
+    token x_i was drawn from ``softmax(logits[previous_i mod classes] / T)`` (rank 0: the most probable)."""
+    probs = torch.softmax(logits.double()[torch.tensor(previous) % zipf_target.CLASSES] / temperature, dim=-1)
+    order = probs.argsort(dim=-1, descending=True)
+    ranks = order.argsort(dim=-1).gather(1, torch.tensor(drawn).unsqueeze(1)).squeeze(1)
+    cumulative = torch.nn.functional.pad(probs.gather(1, order).cumsum(-1), (1, 0))
+    edges = torch.tensor([min(edge, probs.shape[1]) for edge in RANK_BINS])
+    expected = (cumulative[:, edges[1:]] - cumulative[:, edges[:-1]]).sum(0)
+    observed = torch.stack([((ranks >= low) & (ranks < high)).sum() for low, high in zip(edges[:-1], edges[1:])])
+    statistic = ((observed - expected) ** 2 / expected).sum()
+    return float(torch.special.gammaincc(torch.tensor((len(expected) - 1) / 2, dtype=torch.float64), statistic / 2))
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    """The zipf pair built, served in the test mode, its greedy and sampled outputs; the stderr."""
+    root = tmp_path_factory.mktemp("zipf")
+    built = subprocess.run([sys.executable, "benchmarks/gpu/zipf_checkpoint.py", str(root), "--smoke",
+                            "--device", "cpu"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert built.returncode == 0, built.stderr[-3000:]
+    target, drafter = str(root / "models" / "target"), str(root / "models" / "drafter")
+    config = json.loads((root / "models" / "target" / "config.json").read_text())
+    prompts = torch.randint(0, config["vocab_size"], (REQUESTS, PROMPT_TOKENS),
+                            generator=torch.Generator().manual_seed(3)).tolist()
+
+    from sglang_eagle_ext.demo.run import server_environment
+    from sglang_eagle_ext.sglang.compat.adaptive_shape import ENV_SWITCH as ADAPTIVE_SWITCH
+
+    env = {**server_environment("cpu"), ADAPTIVE_SWITCH: "cycle"}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))  # after the CPU shims'
+    env.pop("SGLANG_EAGLE_EXT", None)  # the plugin at its default: on
+    run = subprocess.run([sys.executable, "-c", "from tests.sglang.test_adaptive_lossless import engine_child; "
+                          "engine_child()", target, drafter, json.dumps(prompts)],
+                         cwd=ROOT, capture_output=True, text=True, env=env, timeout=900)
+    results = [line for line in run.stdout.splitlines() if line.startswith("RESULT ")]
+    assert run.returncode == 0 and results, run.stderr[-4000:]
+    assert "round-robin (test mode) over depths [0, 1, 3]" in run.stderr
+    profiles, _ = zipf_target.profiles_and_basis(config["hidden_size"], config["vocab_size"], SEED, "cpu")
+    return prompts, json.loads(results[0][len("RESULT "):]), profiles
+
+
+@needs_sglang
+def test_greedy_output_is_the_targets_argmax_chain_and_every_depth_is_accepted_whole(served):
+    """Greedy: each token is the argmax of the law after the one before (the profiles' top two lie at least
+    0.1 apart, far above float32's error in the served logits). This drafter drafts the argmax chain, so a
+    step at depth d makes d + 1 tokens when the state carried across the switches is intact: 15 tokens after
+    the prefill's first take 7 steps whatever depth the cycle starts at (1 + 2 + 4 twice, then one more)."""
+    prompts, results, profiles = served
+    argmax = profiles.argmax(-1)
+    for prompt, output in zip(prompts, results["greedy"]):
+        expected, token = [], prompt[-1]
+        for _ in range(GREEDY_TOKENS):
+            token = int(argmax[token % zipf_target.CLASSES])
+            expected.append(token)
+        assert output["output_ids"] == expected
+    assert [output["verify"] for output in results["greedy"]] == [7] * REQUESTS
+
+
+@needs_sglang
+def test_sampled_tokens_follow_the_targets_law_while_depths_switch_every_step(served):
+    prompts, results, profiles = served
+    outputs = results["sampled"]
+    assert all(len(o["output_ids"]) == SAMPLED_TOKENS for o in outputs)
+    # drafts were accepted: fewer verify steps than tokens after the prefill's
+    assert 0 < sum(o["verify"] for o in outputs) < REQUESTS * (SAMPLED_TOKENS - 1)
+    previous, drawn = [], []
+    for prompt, output in zip(prompts, outputs):
+        sequence = prompt[-1:] + output["output_ids"]
+        previous += sequence[:-1]
+        drawn += sequence[1:]
+    assert rank_test_p_value(previous, drawn, profiles, TEMPERATURE) > 1e-4, "not drawn from the target's law"
+    # the same tokens judged under a neighbouring law are rejected: the check has the power to fail
+    assert rank_test_p_value(previous, drawn, profiles, 0.8) < 1e-4
+
+
+@pytest.mark.parametrize("seed", [9, 10, 11])
+def test_the_rank_test_accepts_only_the_law_the_tokens_came_from(seed):
+    """The check itself, on tokens drawn here from the exact law at T 0.7 (as many as the server test has):
+    accepted under that law, rejected under T 0.6 and 0.8."""
+    hidden, vocab, generator = 128, 4096, torch.Generator().manual_seed(seed)
+    profiles, _ = zipf_target.profiles_and_basis(hidden, vocab, SEED, "cpu")
+    token, previous, drawn = 17, [], []
+    for _ in range(REQUESTS * SAMPLED_TOKENS):
+        probs = torch.softmax(profiles[token % zipf_target.CLASSES].double() / 0.7, dim=-1)
+        previous.append(token)
+        token = int(torch.multinomial(probs, 1, generator=generator))
+        drawn.append(token)
+    assert rank_test_p_value(previous, drawn, profiles, 0.7) > 1e-3
+    assert rank_test_p_value(previous, drawn, profiles, 0.6) < 1e-6
+    assert rank_test_p_value(previous, drawn, profiles, 0.8) < 1e-6
