@@ -7,7 +7,7 @@ side-by-side must give both engines the same weights: this script writes the mod
 engine loads with its default loader.
 
 * ``OUTDIR/models/target``: ``fused_verify_e2e.LLAMA_31_8B``'s config.json and its weights in
-  safetensors shards of at most ``SHARD_BYTES`` with the index Hugging Face writes. Every tensor is drawn
+  safetensors shards of at most ``SHARD_BYTES`` each with the index Hugging Face writes. Every tensor is drawn
   as SGLang's dummy loader draws it (uniform in [-1e-3, 1e-3], bfloat16; its own seeded generator per
   tensor), then ``zipf_target.rewrite`` sets the embeddings, final norm and lm_head on the same device the
   engines' plugin uses, so the next-token profiles are the ones the other benchmarks measured.
@@ -38,6 +38,7 @@ from safetensors.torch import save_file
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [HERE, os.path.dirname(os.path.dirname(HERE))]  # this folder's modules, the checkout's tests.kit
 from fused_verify_e2e import DRAFT_VOCAB, LLAMA_31_8B, SEED, SMOKE, build_models  # noqa: E402
+from results_file import save_json  # noqa: E402
 from zipf_target import rewrite  # noqa: E402
 
 DUMMY_RANGE = 1e-3  # SGLang's and vLLM's dummy loaders draw uniform(-1e-3, 1e-3)
@@ -63,6 +64,7 @@ def llama_shapes(config: dict) -> dict[str, tuple[int, ...]]:
 
 
 def drawn(shape: tuple[int, ...], index: int, device: str) -> torch.Tensor:
+    """A tensor as the dummy loaders draw one: uniform in the range, from a generator seeded per tensor."""
     generator = torch.Generator(device=device).manual_seed(SEED + index)
     tensor = torch.empty(shape, dtype=torch.bfloat16, device=device)
     return tensor.uniform_(-DUMMY_RANGE, DUMMY_RANGE, generator=generator)
@@ -77,18 +79,20 @@ def save_atomically(tensors: dict[str, torch.Tensor], path: str) -> None:
 def write_target(directory: str, config: dict, device: str) -> dict:
     """The weights of ``directory`` (its config.json written before); returns the index written."""
     shapes = llama_shapes(config)
-    special = {name: drawn(shapes[name], i, device) for i, name in enumerate(shapes)
-               if name in ("model.embed_tokens.weight", "model.norm.weight", "lm_head.weight")}
+    # every row of these three is set by the rewrite
+    special = {name: torch.empty(shapes[name], dtype=torch.bfloat16, device=device)
+               for name in ("model.embed_tokens.weight", "model.norm.weight", "lm_head.weight")}
     rewrite(special["model.embed_tokens.weight"], special["model.norm.weight"], special["lm_head.weight"], SEED,
             config["vocab_size"])
     shards, current, size = [], {}, 0
     for index, (name, shape) in enumerate(shapes.items()):
         tensor = special[name] if name in special else drawn(shape, index, device)
-        current[name] = tensor.cpu()
-        size += tensor.numel() * tensor.element_size()
-        if size >= SHARD_BYTES:
+        nbytes = tensor.numel() * tensor.element_size()
+        if current and size + nbytes > SHARD_BYTES:  # a shard holds at most SHARD_BYTES (or one larger tensor)
             shards.append(current)
             current, size = {}, 0
+        current[name] = tensor.cpu()
+        size += nbytes
     if current:
         shards.append(current)
     weight_map, total = {}, 0
@@ -99,10 +103,7 @@ def write_target(directory: str, config: dict, device: str) -> dict:
             weight_map[name] = file
             total += tensor.numel() * tensor.element_size()
     index = {"metadata": {"total_size": total}, "weight_map": weight_map}
-    staging = os.path.join(directory, "model.safetensors.index.json.partial")
-    with open(staging, "w", encoding="utf-8") as handle:
-        json.dump(index, handle, indent=1)
-    os.replace(staging, os.path.join(directory, "model.safetensors.index.json"))
+    save_json(os.path.join(directory, "model.safetensors.index.json"), index)  # last: the target is complete
     return index
 
 
@@ -114,6 +115,12 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     config = SMOKE["target"] if args.smoke else LLAMA_31_8B
     draft_vocab = SMOKE["draft_vocab"] if args.smoke else DRAFT_VOCAB
+    written = os.path.join(args.out, "models", "target", "config.json")
+    if os.path.exists(written):
+        with open(written, encoding="utf-8") as handle:
+            if json.load(handle) != config:
+                parser.error(f"{written} holds another geometry's target: choose an empty OUT "
+                             f"({'without' if args.smoke else 'with'} --smoke is what wrote it)")
     started = time.perf_counter()
     target, drafter = build_models(args.out, config, draft_vocab, args.device)
     if not os.path.exists(os.path.join(target, "model.safetensors.index.json")):

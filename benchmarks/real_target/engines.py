@@ -15,20 +15,34 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from sglang_eagle_ext.sglang.compat.adaptive_shape import ENV_SWITCH as ADAPTIVE_SWITCH
 from sglang_eagle_ext.sglang.plugin import SWITCH as PLUGIN_SWITCH  # noqa: F401 ("0": stock's own class)
+
+POLICY_SWITCH_VALUES = {"cost": "1", "stock": "0"}  # a depth policy -> ADAPTIVE_SWITCH's value
 
 
 @dataclass(frozen=True)
 class Shape:
-    """A drafting shape: SGLang's --speculative-num-steps / -eagle-topk / -num-draft-tokens."""
+    """A drafting shape: SGLang's --speculative-num-steps / -eagle-topk / -num-draft-tokens; with ``policy``,
+    the deepest of the depths SGLang's --speculative-adaptive switches between per step, chosen by this
+    package's cost policy (``"cost"``, SGLANG_EAGLE_EXT_ADAPTIVE=1) or by stock's (``"stock"``)."""
 
     name: str
     steps: int
     topk: int
     draft_tokens: int
+    policy: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.policy is not None and self.policy not in POLICY_SWITCH_VALUES:
+            raise ValueError(f"shape {self.name}: policy {self.policy!r} is not one of {sorted(POLICY_SWITCH_VALUES)}")
 
     def label(self) -> str:
         return f"{self.name} {self.steps}/{self.topk}/{self.draft_tokens}"
+
+    def environment(self) -> dict:
+        """The switch of the depth policy this shape runs under (none for a fixed shape)."""
+        return {} if self.policy is None else {ADAPTIVE_SWITCH: POLICY_SWITCH_VALUES[self.policy]}
 
 
 def device() -> str:
@@ -73,7 +87,8 @@ def options(where: str, graph_bs=(1,), context_length: int = 2048, max_running: 
 def speculative(drafter: str, shape: Shape) -> dict:
     return dict(speculative_algorithm="EAGLE3", speculative_draft_model_path=drafter,
                 speculative_num_steps=shape.steps, speculative_eagle_topk=shape.topk,
-                speculative_num_draft_tokens=shape.draft_tokens)
+                speculative_num_draft_tokens=shape.draft_tokens,
+                **({"speculative_adaptive": True} if shape.policy else {}))
 
 
 def start(target: str, where: str, drafter: str | None = None, shape: Shape | None = None, **extra):

@@ -47,15 +47,17 @@ phase_command() {
     demo) echo "python3 -m sglang_eagle_ext demo --target $ROOT/target --drafter $ROOT/drafters/speculators --attention-backend triton \${RT_DEMO_ARGS:-}" ;;
     # vLLM's site first (its env sources the SGLang kit's env beneath it); serve_bench's cells and rules
     vllm) echo ". \${VLLM_SITE:-/tmp/site_vllm}/env_vllm.sh && python3 $HERE/vllm_bench.py $ROOT/vllm --target $ROOT/target --prompts $CARRY/data/mtbench.jsonl --drafter specforge=$ROOT/drafters/specforge --drafter speculators=$ROOT/drafters/speculators \${RT_VLLM_ARGS:-}" ;;
-    zipf) echo "python3 benchmarks/gpu/zipf_checkpoint.py $ROOT/zipf" ;;
+    zipf) echo "python3 $HERE/../gpu/zipf_checkpoint.py $ROOT/zipf" ;;
     serve8b) echo "python3 $HERE/serve_bench.py $ROOT/serve8b $(geometry_arguments) \${RT_SERVE8B_ARGS:-}" ;;
     vllm8b) echo ". \${VLLM_SITE:-/tmp/site_vllm}/env_vllm.sh && python3 $HERE/vllm_bench.py $ROOT/vllm8b $(geometry_arguments) \${RT_VLLM8B_ARGS:-}" ;;
     *) echo "unknown phase $1" >&2; return 1 ;;
   esac
 }
 
+ZIPF_WORKLOAD="Llama-3.1-8B geometry with zipf_target's next-token profiles and its zipf drafter, written as files by benchmarks/gpu/zipf_checkpoint.py; MT-bench first turns as SmolLM2's chat template tokenizes them"
 geometry_arguments() {  # the 8B-geometry workload's target, prompts and drafter, alike in both engines
-  echo "--target $ROOT/zipf/models/target --tokenizer \${RT_TOKENIZER:-$CARRY/smolcfg} --prompts $CARRY/data/mtbench.jsonl --drafter zipf=$ROOT/zipf/models/drafter"
+  echo "--target $ROOT/zipf/models/target --tokenizer \${RT_TOKENIZER:-$CARRY/smolcfg} --prompts $CARRY/data/mtbench.jsonl" \
+    "--drafter zipf=$ROOT/zipf/models/drafter --workload \"$ZIPF_WORKLOAD\""
 }
 
 done_marker() {  # a phase's output: present means done

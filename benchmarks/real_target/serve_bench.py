@@ -10,7 +10,10 @@ is timed beside another's start-up):
   load is tried once, with the first shape, and the other shapes' cells say so.
 
 Shapes: chain 3/1/4, SGLang's default tree for Llama (5 steps, top-k 4, 8 tokens), a wider tree
-(6/8/32) and the shortest chain, 1/1/2 (``chain1``; vLLM's ``num_speculative_tokens`` 1). Cells:
+(6/8/32) and the shortest chain, 1/1/2 (``chain1``; vLLM's ``num_speculative_tokens`` 1); and two depth
+policies under SGLang's ``--speculative-adaptive`` (no speculation, chain 1 or chain 3 chosen per step):
+``adaptive``, this package's cost policy (``SGLANG_EAGLE_EXT_ADAPTIVE=1``), and ``stock-adaptive``, stock's
+own policy, both over this plugin's class (issue 39). Cells:
 batch 1 (the first ``--single`` MT-bench first turns, one request at a time), 16 and 64 (the first 32
 and 64 prompts, in requests of 16 and 64 sent together), greedy and temperature 0.7 / top-p 0.9,
 ``--new-tokens`` each (``ignore_eos``: every request decodes the same number of tokens, so the batch
@@ -23,7 +26,9 @@ for greedy cells the outputs' agreement with plain decoding at the same batch si
 rule: an output that departs where plain decoding's top-2 log-probabilities lie within ``NEAR_TIE``
 nats counts as a near-tie (bf16 batch-dependence), one that departs elsewhere as a mismatch. Plain
 decoding's own agreement between batch 1 and the batched cells is recorded beside them (the engine's
-floor).
+floor). ``--drift`` adds a cell per mode whose batch drifts: 64 requests sent together whose lengths run
+from a quarter to four times ``--new-tokens`` (:func:`drift_lengths`), so the running batch falls from 64
+to 1 as they end, and a depth policy meets every batch size within one cell.
 
 usage (repository root; SGLang 0.5.23 and this package staged, see benchmarks/gpu/stage_package.sh)::
 
@@ -55,7 +60,10 @@ from results_file import save_json  # noqa: E402
 from sglang_eagle_ext.demo.run import NEAR_TIE, first_departure  # noqa: E402
 
 SHAPES = {shape.name: shape for shape in (engines.Shape("chain", 3, 1, 4), engines.Shape("tree", 5, 4, 8),
-                                          engines.Shape("wide", 6, 8, 32), engines.Shape("chain1", 1, 1, 2))}
+                                          engines.Shape("wide", 6, 8, 32), engines.Shape("chain1", 1, 1, 2),
+                                          engines.Shape("adaptive", 3, 1, 4, policy="cost"),
+                                          engines.Shape("stock-adaptive", 3, 1, 4, policy="stock"))}
+DRIFT_REQUESTS = 64
 BATCHES = (1, 16, 64)
 MODES = {"greedy": {"temperature": 0.0}, "sampled": {"temperature": 0.7, "top_p": 0.9}}
 START_TIMEOUT_S = 300
@@ -63,11 +71,21 @@ SEED = 0
 
 
 def arm_names(drafters: list[str], shapes: list[str]) -> list[str]:
+    """Plain decoding, then each drafter's shapes with this plugin and with stock SGLang; a depth policy's
+    shape with this plugin only (its "stock-adaptive" is stock's policy over this plugin's class)."""
     names = ["plain"]
     for drafter in drafters:
         for shape in shapes:
-            names += [f"{drafter}/{shape}/plugin", f"{drafter}/{shape}/stock"]
+            names += [f"{drafter}/{shape}/plugin"] + ([] if SHAPES[shape].policy else [f"{drafter}/{shape}/stock"])
     return names
+
+
+def drift_lengths(new_tokens: int, count: int = DRIFT_REQUESTS) -> list[int]:
+    """New tokens of the drift cell's requests, sent together: from a quarter of ``new_tokens`` to four
+    times it, evenly on a log scale, so the running batch drifts from ``count`` down to 1 as they end."""
+    if count < 2:
+        raise ValueError(f"a drift cell needs at least 2 requests, not {count}")
+    return [max(1, round(new_tokens * 2 ** (4 * i / (count - 1) - 2))) for i in range(count)]
 
 
 def stock_edit_copy(drafter: str, directory: str) -> str:
@@ -108,9 +126,10 @@ def host(connection, target: str, drafter: str | None, shape_name: str | None, p
     os.dup2(log, 1)
     os.dup2(log, 2)
     os.environ[engines.PLUGIN_SWITCH] = "1" if plugin else "0"
+    shape = SHAPES[shape_name] if shape_name else None
+    os.environ.update(shape.environment() if shape else {})  # the depth policy, read by the engine's processes
     try:
         where = engines.prepare_process()
-        shape = SHAPES[shape_name] if shape_name else None
         engine = engines.start(target, where, drafter, shape, graph_bs=batches, max_running=max(batches),
                                context_length=context_length, random_seed=SEED,
                                **({"skip_tokenizer_init": True} if skip_tokenizer else {}))
@@ -123,8 +142,10 @@ def host(connection, target: str, drafter: str | None, shape_name: str | None, p
             engine.generate(input_ids=[[1, 2, 3]] * batch, sampling_params={**params, "max_new_tokens": 8})
     connection.send("ready")
     while (request := connection.recv()) is not None:
-        waves, mode, new_tokens, top2 = request
-        params = {**MODES[mode], "max_new_tokens": new_tokens, "ignore_eos": True}
+        waves, mode, new_tokens, top2 = request  # new_tokens: per request of a single wave, or one for all
+        params = {**MODES[mode], "ignore_eos": True}
+        params = ([{**params, "max_new_tokens": n} for n in new_tokens] if isinstance(new_tokens, list)
+                  else {**params, "max_new_tokens": new_tokens})
         extra = dict(return_logprob=True, top_logprobs_num=2) if top2 else {}
         outputs, started = [], time.perf_counter()
         for wave in waves:
@@ -172,7 +193,8 @@ def measure_arm(name: str, args, ids, drafters: dict, plain: dict | None) -> dic
     parent, child = context.Pipe()
     log_path = os.path.join(args.out, name.replace("/", "_") + ".log")
     process = context.Process(target=host, args=(child, args.target, drafter, shape_name,
-                                                  side == "plugin", log_path, args.batches,
+                                                  side == "plugin", log_path,
+                                                  engine_batch_sizes(args.batches, args.drift),
                                                   args.context_length, args.tokenizer is not None))
     started = time.perf_counter()
     process.start()
@@ -189,27 +211,18 @@ def measure_arm(name: str, args, ids, drafters: dict, plain: dict | None) -> dic
     cells = {}
     for batch in args.batches:
         waves = cell_prompts(ids, batch, args.single)
-        for round_ in range(args.rounds):
-            modes = list(MODES) if round_ % 2 == 0 else list(MODES)[::-1]
-            for mode in modes:
-                parent.send((waves, mode, args.new_tokens, False))
-                result = parent.recv()
-                cell = cells.setdefault(f"batch{batch}/{mode}", {"tok_s": [], "verify": 0, "tokens": 0})
-                cell["tok_s"].append(round(result["tokens"] / result["seconds"], 1))
-                cell["tokens"] += result["tokens"]
-                cell["verify"] += result["verify"]
-                if mode == "greedy":
-                    cell.setdefault("outputs", result["output_ids"])
+        time_rounds(parent, cells, f"batch{batch}", waves, args.new_tokens, args.rounds)
         ttft = cells[f"batch{batch}/greedy"].setdefault("ttft_ms", [])
         for request in first_token_requests(waves, args.rounds):
             parent.send(request)
             ttft.append(round(1000 * parent.recv()["seconds"], 2))
-        if name == "plain":  # the reference outputs with their top-2 log-probs (untimed)
-            parent.send((waves, "greedy", args.new_tokens, True))
-            result = parent.recv()
-            cell = cells[f"batch{batch}/greedy"]
-            cell["top2"] = result["top2"]
-            cell["logprob_run_equal"] = result["output_ids"] == cell["outputs"]
+        if name == "plain":
+            add_reference_top2(parent, cells[f"batch{batch}/greedy"], waves, args.new_tokens)
+    if args.drift:  # one wave whose batch drifts down as its requests end (drift_lengths)
+        waves, lengths = [[ids[i % len(ids)] for i in range(DRIFT_REQUESTS)]], drift_lengths(args.new_tokens)
+        time_rounds(parent, cells, "drift", waves, lengths, args.rounds)
+        if name == "plain":
+            add_reference_top2(parent, cells["drift/greedy"], waves, lengths)
     parent.send(None)
     process.join(timeout=60)
     for cell in cells.values():
@@ -221,6 +234,36 @@ def measure_arm(name: str, args, ids, drafters: dict, plain: dict | None) -> dic
     compare_cells(cells, plain, args.batches, name == "plain")
     record["cells"] = cells
     return record
+
+
+def time_rounds(parent, cells: dict, prefix: str, waves, new_tokens, rounds: int) -> None:
+    """``rounds`` timed rounds of cells ``PREFIX/<mode>`` (modes in rotating order): tokens/s of each round,
+    tokens and verify steps summed, the greedy outputs of the first round."""
+    for round_ in range(rounds):
+        for mode in (list(MODES) if round_ % 2 == 0 else list(MODES)[::-1]):
+            parent.send((waves, mode, new_tokens, False))
+            result = parent.recv()
+            cell = cells.setdefault(f"{prefix}/{mode}", {"tok_s": [], "verify": 0, "tokens": 0})
+            cell["tok_s"].append(round(result["tokens"] / result["seconds"], 1))
+            cell["tokens"] += result["tokens"]
+            cell["verify"] += result["verify"]
+            if mode == "greedy":
+                cell.setdefault("outputs", result["output_ids"])
+
+
+def add_reference_top2(parent, cell: dict, waves, new_tokens) -> None:
+    """Plain decoding's greedy outputs again, untimed, with their top-2 log-probs (the near-tie rule's)."""
+    parent.send((waves, "greedy", new_tokens, True))
+    result = parent.recv()
+    cell["top2"] = result["top2"]
+    cell["logprob_run_equal"] = result["output_ids"] == cell["outputs"]
+
+
+def engine_batch_sizes(batches: tuple[int, ...], drift: bool) -> tuple[int, ...]:
+    """The batch sizes an engine captures graphs for (and warms up): the cells', and with the drift cell
+    every power of two up to its size, as the batch passes through them all."""
+    powers = {1 << k for k in range(DRIFT_REQUESTS.bit_length())} if drift else set()
+    return tuple(sorted(set(batches) | powers))
 
 
 def compare_cells(cells: dict, plain: dict | None, batches, is_plain: bool) -> None:
@@ -267,6 +310,8 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--context-length", type=int, default=2048)
+    parser.add_argument("--workload", help="the target, drafters and prompts in words, recorded with the results "
+                        "(default: the first side-by-side run's, SmolLM2-135M-Instruct's)")
     parser.add_argument("--tokenizer", help="the model whose tokenizer and chat template make the prompts' ids, "
                         "for a target without one (zipf_checkpoint.py's); the engines then start without a "
                         "tokenizer: ids in, ids out (default: the target's own)")
@@ -276,6 +321,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_run_arguments(parser)
     parser.add_argument("--shapes", default=",".join(SHAPES), help=f"of {', '.join(SHAPES)}")
+    parser.add_argument("--drift", action="store_true",
+                        help=f"also a drift cell per mode: {DRIFT_REQUESTS} requests sent together whose new tokens "
+                             "run from a quarter to four times --new-tokens, so the batch drifts down to 1")
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
     drafters = dict(item.split("=", 1) for item in args.drafter)
@@ -287,10 +335,11 @@ def main() -> int:
     ids = engines.chat_ids(AutoTokenizer.from_pretrained(args.tokenizer or args.target), texts)
     names = args.arms.split(",") if args.arms else arm_names(list(drafters), args.shapes.split(","))
     path = os.path.join(args.out, "serve_bench.json")
-    results = {**environment(), "target": args.target, "tokenizer": args.tokenizer or args.target,
+    results = {**environment(), **({"workload": args.workload} if args.workload else {}),
+               "target": args.target, "tokenizer": args.tokenizer or args.target,
                "drafters": drafters, "prompts": args.prompts, "new_tokens": args.new_tokens, "rounds": args.rounds,
-               "single": args.single,
-               "batches": list(args.batches),
+               "single": args.single, "batches": list(args.batches),
+               **({"drift_new_tokens": drift_lengths(args.new_tokens)} if args.drift else {}),
                "near_tie_nats": NEAR_TIE, "arms": {}}
     if os.path.exists(path):  # a run continued in a later call keeps the arms measured before
         with open(path, encoding="utf-8") as handle:

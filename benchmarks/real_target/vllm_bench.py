@@ -388,7 +388,8 @@ def main(argv=None) -> int:
         texts = [json.loads(line)["prompt"] for line in handle if line.strip()]
     ids = serve_bench.engines.chat_ids(AutoTokenizer.from_pretrained(args.tokenizer or args.target), texts)
     path = os.path.join(args.out, "vllm_bench.json")
-    results = {**environment(), "target": args.target, "tokenizer": args.tokenizer or args.target,
+    results = {**environment(), **({"workload": args.workload} if args.workload else {}),
+               "target": args.target, "tokenizer": args.tokenizer or args.target,
                "drafters": drafters, "prompts": args.prompts,
                "new_tokens": args.new_tokens, "rounds": args.rounds, "single": args.single,
                "batches": list(args.batches), "chains": args.chains, "near_tie_nats": serve_bench.NEAR_TIE,

@@ -28,6 +28,7 @@ from sglang_eagle_ext.demo.build import TARGET_DIR, build_models, drafter_dir
 from sglang_eagle_ext.drafter.producer_export import LAYOUTS
 from sglang_eagle_ext.errors import counted
 from sglang_eagle_ext.sglang.compat import cpu, installed_release
+from sglang_eagle_ext.sglang.compat.adaptive_shape import ENV_SWITCH as ADAPTIVE_SWITCH
 from sglang_eagle_ext.sglang.plugin import SWITCH
 from sglang_eagle_ext.targets import TARGETS
 
@@ -98,16 +99,18 @@ def engine_child() -> None:
     """Runs in the SGLang subprocess: one engine, greedy generation, one RESULT line.
 
     Arguments: TARGET DRAFTER DEVICE STEPS NEW_TOKENS ATTENTION_BACKEND TOPK DRAFT_TOKENS PROMPTS_JSON
-    IGNORE_EOS (1: every prompt decodes NEW_TOKENS; 0: an answer ends at the target's end token)."""
+    IGNORE_EOS (1: every prompt decodes NEW_TOKENS; 0: an answer ends at the target's end token) ADAPTIVE
+    (1: SGLang's --speculative-adaptive, its depths chosen by the policy the environment selects)."""
     import sglang
 
     target, drafter, device, steps, new_tokens, attention_backend, topk, draft_tokens = sys.argv[1:9]
-    prompts, ignore_eos = json.loads(sys.argv[9]), sys.argv[10] == "1"
+    prompts, ignore_eos, adaptive = json.loads(sys.argv[9]), sys.argv[10] == "1", sys.argv[11] == "1"
     options = engine_options(device, attention_backend, len(prompts))
     plain = drafter == PLAIN
     speculative = {} if plain else dict(
         speculative_algorithm="EAGLE3", speculative_draft_model_path=drafter, speculative_num_steps=int(steps),
-        speculative_eagle_topk=int(topk), speculative_num_draft_tokens=int(draft_tokens))
+        speculative_eagle_topk=int(topk), speculative_num_draft_tokens=int(draft_tokens),
+        **(dict(speculative_adaptive=True) if adaptive else {}))
     engine = sglang.Engine(model_path=target, max_total_tokens=4096, context_length=512, log_level="error",
                            **speculative, **options)
     try:  # plain decoding returns its top-2 log-probabilities: the near-tie rule reads them
@@ -168,15 +171,19 @@ def server_environment(device: str, plugin: bool | None = None) -> dict:
 def serve_greedy(target: str, drafter: str, device: str, num_steps: int, new_tokens: int,
                  attention_backend: str = "auto", timeout: int = 900, plugin: bool | None = None,
                  topk: int = 1, draft_tokens: int | None = None, prompts: list[str] = PROMPTS,
-                 ignore_eos: bool = True) -> ServedRun:
+                 ignore_eos: bool = True, adaptive: str | None = None) -> ServedRun:
     """Greedy EAGLE-3 generation of ``prompts`` (one batch) by stock SGLang in a subprocess (SGLang's
     schedulers need a fresh process; on CPU, the CPU shims in every process). ``plugin``: see
     :func:`server_environment`; ``topk`` > 1 drafts a tree of ``draft_tokens`` verified tokens
-    (default: ``num_steps + 1`` for a chain); ``ignore_eos`` False ends each answer at the end token."""
+    (default: ``num_steps + 1`` for a chain); ``ignore_eos`` False ends each answer at the end token;
+    ``adaptive``: SGLang's ``--speculative-adaptive`` with this value of ``SGLANG_EAGLE_EXT_ADAPTIVE``."""
     env = server_environment(device, plugin)
+    if adaptive is not None:
+        env[ADAPTIVE_SWITCH] = adaptive
     child = [sys.executable, "-c", "from sglang_eagle_ext.demo.run import engine_child; engine_child()",
              target, drafter, device, str(num_steps), str(new_tokens), attention_backend, str(topk),
-             str(draft_tokens or num_steps + 1), json.dumps(prompts), "1" if ignore_eos else "0"]
+             str(draft_tokens or num_steps + 1), json.dumps(prompts), "1" if ignore_eos else "0",
+             "0" if adaptive is None else "1"]
     try:
         done = subprocess.run(child, capture_output=True, text=True, env=env, timeout=timeout)
     except subprocess.TimeoutExpired:

@@ -4,6 +4,7 @@ inherit the environment of the child the demo starts, which is what is checked h
 environment and arguments as handed to ``subprocess.run``."""
 
 import json
+import os
 import subprocess
 
 import pytest
@@ -53,8 +54,11 @@ def test_caller_forces_the_switch_over_the_users(started, monkeypatch, plugin, e
 def test_tree_drafting_reaches_the_engine_child(started):
     run.serve_greedy("target", "drafter", "cpu", num_steps=3, new_tokens=2, topk=4, draft_tokens=8)
     run.serve_greedy("target", "drafter", "cpu", num_steps=3, new_tokens=2, prompts=["one", "two", "three"],
-                     ignore_eos=False)
-    assert started[0]["argv"][-4:] == ["4", "8", json.dumps(run.PROMPTS), "1"]
+                     ignore_eos=False, adaptive="cycle")
+    assert started[0]["argv"][-5:] == ["4", "8", json.dumps(run.PROMPTS), "1", "0"]
+    # without adaptive the user's own setting of the switch (if any) reaches the engine untouched
+    assert started[0]["env"].get("SGLANG_EAGLE_EXT_ADAPTIVE") == os.environ.get("SGLANG_EAGLE_EXT_ADAPTIVE")
     # a chain verifies its 3 drafts and one more token; the prompts given are the ones served, and an
-    # answer may end at the end token (a real target's demo)
-    assert started[1]["argv"][-4:] == ["1", "4", '["one", "two", "three"]', "0"]
+    # answer may end at the end token (a real target's demo); adaptive depths: SGLang's flag and our switch
+    assert started[1]["argv"][-5:] == ["1", "4", '["one", "two", "three"]', "0", "1"]
+    assert started[1]["env"]["SGLANG_EAGLE_EXT_ADAPTIVE"] == "cycle"

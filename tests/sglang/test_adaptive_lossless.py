@@ -6,11 +6,12 @@ step (no speculation, chain 1, chain 3, in turn). Each step's verify is SGLang's
 a switch (the drafter's KV, its hidden rows, the drafted tokens) is what could go wrong, and a wrong draft
 that is then accepted by mistake biases the output towards the drafter. The check needs a target whose
 next-token law is known exactly at every position: ``zipf_target``'s, written as files by
-``benchmarks/gpu/zipf_checkpoint.py --smoke``, where the law after token t is
-``softmax(profiles[t mod 64] / T)`` whatever came before, with its ``zipf_drafter``, which drafts that law
-(so drafts are accepted and every depth does work). Greedy, the output is the law's argmax chain and each
-step at depth d makes d + 1 tokens (the drafts are right), which a damaged carried state would break. Each
-sampled token is mapped through the exact
+``benchmarks/gpu/zipf_checkpoint.py --smoke``, where the law after token t is ``softmax(logits[t mod 64] / T)``
+whatever came before (the logits read off the written weights by HF transformers), with its ``zipf_drafter``,
+which drafts that law (so drafts are accepted and every depth does work). The target's own KV cache is not
+judged here (its next token does not depend on the context): ``test_server_cpu``'s cycle test does that.
+Greedy, the output is the law's argmax chain and each step at depth d makes d + 1 tokens (the drafts are
+right), which a damaged drafter state would break. Each sampled token is mapped through the exact
 conditional law to its rank there (0: the most probable token); Pearson's chi-square compares the binned
 ranks with the counts that law expects (a drafter's bias shows as too many top ranks, a wrong temperature
 as a shifted spread). The same tokens judged under a neighbouring law (T 0.8 for 0.7) are rejected, so the
@@ -31,7 +32,7 @@ _, zipf_target = load_siblings("benchmarks/gpu", "verify_workload", "zipf_target
 
 TEMPERATURE = 0.7
 REQUESTS, PROMPT_TOKENS, GREEDY_TOKENS, SAMPLED_TOKENS = 24, 12, 16, 40
-SEED = 1234  # fused_verify_e2e.SEED: the profiles zipf_checkpoint.py wrote
+LAW_SEED = 1234  # any law of zipf_target's family, for the check of the check
 RANK_BINS = (0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64, 128, 1 << 30)  # at least 10 tokens expected in each here
 
 
@@ -91,28 +92,40 @@ def served(tmp_path_factory):
 
     from sglang_eagle_ext.demo.run import server_environment
     from sglang_eagle_ext.sglang.compat.adaptive_shape import ENV_SWITCH as ADAPTIVE_SWITCH
+    from sglang_eagle_ext.sglang.plugin import SWITCH as PLUGIN_SWITCH
 
     env = {**server_environment("cpu"), ADAPTIVE_SWITCH: "cycle"}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))  # after the CPU shims'
-    env.pop("SGLANG_EAGLE_EXT", None)  # the plugin at its default: on
+    env.pop(PLUGIN_SWITCH, None)  # the plugin at its default: on
     run = subprocess.run([sys.executable, "-c", "from tests.sglang.test_adaptive_lossless import engine_child; "
                           "engine_child()", target, drafter, json.dumps(prompts)],
                          cwd=ROOT, capture_output=True, text=True, env=env, timeout=900)
     results = [line for line in run.stdout.splitlines() if line.startswith("RESULT ")]
     assert run.returncode == 0 and results, run.stderr[-4000:]
     assert "round-robin (test mode) over depths [0, 1, 3]" in run.stderr
-    profiles, _ = zipf_target.profiles_and_basis(config["hidden_size"], config["vocab_size"], SEED, "cpu")
-    return prompts, json.loads(results[0][len("RESULT "):]), profiles
+    return prompts, json.loads(results[0][len("RESULT "):]), served_law(target)
+
+
+def served_law(target: str) -> torch.Tensor:
+    """``[classes, vocab]`` logits after a token of each class, by HF transformers' forward of the weights as
+    written (bf16 values; float32, as the CPU server runs them): zipf_target's profiles to within bf16's
+    rounding, which is what the server's tokens must follow."""
+    from transformers import LlamaForCausalLM
+
+    model = LlamaForCausalLM.from_pretrained(target, dtype=torch.float32).eval()
+    with torch.no_grad():  # token c is of class c; after one token the law is its class's
+        return model(input_ids=torch.arange(zipf_target.CLASSES).unsqueeze(1)).logits[:, 0]
 
 
 @needs_sglang
 def test_greedy_output_is_the_targets_argmax_chain_and_every_depth_is_accepted_whole(served):
-    """Greedy: each token is the argmax of the law after the one before (the profiles' top two lie at least
-    0.1 apart, far above float32's error in the served logits). This drafter drafts the argmax chain, so a
+    """Greedy: each token is the argmax of the law after the one before. This drafter drafts the argmax chain, so a
     step at depth d makes d + 1 tokens when the state carried across the switches is intact: 15 tokens after
     the prefill's first take 7 steps whatever depth the cycle starts at (1 + 2 + 4 twice, then one more)."""
-    prompts, results, profiles = served
-    argmax = profiles.argmax(-1)
+    prompts, results, law = served
+    top2 = law.topk(2, dim=-1).values
+    assert (top2[:, 0] - top2[:, 1]).min() > 0.01  # no argmax here is a float32 rounding away from another
+    argmax = law.argmax(-1)
     for prompt, output in zip(prompts, results["greedy"]):
         expected, token = [], prompt[-1]
         for _ in range(GREEDY_TOKENS):
@@ -124,7 +137,7 @@ def test_greedy_output_is_the_targets_argmax_chain_and_every_depth_is_accepted_w
 
 @needs_sglang
 def test_sampled_tokens_follow_the_targets_law_while_depths_switch_every_step(served):
-    prompts, results, profiles = served
+    prompts, results, law = served
     outputs = results["sampled"]
     assert all(len(o["output_ids"]) == SAMPLED_TOKENS for o in outputs)
     # drafts were accepted: fewer verify steps than tokens after the prefill's
@@ -134,9 +147,9 @@ def test_sampled_tokens_follow_the_targets_law_while_depths_switch_every_step(se
         sequence = prompt[-1:] + output["output_ids"]
         previous += sequence[:-1]
         drawn += sequence[1:]
-    assert rank_test_p_value(previous, drawn, profiles, TEMPERATURE) > 1e-4, "not drawn from the target's law"
+    assert rank_test_p_value(previous, drawn, law, TEMPERATURE) > 1e-4, "not drawn from the target's law"
     # the same tokens judged under a neighbouring law are rejected: the check has the power to fail
-    assert rank_test_p_value(previous, drawn, profiles, 0.8) < 1e-4
+    assert rank_test_p_value(previous, drawn, law, 0.8) < 1e-4
 
 
 @pytest.mark.parametrize("seed", [9, 10, 11])
@@ -144,7 +157,7 @@ def test_the_rank_test_accepts_only_the_law_the_tokens_came_from(seed):
     """The check itself, on tokens drawn here from the exact law at T 0.7 (as many as the server test has):
     accepted under that law, rejected under T 0.6 and 0.8."""
     hidden, vocab, generator = 128, 4096, torch.Generator().manual_seed(seed)
-    profiles, _ = zipf_target.profiles_and_basis(hidden, vocab, SEED, "cpu")
+    profiles, _ = zipf_target.profiles_and_basis(hidden, vocab, LAW_SEED, "cpu")
     token, previous, drawn = 17, [], []
     for _ in range(REQUESTS * SAMPLED_TOKENS):
         probs = torch.softmax(profiles[token % zipf_target.CLASSES].double() / 0.7, dim=-1)

@@ -1,0 +1,43 @@
+"""benchmarks/real_target/serve_bench.py's depth-policy arms and drift cell (issue 39's measurement), on a CPU:
+which arms exist, what each asks of SGLang and of this package's switch, and how the drift cell's batch falls."""
+
+import pytest
+
+from sglang_eagle_ext import env
+from sglang_eagle_ext.sglang.compat.adaptive_shape import ENV_SWITCH
+from tests.script_module import load_siblings
+
+# serve_bench imports engines and the GPU folder's results_file by bare name
+engines, serve_bench = load_siblings("benchmarks/real_target", "engines", "serve_bench")
+
+
+def test_depth_policies_run_with_this_plugin_only():
+    names = serve_bench.arm_names(["d"], ["chain", "adaptive", "stock-adaptive"])
+    assert names == ["plain", "d/chain/plugin", "d/chain/stock", "d/adaptive/plugin", "d/stock-adaptive/plugin"]
+
+
+def test_a_policy_shape_asks_for_sglangs_adaptive_mode_and_sets_the_policy_switch():
+    adaptive, stock, chain = (serve_bench.SHAPES[name] for name in ("adaptive", "stock-adaptive", "chain"))
+    assert engines.speculative("D", adaptive)["speculative_adaptive"] is True
+    assert engines.speculative("D", stock)["speculative_adaptive"] is True
+    assert "speculative_adaptive" not in engines.speculative("D", chain) and chain.environment() == {}
+    # the values the switch reads as on (this package's cost policy) and off (stock's policy)
+    assert adaptive.environment()[ENV_SWITCH] in env.ON and stock.environment()[ENV_SWITCH] in env.OFF
+    # the deepest depth is the configured one: the same chain as the fixed "chain" arm
+    assert (adaptive.steps, adaptive.topk, adaptive.draft_tokens) == (chain.steps, chain.topk, chain.draft_tokens)
+    with pytest.raises(ValueError, match="policy 'costs'"):
+        engines.Shape("typo", 3, 1, 4, policy="costs")
+
+
+def test_the_drift_cells_batch_falls_one_request_at_a_time_from_all_to_none():
+    lengths = serve_bench.drift_lengths(128)
+    assert len(lengths) == serve_bench.DRIFT_REQUESTS and lengths[0] == 32 and lengths[-1] == 512
+    # requests still running just after each length: every batch size from 63 down to 0, one at a time
+    assert [sum(1 for n in lengths if n > t) for t in lengths] == list(range(serve_bench.DRIFT_REQUESTS - 1, -1, -1))
+    with pytest.raises(ValueError, match="at least 2 requests"):
+        serve_bench.drift_lengths(128, 1)
+
+
+def test_the_engine_captures_every_batch_size_the_drift_cell_passes_through():
+    assert serve_bench.engine_batch_sizes((1, 16, 64), drift=False) == (1, 16, 64)
+    assert serve_bench.engine_batch_sizes((1, 24), drift=True) == (1, 2, 4, 8, 16, 24, 32, 64)
