@@ -26,7 +26,7 @@ def run() -> dict:
                                              for mode in ("greedy", "sampled")}}
     arms["d/adaptive/plugin"]["cells"]["drift/sampled"] = cell(800, 800, 800)
     return {"device": "GPU X", "sglang": "0.5.23", "torch": "2.14.1", "commit": "abc1234", "date": "2026-11-27",
-            "new_tokens": 128, "rounds": 3, "batches": [1, 64], "arms": arms}
+            "new_tokens": 128, "rounds": 3, "batches": [1, 64], "drift_new_tokens": [32] * 64, "arms": arms}
 
 
 def test_each_cell_against_the_best_fixed_shape_plain_and_stock():
@@ -40,6 +40,13 @@ def test_each_cell_against_the_best_fixed_shape_plain_and_stock():
     assert round(drift["vs_stock"], 3) == 1.094 and not drift["goal"]  # ahead, but not past the spread
     assert adaptive_table.verdict(results, "d", "drift/sampled")["goal"]
     assert adaptive_table.verdict(results, "other", "batch1/greedy") is None
+    # rounds that agree exactly still leave the 5 % floor: 0.96 of the best fixed shape is within it
+    for arm in ("plain", "d/adaptive/plugin"):
+        results["arms"][arm]["cells"]["batch1/greedy"]["tok_s"] = [results["arms"][arm]["cells"]["batch1/greedy"][
+            "tok_s_median"]] * 3
+    results["arms"]["d/adaptive/plugin"]["cells"]["batch1/greedy"]["tok_s_median"] = 288
+    floored = adaptive_table.verdict(results, "d", "batch1/greedy")
+    assert floored["spread"] == 0.05 and floored["goal"]
 
 
 def test_page_lists_every_cell_with_its_verdict():

@@ -39,5 +39,6 @@ def test_the_drift_cells_batch_falls_one_request_at_a_time_from_all_to_none():
 
 
 def test_the_engine_captures_every_batch_size_the_drift_cell_passes_through():
-    assert serve_bench.engine_batch_sizes((1, 16, 64), drift=False) == (1, 16, 64)
-    assert serve_bench.engine_batch_sizes((1, 24), drift=True) == (1, 2, 4, 8, 16, 24, 32, 64)
+    assert serve_bench.engine_batch_sizes((1, 16, 64)) == (1, 16, 64)
+    assert serve_bench.engine_batch_sizes((1, 24), 64) == (1, 2, 4, 8, 16, 24, 32, 64)
+    assert serve_bench.engine_batch_sizes((1, 4), 12) == (1, 2, 4, 8, 12)

@@ -7,7 +7,8 @@ sizes and, with ``--drift``, in a cell whose batch falls from 64 to 1. Per cell 
 
 * output tok/s (the median of the timed rounds) of every arm, and the best fixed shape;
 * adaptive / best fixed, adaptive / plain decoding, adaptive / stock's adaptive;
-* the A/A spread: plain decoding's rounds in that cell, (fastest - slowest) / median;
+* the A/A spread: plain decoding's rounds in that cell, (fastest - slowest) / median, never under
+  ``table.NOISE_FLOOR``;
 * the goal (issue 39 point 3): at every batch size at least the best fixed shape and never below plain
   decoding, beyond the spread; in the drift cell ahead of every fixed shape and of stock's adaptive. A
   ratio counts as below only past ``1 - spread`` and as ahead only past ``1 + spread``.
@@ -24,7 +25,7 @@ import json
 import os
 import sys
 
-from table import spread
+from table import NOISE_FLOOR, spread
 
 MODES = {"greedy": "greedy", "sampled": "T 0.7, top-p 0.9"}
 POLICIES = {"adaptive": "adaptive (this package)", "stock-adaptive": "stock's adaptive"}
@@ -58,7 +59,7 @@ def verdict(results: dict, drafter: str, key: str) -> dict | None:
     fixed = {shape: arm["cells"][key]["tok_s_median"] for shape, arm in arms.items()
              if shape not in POLICIES and key in arm["cells"]}
     stock = arms.get("stock-adaptive", {}).get("cells", {}).get(key)
-    noise = spread(plain["tok_s"])
+    noise = max(NOISE_FLOOR, spread(plain["tok_s"]))
     ours = adaptive["tok_s_median"]
     best = max(fixed, key=fixed.get) if fixed else None
     row = {"plain": plain["tok_s_median"], "fixed": fixed, "best_fixed": best, "adaptive": ours,
@@ -73,8 +74,10 @@ def verdict(results: dict, drafter: str, key: str) -> dict | None:
     return row
 
 
-def _label(key: str) -> str:
-    return "drift 64 -> 1" if key.startswith("drift/") else f"batch {key.split('/')[0][len('batch'):]}"
+def _label(results: dict, key: str) -> str:
+    if key.startswith("drift/"):
+        return f"drift {len(results['drift_new_tokens'])} -> 1"
+    return f"batch {key.split('/')[0][len('batch'):]}"
 
 
 def _ratio(value: float | None) -> str:
@@ -100,7 +103,8 @@ def markdown(results: dict, drafter: str) -> str:
                 continue
             fixed = " | ".join(f"{row['fixed'][s]:,.0f}" if s in row["fixed"] else "-" for s in shapes)
             stock = "-" if row["stock_adaptive"] is None else f"{row['stock_adaptive']:,.0f}"
-            lines.append(f"| {_label(key)} | {row['plain']:,.0f} | {fixed} | {stock} | {row['adaptive']:,.0f} | "
+            lines.append(f"| {_label(results, key)} | {row['plain']:,.0f} | {fixed} | {stock} | "
+                         f"{row['adaptive']:,.0f} | "
                          f"{_ratio(row['vs_best'])} ({row['best_fixed'] or '-'}) | {_ratio(row['vs_plain'])} | "
                          f"{_ratio(row['vs_stock'])} | {row['spread']:.0%} | {'met' if row['goal'] else 'NOT met'} |")
         lines.append("")

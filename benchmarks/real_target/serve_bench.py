@@ -26,9 +26,9 @@ for greedy cells the outputs' agreement with plain decoding at the same batch si
 rule: an output that departs where plain decoding's top-2 log-probabilities lie within ``NEAR_TIE``
 nats counts as a near-tie (bf16 batch-dependence), one that departs elsewhere as a mismatch. Plain
 decoding's own agreement between batch 1 and the batched cells is recorded beside them (the engine's
-floor). ``--drift`` adds a cell per mode whose batch drifts: 64 requests sent together whose lengths run
-from a quarter to four times ``--new-tokens`` (:func:`drift_lengths`), so the running batch falls from 64
-to 1 as they end, and a depth policy meets every batch size within one cell.
+floor). ``--drift`` adds a cell per mode whose batch drifts: 64 requests (or as many as it names) sent
+together whose lengths run from a quarter to four times ``--new-tokens`` (:func:`drift_lengths`), so the
+running batch falls from 64 to 1 as they end, and a depth policy meets every batch size within one cell.
 
 usage (repository root; SGLang 0.5.23 and this package staged, see benchmarks/gpu/stage_package.sh)::
 
@@ -198,9 +198,9 @@ def measure_arm(name: str, args, ids, drafters: dict, plain: dict | None) -> dic
                                                   args.context_length, args.tokenizer is not None))
     started = time.perf_counter()
     process.start()
-    if not parent.poll(START_TIMEOUT_S):
+    if not parent.poll(args.start_timeout):
         process.kill()
-        record["failed"] = f"no engine after {START_TIMEOUT_S} s"
+        record["failed"] = f"no engine after {args.start_timeout} s"
         return record
     answer = parent.recv()
     record["start_s"] = round(time.perf_counter() - started, 1)
@@ -219,7 +219,8 @@ def measure_arm(name: str, args, ids, drafters: dict, plain: dict | None) -> dic
         if name == "plain":
             add_reference_top2(parent, cells[f"batch{batch}/greedy"], waves, args.new_tokens)
     if args.drift:  # one wave whose batch drifts down as its requests end (drift_lengths)
-        waves, lengths = [[ids[i % len(ids)] for i in range(DRIFT_REQUESTS)]], drift_lengths(args.new_tokens)
+        waves = [[ids[i % len(ids)] for i in range(args.drift)]]
+        lengths = drift_lengths(args.new_tokens, args.drift)
         time_rounds(parent, cells, "drift", waves, lengths, args.rounds)
         if name == "plain":
             add_reference_top2(parent, cells["drift/greedy"], waves, lengths)
@@ -259,11 +260,11 @@ def add_reference_top2(parent, cell: dict, waves, new_tokens) -> None:
     cell["logprob_run_equal"] = result["output_ids"] == cell["outputs"]
 
 
-def engine_batch_sizes(batches: tuple[int, ...], drift: bool) -> tuple[int, ...]:
-    """The batch sizes an engine captures graphs for (and warms up): the cells', and with the drift cell
-    every power of two up to its size, as the batch passes through them all."""
-    powers = {1 << k for k in range(DRIFT_REQUESTS.bit_length())} if drift else set()
-    return tuple(sorted(set(batches) | powers))
+def engine_batch_sizes(batches: tuple[int, ...], drift_requests: int = 0) -> tuple[int, ...]:
+    """The batch sizes an engine captures graphs for (and warms up): the cells', and with a drift cell of
+    ``drift_requests`` every power of two up to that size, as the batch passes through them all."""
+    powers = {1 << k for k in range(drift_requests.bit_length())}
+    return tuple(sorted(set(batches) | powers | ({drift_requests} if drift_requests else set())))
 
 
 def compare_cells(cells: dict, plain: dict | None, batches, is_plain: bool) -> None:
@@ -321,9 +322,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_run_arguments(parser)
     parser.add_argument("--shapes", default=",".join(SHAPES), help=f"of {', '.join(SHAPES)}")
-    parser.add_argument("--drift", action="store_true",
-                        help=f"also a drift cell per mode: {DRIFT_REQUESTS} requests sent together whose new tokens "
-                             "run from a quarter to four times --new-tokens, so the batch drifts down to 1")
+    parser.add_argument("--drift", type=int, nargs="?", const=DRIFT_REQUESTS, default=0, metavar="REQUESTS",
+                        help=f"also a drift cell per mode: REQUESTS (default {DRIFT_REQUESTS}) sent together whose new "
+                             "tokens run from a quarter to four times --new-tokens, so the batch drifts down to 1")
+    parser.add_argument("--start-timeout", type=int, default=START_TIMEOUT_S,
+                        help="seconds an engine may take to start and warm up (a CPU check needs more)")
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
     drafters = dict(item.split("=", 1) for item in args.drafter)
@@ -339,7 +342,7 @@ def main() -> int:
                "target": args.target, "tokenizer": args.tokenizer or args.target,
                "drafters": drafters, "prompts": args.prompts, "new_tokens": args.new_tokens, "rounds": args.rounds,
                "single": args.single, "batches": list(args.batches),
-               **({"drift_new_tokens": drift_lengths(args.new_tokens)} if args.drift else {}),
+               **({"drift_new_tokens": drift_lengths(args.new_tokens, args.drift)} if args.drift else {}),
                "near_tie_nats": NEAR_TIE, "arms": {}}
     if os.path.exists(path):  # a run continued in a later call keeps the arms measured before
         with open(path, encoding="utf-8") as handle:

@@ -119,6 +119,10 @@ def markdown(results: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+# the least run-to-run noise assumed in a cell: two or three rounds can agree by chance within a percent
+NOISE_FLOOR = 0.05
+
+
 def spread(values: list[float]) -> float:
     """(largest - smallest) / median of repeated measurements of one cell."""
     ordered = sorted(values)

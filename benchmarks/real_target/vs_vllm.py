@@ -34,11 +34,9 @@ import statistics
 import sys
 from typing import Callable
 
-from table import DRAFTER_NAMES, lossless, spread
+from table import DRAFTER_NAMES, NOISE_FLOOR, lossless, spread
 
 MODES = {"greedy": "greedy", "sampled": "T 0.7, top-p 0.9"}
-# the least run-to-run noise assumed in a cell: two or three rounds can agree by chance within a percent
-NOISE_FLOOR = 0.05
 # the workload of a run whose results do not name one (the first side-by-side run, issue 38)
 SMOLLM2_WORKLOAD = "SmolLM2-135M-Instruct, MT-bench first turns (chat template)"
 
