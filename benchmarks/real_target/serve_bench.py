@@ -10,7 +10,8 @@ is timed beside another's start-up):
   load is tried once, with the first shape, and the other shapes' cells say so.
 
 Shapes: chain 3/1/4, SGLang's default tree for Llama (5 steps, top-k 4, 8 tokens), a wider tree
-(6/8/32) and the shortest chain, 1/1/2 (``chain1``; vLLM's ``num_speculative_tokens`` 1); and two depth
+(6/8/32), the shortest chain, 1/1/2 (``chain1``; vLLM's ``num_speculative_tokens`` 1) and chain 5/1/6
+(``chain5``, vLLM's 5); and two depth
 policies under SGLang's ``--speculative-adaptive`` (no speculation, chain 1 or chain 3 chosen per step):
 ``adaptive``, this package's cost policy (``SGLANG_EAGLE_EXT_ADAPTIVE=1``), and ``stock-adaptive``, stock's
 own policy, both over this plugin's class (issue 39). Cells:
@@ -61,6 +62,7 @@ from sglang_eagle_ext.demo.run import NEAR_TIE, first_departure  # noqa: E402
 
 SHAPES = {shape.name: shape for shape in (engines.Shape("chain", 3, 1, 4), engines.Shape("tree", 5, 4, 8),
                                           engines.Shape("wide", 6, 8, 32), engines.Shape("chain1", 1, 1, 2),
+                                          engines.Shape("chain5", 5, 1, 6),
                                           engines.Shape("adaptive", 3, 1, 4, policy="cost"),
                                           engines.Shape("stock-adaptive", 3, 1, 4, policy="stock"))}
 DRIFT_REQUESTS = 64
