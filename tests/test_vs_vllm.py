@@ -23,8 +23,9 @@ def cell(tok_s: list[float], accept: float | None = None, ttft: float | None = N
 
 
 def run(engine: str, plain: dict, arms: dict) -> dict:
-    world = {"device": "GPU X", "new_tokens": 128, "single": 8, "batches": [1, 16], "near_tie_nats": 1.0,
-             "rounds": 3, "date": "2026-11-27", "torch": "2.14.1", "commit": "abc1234", "drafters": {"d": "/d"}}
+    world = {"device": "GPU X", "workload": "a target, its drafter, some prompts", "new_tokens": 128, "single": 8,
+             "batches": [1, 16], "near_tie_nats": 1.0, "rounds": 3, "date": "2026-11-27", "torch": "2.14.1",
+             "commit": "abc1234", "drafters": {"d": "/d"}}
     world.update({"engine": "vllm", "vllm": "0.33.0"} if engine == "vllm" else {"sglang": "0.5.23"})
     world["arms"] = {"plain": {"arm": "plain", "cells": plain}, **arms}
     return world
@@ -85,8 +86,11 @@ def test_runs_from_different_worlds_are_refused(runs):
     with pytest.raises(ValueError, match="device"):
         vs_vllm.markdown(sglang, other)
     other = copy.deepcopy(vllm)
-    other["workload"] = "another target"  # a run that names its workload against one that does not
+    other["workload"] = "another target"
     with pytest.raises(ValueError, match="workload"):
+        vs_vllm.markdown(sglang, other)
+    del other["workload"]  # the page names each run's workload: a run that records none is refused
+    with pytest.raises(ValueError, match="workload: not recorded in the vLLM 0.33.0 run"):
         vs_vllm.markdown(sglang, other)
 
 

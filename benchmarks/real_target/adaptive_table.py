@@ -85,8 +85,9 @@ def _ratio(value: float | None) -> str:
 
 
 def markdown(results: dict, drafter: str) -> str:
-    shapes = sorted({shape for key in cell_keys(results, "greedy") + cell_keys(results, "sampled")
-                     for shape in (verdict(results, drafter, key) or {}).get("fixed", {})})
+    rows = {mode: [(key, row) for key in cell_keys(results, mode)
+                   if (row := verdict(results, drafter, key)) is not None] for mode in MODES}
+    shapes = sorted({shape for cells in rows.values() for _, row in cells for shape in row["fixed"]})
     lines = [f"{results['device']}, SGLang {results['sglang']} (torch {results['torch']}, commit "
              f"{results['commit']}), {results['date']}; drafter {drafter}; {results['new_tokens']} new tokens a "
              f"request; the median of {results['rounds']} timed rounds. `{DEFAULT_SHAPE}` is SGLang's default shape "
@@ -97,10 +98,7 @@ def markdown(results: dict, drafter: str) -> str:
         lines += [f"### {mode_label}", "", "| cell | plain | " + " | ".join(shapes) + " | stock's adaptive | "
                   "adaptive | adaptive / best fixed | adaptive / plain | adaptive / stock's | A/A spread | goal |",
                   "|" + "---|" * (9 + len(shapes))]
-        for key in cell_keys(results, mode):
-            row = verdict(results, drafter, key)
-            if row is None:
-                continue
+        for key, row in rows[mode]:
             fixed = " | ".join(f"{row['fixed'][s]:,.0f}" if s in row["fixed"] else "-" for s in shapes)
             stock = "-" if row["stock_adaptive"] is None else f"{row['stock_adaptive']:,.0f}"
             lines.append(f"| {_label(results, key)} | {row['plain']:,.0f} | {fixed} | {stock} | "

@@ -265,8 +265,8 @@ def add_reference_top2(parent, cell: dict, waves, new_tokens) -> None:
 def engine_batch_sizes(batches: tuple[int, ...], drift_requests: int = 0) -> tuple[int, ...]:
     """The batch sizes an engine captures graphs for (and warms up): the cells', and with a drift cell of
     ``drift_requests`` every power of two up to that size, as the batch passes through them all."""
-    powers = {1 << k for k in range(drift_requests.bit_length())}
-    return tuple(sorted(set(batches) | powers | ({drift_requests} if drift_requests else set())))
+    drifted = {1 << k for k in range(drift_requests.bit_length())} | {drift_requests} if drift_requests else set()
+    return tuple(sorted(set(batches) | drifted))
 
 
 def compare_cells(cells: dict, plain: dict | None, batches, is_plain: bool) -> None:
@@ -314,10 +314,34 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--context-length", type=int, default=2048)
     parser.add_argument("--workload", help="the target, drafters and prompts in words, recorded with the results "
-                        "(default: the first side-by-side run's, SmolLM2-135M-Instruct's)")
+                        "(vs_vllm.py's pages name each run's)")
     parser.add_argument("--tokenizer", help="the model whose tokenizer and chat template make the prompts' ids, "
                         "for a target without one (zipf_checkpoint.py's); the engines then start without a "
                         "tokenizer: ids in, ids out (default: the target's own)")
+
+
+def prompt_ids(args) -> list[list[int]]:
+    """The prompts' token ids, the same in every engine's benchmark: each line of ``--prompts`` as a one-turn
+    chat in ``--tokenizer``'s (default: the target's) chat template."""
+    from transformers import AutoTokenizer
+
+    with open(args.prompts, encoding="utf-8") as handle:
+        texts = [json.loads(line)["prompt"] for line in handle if line.strip()]
+    return engines.chat_ids(AutoTokenizer.from_pretrained(args.tokenizer or args.target), texts)
+
+
+def run_record(path: str, args, drafters: dict, environment: dict, **extra) -> dict:
+    """A run's results as every engine's benchmark writes them: its environment, the world two engines' runs
+    must share (``vs_vllm.same_world``), ``extra``, and the arms an earlier call's run measured into ``path``
+    (a run continued in a later call keeps them)."""
+    results = {**environment, **({"workload": args.workload} if args.workload else {}), "target": args.target,
+               "tokenizer": args.tokenizer or args.target, "drafters": drafters, "prompts": args.prompts,
+               "new_tokens": args.new_tokens, "rounds": args.rounds, "single": args.single,
+               "batches": list(args.batches), "near_tie_nats": NEAR_TIE, **extra, "arms": {}}
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as handle:
+            results["arms"] = json.load(handle).get("arms", {})
+    return results
 
 
 def main() -> int:
@@ -333,22 +357,11 @@ def main() -> int:
     os.makedirs(args.out, exist_ok=True)
     drafters = dict(item.split("=", 1) for item in args.drafter)
     engines.prepare_process()
-    from transformers import AutoTokenizer
-
-    with open(args.prompts, encoding="utf-8") as handle:
-        texts = [json.loads(line)["prompt"] for line in handle if line.strip()]
-    ids = engines.chat_ids(AutoTokenizer.from_pretrained(args.tokenizer or args.target), texts)
+    ids = prompt_ids(args)
     names = args.arms.split(",") if args.arms else arm_names(list(drafters), args.shapes.split(","))
     path = os.path.join(args.out, "serve_bench.json")
-    results = {**environment(), **({"workload": args.workload} if args.workload else {}),
-               "target": args.target, "tokenizer": args.tokenizer or args.target,
-               "drafters": drafters, "prompts": args.prompts, "new_tokens": args.new_tokens, "rounds": args.rounds,
-               "single": args.single, "batches": list(args.batches),
-               **({"drift_new_tokens": drift_lengths(args.new_tokens, args.drift)} if args.drift else {}),
-               "near_tie_nats": NEAR_TIE, "arms": {}}
-    if os.path.exists(path):  # a run continued in a later call keeps the arms measured before
-        with open(path, encoding="utf-8") as handle:
-            results["arms"] = json.load(handle).get("arms", {})
+    results = run_record(path, args, drafters, environment(),
+                         **({"drift_new_tokens": drift_lengths(args.new_tokens, args.drift)} if args.drift else {}))
     stock_refused = {}  # (drafter, side) -> why its other shapes are not tried
     for name in names:
         if name in results["arms"] and "failed" not in results["arms"][name]:

@@ -382,21 +382,9 @@ def main(argv=None) -> int:
             print(f"{name}: {json.dumps(kwargs)}")
         return 0
     os.makedirs(args.out, exist_ok=True)
-    from transformers import AutoTokenizer
-
-    with open(args.prompts, encoding="utf-8") as handle:
-        texts = [json.loads(line)["prompt"] for line in handle if line.strip()]
-    ids = serve_bench.engines.chat_ids(AutoTokenizer.from_pretrained(args.tokenizer or args.target), texts)
+    ids = serve_bench.prompt_ids(args)
     path = os.path.join(args.out, "vllm_bench.json")
-    results = {**environment(), **({"workload": args.workload} if args.workload else {}),
-               "target": args.target, "tokenizer": args.tokenizer or args.target,
-               "drafters": drafters, "prompts": args.prompts,
-               "new_tokens": args.new_tokens, "rounds": args.rounds, "single": args.single,
-               "batches": list(args.batches), "chains": args.chains, "near_tie_nats": serve_bench.NEAR_TIE,
-               "arms": {}}
-    if os.path.exists(path):  # a run continued in a later call keeps the arms measured before
-        with open(path, encoding="utf-8") as handle:
-            results["arms"] = json.load(handle).get("arms", {})
+    results = serve_bench.run_record(path, args, drafters, environment(), chains=args.chains)
     refused = {}  # drafter -> why its other chain lengths are not tried
     for name in names:
         if name in results["arms"] and "failed" not in results["arms"][name]:

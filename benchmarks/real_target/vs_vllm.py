@@ -37,15 +37,6 @@ from typing import Callable
 from table import DRAFTER_NAMES, NOISE_FLOOR, lossless, spread
 
 MODES = {"greedy": "greedy", "sampled": "T 0.7, top-p 0.9"}
-# the workload of a run whose results do not name one (the first side-by-side run, issue 38)
-SMOLLM2_WORKLOAD = "SmolLM2-135M-Instruct, MT-bench first turns (chat template)"
-
-
-def workload(results: dict) -> str:
-    """The target, drafters and prompts of a run, as its committed file names them."""
-    return results.get("workload", SMOLLM2_WORKLOAD)
-
-
 def engine_label(results: dict) -> str:
     return f"vLLM {results['vllm']}" if results.get("engine") == "vllm" else f"SGLang {results['sglang']} + this plugin"
 
@@ -98,7 +89,8 @@ def _ttft(cell: dict | None) -> str:
 
 def same_world(sglang: dict, vllm: dict) -> list[str]:
     """What differs between the two runs' worlds that must not (device, target, prompts, cells)."""
-    problems = []
+    problems = [f"workload: not recorded in the {engine_label(run)} run (serve_bench's and vllm_bench's --workload)"
+                for run in (sglang, vllm) if "workload" not in run]
     for key in ("device", "target", "tokenizer", "prompts", "new_tokens", "single", "batches", "near_tie_nats",
                 "workload"):
         if sglang.get(key) != vllm.get(key):
@@ -114,7 +106,7 @@ def markdown(sglang: dict, vllm: dict) -> str:
     drafters = [d for d in sglang["drafters"] if d in vllm["drafters"]]
     lines = [f"{sglang['device']}, one after the other on the same machine: {engine_label(sglang)} (torch "
              f"{sglang['torch']}, commit {sglang['commit']}) and {engine_label(vllm)} (torch {vllm['torch']}), "
-             f"{sglang['date']}. {workload(sglang)}, {sglang['new_tokens']} "
+             f"{sglang['date']}. {sglang['workload']}, {sglang['new_tokens']} "
              f"new tokens each (ignore_eos); batch 1: {sglang['single']} prompts one at a time, batch 16 and 64: "
              f"64 requests in waves of that size; the median of {sglang['rounds']} (SGLang) and {vllm['rounds']} "
              "(vLLM) timed rounds after a warm-up.", ""]
@@ -228,7 +220,7 @@ def headline(sglang: dict, vllm: dict, sources: tuple[str, str]) -> str:
                for results in (sglang, vllm) for b in batches for mode in MODES]
     lines += ["", f"Median output tok/s of {sglang['rounds']} timed rounds; each engine's best EAGLE-3 shape per cell "
               f"(steps/top-k/draft tokens; vLLM drafts chains only). A/A spread of plain decoding's rounds: median "
-              f"{statistics.median(spreads):.0%}, up to {max(spreads):.0%}. {workload(sglang)}; "
+              f"{statistics.median(spreads):.0%}, up to {max(spreads):.0%}. {sglang['workload']}; "
               f"{sglang['device']}, {engine_label(sglang)} (commit {sglang['commit']}) and "
               f"{engine_label(vllm)}, "
               f"torch {sglang['torch']}, {sglang['date']}, `{sources[0]}`, `{sources[1]}`."]
