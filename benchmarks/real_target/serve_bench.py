@@ -12,7 +12,7 @@ is timed beside another's start-up):
 Shapes: chain 3/1/4, SGLang's default tree for Llama (5 steps, top-k 4, 8 tokens), a wider tree
 (6/8/32), the shortest chain, 1/1/2 (``chain1``; vLLM's ``num_speculative_tokens`` 1) and chain 5/1/6
 (``chain5``, vLLM's 5); and two depth
-policies under SGLang's ``--speculative-adaptive`` (no speculation, chain 1 or chain 3 chosen per step):
+policies under SGLang's ``--speculative-adaptive`` (no speculation or a chain depth chosen per step):
 ``adaptive``, this package's cost policy (``SGLANG_EAGLE_EXT_ADAPTIVE=1``), and ``stock-adaptive``, stock's
 own policy, both over this plugin's class (issue 39). Cells:
 batch 1 (the first ``--single`` MT-bench first turns, one request at a time), 16 and 64 (the first 32

@@ -32,7 +32,8 @@ from sglang_eagle_ext.sglang.compat.adaptive_shape import ENV_SWITCH as ADAPTIVE
 from sglang_eagle_ext.sglang.compat.adaptive_shape import RELEASES as ADAPTIVE_RELEASES
 from sglang_eagle_ext.sglang.shape_policy import DEFAULT_STEPS
 
-_DEPTHS = " or ".join(str(steps) for steps in DEFAULT_STEPS if steps > 0)
+_CHAINS = [str(steps) for steps in DEFAULT_STEPS if steps > 0]
+_DEPTHS = ", ".join(_CHAINS[:-1]) + " or " + _CHAINS[-1]
 
 INSTALL_HINT = ("SGLang is not installed in this Python environment. With a GPU:\n"
                 f"    pip install 'sglang{SUPPORTED}'\n"

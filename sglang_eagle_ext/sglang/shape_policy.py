@@ -11,22 +11,37 @@ running batch size, the depth with the most accepted tokens per second:
 
     G(S, b) = E[tokens per step | S] / T(S, b)
 
-* ``T(S, b)``: the median of the last :data:`WINDOW` step periods measured while depth ``S`` ran at batch
-  bucket ``b`` (the time between consecutive verify results on the host, which is the step throughput the
-  scheduler sees, overlap included). Buckets are powers of two of the padded batch size.
+* ``T(S, b)``: from the last :data:`WINDOW` step periods measured while depth ``S`` ran at batch bucket ``b``
+  (the time between consecutive verify results on the host, which is the step throughput the scheduler
+  sees, overlap included), the lower quartile: a prefill or an idle gap between two steps only lengthens a
+  period, so the low end is the step's own cost; a result processed late lengthens its period by what it
+  shortens the next, so the estimate may read low by that much. Buckets are powers of two of the padded
+  batch size. A depth not measured at a bucket is predicted from one that is:
+  ``T(S, b) = T(R, b) * T(S, b') / T(R, b')``, with ``b'`` the nearest bucket where both were measured and
+  ``R`` the depth nearest ``S`` among them (the ratio between two depths' costs moves slowly with the batch;
+  on the 8B-geometry H200 run chain 3 cost 0.84 of chain 5 at batch 1 and 0.86 at batch 64).
 * ``E[tokens | S] = 1 + sum_{j <= S} prod_{i <= j} a_i``: ``a_j``, the rate at which draft ``j`` is accepted
   when drafts ``1 .. j-1`` were, counted from every verify result's accepted drafts per request (pooled over
-  batch sizes, decayed by :data:`DECAY` per result: acceptance belongs to the drafter and the traffic, not
-  to the batch size). Depths never drafted take the deepest measured rate. ``E[tokens | 0] = 1``.
+  batch sizes, each request's observation decayed by :data:`DECAY` per later one, so the estimate follows
+  the last hundred or so requests' drafts: acceptance belongs to the drafter and the traffic, not to the
+  batch size). Depths never drafted take the deepest measured rate. ``E[tokens | 0] = 1``.
 
-A depth with fewer than :data:`MIN_SAMPLES` periods at a bucket is probed for :data:`PROBE_STEPS` steps
-before the bucket exploits; every :data:`REPROBE_EVERY` decisions of a bucket the longest-unmeasured other
-depth is probed again (costs drift with context length). A switch needs the best gain to beat the running
-depth's by :data:`MARGIN` after at least :data:`MIN_DWELL` steps at it. Each verify result is matched to
-the decision it answers (the oldest pending one: under the overlap scheduler the next step is decided before
-the last result arrives); the first step after a switch is not timed (it carries the switch). Each choice
-that changes a bucket's depth is logged, at most once per :data:`LOG_INTERVAL_S` per bucket, with its
-reason.
+Exploration is kept to what the model cannot predict, because a serving workload's batch sizes come and go
+within a few hundred steps (in the first GPU run, ``benchmarks/results/adaptive/``, a policy that probed every
+depth at every bucket made 0.82-0.92 of its own chain 3's greedy output). A depth neither measured at a
+bucket nor predictable from another bucket is probed there for :data:`PROBE_STEPS` steps (at the first
+bucket: every depth); a bucket met later starts at the best depth of its nearest known bucket and measures
+only that. A predicted depth whose gain lies within :data:`TRUST_PER_DOUBLING` per doubling of the batch
+(that its ratio was carried) of the best is probed (a predicted best always is), so predictions decide only
+where they could not hide a win. Every :data:`REPROBE_EVERY` decisions of a bucket the runner-up is measured
+afresh (costs drift with context length). A switch between measured depths needs a gain :data:`MARGIN`
+above the running one after at least :data:`MIN_DWELL` steps at it; a bucket whose running depth is not
+allowed at the batch size now (candidates per batch size from a config file) moves at once. Each verify
+result is matched to the decision it answers (the oldest pending one: under the overlap scheduler the next
+step is decided before the last result arrives); the first step after a switch is not timed (it carries the
+switch). Each choice that changes a bucket's depth is logged, at most once per :data:`LOG_INTERVAL_S` per
+bucket, with its reason, and every :data:`SUMMARY_INTERVAL_S` or so one line says how many steps each bucket
+ran at each depth.
 
 Lossless as every speculative path: each step is verified by SGLang's own rule for that step's depth, so a
 switch changes what is proposed, never what is accepted. ``cycle`` (the switch's test mode) runs the
@@ -39,23 +54,30 @@ from __future__ import annotations
 
 import bisect
 import json
-import statistics
 import sys
 import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable
 
-DEFAULT_STEPS = (0, 1, 3)  # off, chain 1/1/2, chain 3/1/4: within stock's default candidates, which size SGLang
+# off, chain 1/1/2, 3/1/4, 5/1/6: within stock's default candidates (up to 7), from which SGLang sizes the
+# draft-token bound and the KV reservation; 5 for drafters that accept deep (the first GPU run's best fixed
+# greedy shape), where a cost-blind choice of it would lose at large batches
+DEFAULT_STEPS = (0, 1, 3, 5)
 WINDOW = 32
 MIN_SAMPLES = 6
+QUANTILE = 0.25  # of a window's periods: the step's own cost under gaps that only lengthen periods
 PROBE_STEPS = 12
 REPROBE_EVERY = 1024
 MARGIN = 0.05
+TRUST_PER_DOUBLING = 0.05  # a ratio carried d doublings may be 5 % x d off (the first GPU run's ratios moved
+# 2-12 % over five or six doublings, 0.4-2.4 % each): a depth predicted that close to the best is measured
 MIN_DWELL = 16
 PENDING = 4  # decisions awaiting their results, at most (SGLang's overlap keeps one in flight)
-DECAY = 0.995
+DECAY = 0.99  # per request observed: the last ~100 requests' drafts carry the estimate (rates within ~0.1),
+# so it follows a change from greedy to sampled traffic within ~100 steps at batch 1, one or two at batch 64
 LOG_INTERVAL_S = 10.0
+SUMMARY_INTERVAL_S = 60.0
 
 
 class DepthAcceptance:
@@ -74,8 +96,10 @@ class DepthAcceptance:
         while len(self.tried) < steps:
             self.tried.append(0.0)
             self.accepted.append(0.0)
-        self.tried = [count * self.decay for count in self.tried]
-        self.accepted = [count * self.decay for count in self.accepted]
+        kept = self.decay ** len(accepted_drafts)  # only the depths this result drafted: deeper ones keep theirs
+        for depth in range(steps):
+            self.tried[depth] *= kept
+            self.accepted[depth] *= kept
         for count in accepted_drafts:
             count = min(max(int(count), 0), steps)
             for depth in range(min(count + 1, steps)):  # drafts 1 .. count accepted, count + 1 rejected
@@ -111,7 +135,8 @@ class _Bucket:
     probe_left: int = 0
     cycle: int = 0
     last_log: float = float("-inf")
-    measured_at: dict[int, int] = field(default_factory=dict)  # depth -> decisions count at its last period
+    last_reprobe: int = 0  # decisions count at the last measuring of the runner-up
+    ran: dict[int, int] = field(default_factory=dict)  # depth -> steps since the last summary line
 
 
 def load_candidates(cfg_path: str | None) -> dict[int, list[int]]:
@@ -148,6 +173,7 @@ class ShapePolicy:
         # under the overlap scheduler the next decision is made before the last result arrives
         self._pending: deque = deque(maxlen=PENDING)
         self._last_result: float | None = None
+        self._last_summary: float | None = None
         self._log(f"sglang-eagle-ext: adaptive shape: {'round-robin (test mode)' if cycle else 'cost policy'} over "
                   f"depths {self.candidate_steps} (0 = speculation off), starting at {initial_steps}")
 
@@ -168,10 +194,13 @@ class ShapePolicy:
 
     def get_steps_for_batch(self, batch_size: int) -> int:
         """The depth of the next decode step at ``batch_size`` (SGLang calls this before each one)."""
+        self._summarise()
         padded = self._pad(batch_size)
         key = bucket_of(padded)
         allowed = self._allowed(padded)
-        state = self._buckets.setdefault(key, _Bucket(self._initial if self._initial in allowed else allowed[0]))
+        if key not in self._buckets:
+            self._buckets[key] = _Bucket(self._start(key, allowed))
+        state = self._buckets[key]
         state.decisions += 1
         chosen, reason = self._choose(key, state, allowed)
         switched = chosen != state.steps
@@ -180,6 +209,7 @@ class ShapePolicy:
         else:
             state.since_switch += 1
         self._pending.append((key, state.steps, switched))
+        state.ran[state.steps] = state.ran.get(state.steps, 0) + 1
         return state.steps
 
     def on_verify_complete(self, num_correct_drafts_per_req: list[int], batch_size: int) -> int | None:
@@ -193,50 +223,98 @@ class ShapePolicy:
             return None
         key, steps, switched = self._pending.popleft()
         if previous is not None and not switched:
-            # every period kept: an idle gap or a prefill between two steps is an outlier the median ignores
+            # every period kept: an idle gap or a prefill between two steps is an outlier the estimate ignores
             self._times.setdefault((key, steps), deque(maxlen=WINDOW)).append(now - previous)
-            self._buckets[key].measured_at[steps] = self._buckets[key].decisions
         self.acceptance.observe(num_correct_drafts_per_req, steps)
         return None
 
     # -- the choice --
 
     def step_time(self, key: int, steps: int) -> float | None:
+        """Depth ``steps``'s measured step period at bucket ``key`` (seconds), or None before MIN_SAMPLES."""
         times = self._times.get((key, steps))
-        return statistics.median(times) if times and len(times) >= MIN_SAMPLES else None
+        if not times or len(times) < MIN_SAMPLES:
+            return None
+        return sorted(times)[int(QUANTILE * (len(times) - 1))]
 
-    def gains(self, key: int, allowed: list[int]) -> dict[int, float]:
-        """Accepted tokens per second per request of each depth measured at bucket ``key``."""
+    def predicted_time(self, key: int, steps: int) -> tuple[float, int] | None:
+        """Depth ``steps``'s step period at bucket ``key`` and how many doublings of the batch the figure is
+        carried over: measured here (0), else a depth measured here scaled by the two depths' cost ratio at
+        the nearest bucket that measured both; None when no bucket did."""
+        measured = self.step_time(key, steps)
+        if measured is not None:
+            return measured, 0
+        best = None  # (doublings, depths apart, bucket): the nearest bucket, then the reference nearest in depth
+        for other in self._buckets:
+            if other == key or (there := self.step_time(other, steps)) is None:
+                continue
+            distance = abs(other.bit_length() - key.bit_length())
+            for reference in self.candidate_steps:
+                here, base = self.step_time(key, reference), self.step_time(other, reference)
+                rank = (distance, abs(reference - steps), other)
+                if reference != steps and here is not None and base is not None and (best is None or rank < best[0]):
+                    best = (rank, here * there / base)
+        return None if best is None else (best[1], best[0][0])
+
+    def gains(self, key: int, allowed: list[int]) -> dict[int, tuple[float, int]]:
+        """Accepted tokens per second per request of each depth at bucket ``key``, with the doublings its step
+        period was carried over (0: measured here)."""
         out = {}
         for steps in allowed:
-            period, tokens = self.step_time(key, steps), self.acceptance.expected_tokens(steps)
+            period, tokens = self.predicted_time(key, steps), self.acceptance.expected_tokens(steps)
             if period is not None and tokens is not None:
-                out[steps] = tokens / period
+                out[steps] = (tokens / period[0], period[1])
         return out
+
+    def _start(self, key: int, allowed: list[int]) -> int:
+        """A new bucket's first depth: what the nearest known bucket runs, else the configured depth."""
+        known = [other for other in self._buckets if self._buckets[other].steps in allowed]
+        if known:
+            nearest = min(known, key=lambda other: (abs(other.bit_length() - key.bit_length()), other))
+            gains = {steps: gain for steps, (gain, _) in self.gains(nearest, allowed).items()}
+            return max(gains, key=gains.get) if gains else self._buckets[nearest].steps
+        return self._initial if self._initial in allowed else allowed[0]
 
     def _choose(self, key: int, state: _Bucket, allowed: list[int]) -> tuple[int, str]:
         if self._cycle:
             state.cycle += 1
             return allowed[state.cycle % len(allowed)], "round-robin"
+        if state.steps not in allowed:  # this batch size's candidates differ from the bucket's last one's
+            state.probe_left = 0
+            return min(allowed, key=lambda steps: (abs(steps - state.steps), steps)), "not a candidate here"
         if state.probe_left > 0:
             state.probe_left -= 1
             return state.steps, "probing"
-        gains = self.gains(key, allowed)  # once per decision: it takes a median per depth
-        unmeasured = [steps for steps in allowed if steps not in gains]
-        if unmeasured:  # the running depth runs on until measured; another is probed
-            if state.steps not in unmeasured:
-                state.probe_left = PROBE_STEPS
-            return (state.steps if state.steps in unmeasured else unmeasured[0]), "not measured at this batch size yet"
-        if state.decisions % REPROBE_EVERY == 0 and len(allowed) > 1:
-            stale = min((steps for steps in allowed if steps != state.steps),
-                        key=lambda steps: state.measured_at.get(steps, -1))
+        if self.step_time(key, state.steps) is None:  # the running depth runs on until measured
+            return state.steps, "measuring"
+        estimates = self.gains(key, allowed)  # once per decision: it takes a quantile per depth
+        unknown = [steps for steps in allowed if steps not in estimates]
+        if unknown:  # neither measured here nor predictable from another bucket
             state.probe_left = PROBE_STEPS
-            return stale, "probing again (costs drift with context length)"
+            return unknown[0], "not measured yet"
+        gains = {steps: gain for steps, (gain, _) in estimates.items()}
         best = max(gains, key=gains.get)
+        # a predicted depth close enough to the best that the prediction's error could hide a win: measured
+        # here (a ratio carried over more doublings is trusted less)
+        plausible = [steps for steps, (gain, distance) in estimates.items()
+                     if distance > 0 and gain >= gains[best] * (1 - TRUST_PER_DOUBLING * distance)]
+        if plausible:
+            state.probe_left = PROBE_STEPS
+            return max(plausible, key=gains.get), "predicted to be within reach: " + self._describe(estimates)
+        if state.decisions - state.last_reprobe >= REPROBE_EVERY and len(gains) > 1:
+            runner_up = max((steps for steps in gains if steps != state.steps), key=gains.get)
+            state.probe_left, state.last_reprobe = PROBE_STEPS, state.decisions
+            self._times.pop((key, runner_up), None)  # measured afresh: old periods would hide a drift
+            return runner_up, "measuring the runner-up again (costs drift with context length)"
         if (best != state.steps and state.since_switch >= MIN_DWELL
                 and gains[best] > gains.get(state.steps, 0.0) * (1 + MARGIN)):
-            return best, "gain " + ", ".join(f"{_name(s)} {g * 1e-3:.3g}" for s, g in sorted(gains.items()))
+            return best, "gain " + self._describe(estimates)
         return state.steps, "keep"
+
+    @staticmethod
+    def _describe(estimates: dict[int, tuple[float, int]]) -> str:
+        return ", ".join(f"{_name(steps)} {gain * 1e-3:.3g}{' (predicted)' if distance else ''}"
+                         for steps, (gain, distance) in sorted(estimates.items()))
 
     def _switch(self, key: int, state: _Bucket, steps: int, reason: str) -> None:
         previous = state.steps
@@ -250,6 +328,21 @@ class ShapePolicy:
                           if self.step_time(key, s) is not None) or "-"
         self._log(f"sglang-eagle-ext: adaptive shape: batch {key}+ -> {_name(steps)} (was {_name(previous)}): "
                   f"{reason} (accepted tokens per ms per request); acceptance by depth {rates}; step {costs}")
+
+    def _summarise(self) -> None:
+        """Every SUMMARY_INTERVAL_S: the steps each bucket ran at each depth since the last summary."""
+        now = self._clock()
+        if self._last_summary is None:
+            self._last_summary = now
+        if now - self._last_summary < SUMMARY_INTERVAL_S:
+            return
+        interval, self._last_summary = now - self._last_summary, now
+        ran = "; ".join(f"batch {key}+: " + ", ".join(f"{_name(s)} {n}" for s, n in sorted(state.ran.items()))
+                        for key, state in sorted(self._buckets.items()) if state.ran)
+        for state in self._buckets.values():
+            state.ran = {}
+        if ran and not self._cycle:
+            self._log(f"sglang-eagle-ext: adaptive shape: steps by depth in the last {interval:.0f} s: {ran}")
 
     # -- batch sizes --
 

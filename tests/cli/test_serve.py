@@ -279,8 +279,8 @@ def test_adaptive_refuses_a_shape_it_cannot_start_from(tmp_path, target, capsys,
     draft = fixtures.build("F7-speculators-2-layers", str(tmp_path / "d"))
     assert main(["serve", "--target", target, "--draft", draft, "--adaptive", "--print-only", *options]) == 2
     error = capsys.readouterr().err
-    assert error.startswith("serve: --adaptive chooses among chains (top-k 1) of 1 or 3 steps") and \
-        "--topk 1 --num-steps 3" in error
+    assert error.startswith("serve: --adaptive chooses among chains (top-k 1) of 1, 3 or 5 steps") and \
+        "--topk 1 --num-steps 5" in error
 
 
 def test_adaptive_needs_a_release_with_sglangs_policy(tmp_path, target, capsys, monkeypatch):

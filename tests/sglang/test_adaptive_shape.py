@@ -9,6 +9,7 @@ binding that puts it where SGLang's worker constructs its policy."""
 
 import json
 import random
+import re
 
 import pytest
 from packaging.version import Version
@@ -16,7 +17,7 @@ from packaging.version import Version
 from sglang_eagle_ext import env
 from sglang_eagle_ext.sglang import shape_policy
 from sglang_eagle_ext.sglang.compat import adaptive_shape
-from sglang_eagle_ext.sglang.shape_policy import DepthAcceptance, ShapePolicy, bucket_of
+from sglang_eagle_ext.sglang.shape_policy import DEFAULT_STEPS, DepthAcceptance, ShapePolicy, bucket_of
 
 RATES = (0.9, 0.8, 0.7, 0.6, 0.5)  # draft j accepted with RATES[j - 1] when drafts 1 .. j - 1 were
 
@@ -128,14 +129,14 @@ def _prod(values):
 @pytest.mark.parametrize("overlap", [True, False])
 @pytest.mark.parametrize("batch", [1, 4, 64])
 def test_each_batch_size_runs_its_best_fixed_depth(batch, overlap):
-    best = max((0, 1, 3), key=lambda s: true_tokens(s) / cost(s, batch))
+    best = max(DEFAULT_STEPS, key=lambda s: true_tokens(s) / cost(s, batch))
     server = Server(cost, seed=batch, overlap=overlap)
     policy = policy_on(server)
     server.run(policy, [(batch, 300 * batch)])  # probing every depth, then settling
     seconds, chosen = server.run(policy, [(batch, 3000 * batch)])
-    fixed = {s: Server(cost, seed=batch).run(Fixed(s), [(batch, 3000 * batch)])[0] for s in (0, 1, 3)}
+    fixed = {s: Server(cost, seed=batch).run(Fixed(s), [(batch, 3000 * batch)])[0] for s in DEFAULT_STEPS}
     assert min(fixed, key=fixed.get) == best  # the cost model's best is the simulated best
-    assert chosen.count(best) / len(chosen) > 0.95, (best, {s: chosen.count(s) for s in (0, 1, 3)})
+    assert chosen.count(best) / len(chosen) > 0.95, (best, {s: chosen.count(s) for s in DEFAULT_STEPS})
     assert seconds <= 1.05 * fixed[best]  # probes included; sampling noise both ways
 
 
@@ -144,9 +145,131 @@ def test_a_drifting_batch_size_beats_every_fixed_depth():
     server = Server(cost, seed=3)
     policy = policy_on(server)
     seconds, _ = server.run(policy, work)
-    for steps in (0, 1, 3):
+    for steps in DEFAULT_STEPS:
         assert seconds < Server(cost, seed=3).run(Fixed(steps), work)[0], steps
     assert any("adaptive shape: batch" in line for line in policy.lines)
+
+
+def stable_cost(steps: int, batch: int) -> float:
+    """ms per step whose ratio between two depths does not move with the batch (as measured on the GPU, within
+    ~10 %): the best depth is 3 at every batch size."""
+    return 1e-3 * (1.0 + 0.05 * batch) * (1.0 + 0.25 * steps)
+
+
+def test_a_neighbouring_bucket_runs_the_predicted_best_without_probing():
+    """After one bucket measured every depth, a short cell at the next bucket runs the best depth from its first
+    step (its start is the known bucket's depth, the others are predicted by the known cost ratios): the same
+    seconds as that fixed depth on the same draws, where probing every depth again would cost tens of steps."""
+    best = max(DEFAULT_STEPS, key=lambda s: true_tokens(s) / stable_cost(s, 2))
+    server = Server(stable_cost, seed=11)
+    policy = policy_on(server)
+    server.run(policy, [(1, 400)])
+    fixed = Server(stable_cost, seed=11)
+    fixed.run(Fixed(best), [(1, 400)])  # the same draws up to the cell: the seeds' states are compared below
+    server.rng.setstate(fixed.rng.getstate())
+    seconds, chosen = server.run(policy, [(2, 2 * 60)])
+    assert set(chosen) == {best}
+    assert seconds == pytest.approx(fixed.run(Fixed(best), [(2, 2 * 60)])[0], rel=1e-12)
+
+
+def test_a_prediction_carried_far_is_measured_before_it_is_trusted():
+    """Under ``cost``, the depths' cost ratios move with the batch (chain 3 costs 2.1x off at batch 1, 4.4x at
+    64): a bucket six doublings from the only measured one measures the depths predicted near the best and
+    settles on its own best."""
+    best = max(DEFAULT_STEPS, key=lambda s: true_tokens(s) / cost(s, 64))
+    server = Server(cost, seed=12)
+    policy = policy_on(server)
+    server.run(policy, [(1, 600)])
+    server.run(policy, [(64, 300 * 64)])
+    _, chosen = server.run(policy, [(64, 3000 * 64)])
+    assert chosen.count(best) / len(chosen) > 0.95, (best, {s: chosen.count(s) for s in DEFAULT_STEPS})
+
+
+class GappedServer(Server):
+    """A server where a quarter of the steps follow a gap of 2 ms (a prefill, the host busy), which only
+    lengthens a period, and one result in ten is processed 0.4 ms late, which lengthens its period by what
+    it shortens the next (the GPU ran on meanwhile)."""
+
+    GAP, GAP_SHARE, LATE, LATE_SHARE = 2e-3, 0.25, 0.4e-3, 0.1
+
+    def run(self, policy, work):
+        cost, owed = self.cost, [0.0]
+
+        def noisy(steps, batch):
+            extra = -owed[0] + (self.GAP if self.rng.random() < self.GAP_SHARE else 0.0)
+            owed[0] = self.LATE if self.rng.random() < self.LATE_SHARE else 0.0
+            return cost(steps, batch) + extra + owed[0]
+
+        self.cost = noisy
+        try:
+            return super().run(policy, work)
+        finally:
+            self.cost = cost
+
+
+@pytest.mark.parametrize("seed", [13, 14, 15])
+def test_gaps_and_late_results_do_not_move_the_measured_cost(seed):
+    """Each depth's measured cost stays within a late result's shift of its true step cost, never a gap's (a
+    mean of the periods would read 0.5 ms more), and the policy runs the best depth."""
+    server = GappedServer(stable_cost, seed=seed)
+    policy = policy_on(server)
+    _, chosen = server.run(policy, [(8, 8 * 400)])
+    for steps in DEFAULT_STEPS:
+        assert abs(policy.step_time(8, steps) - stable_cost(steps, 8)) <= GappedServer.LATE + 1e-12, steps
+    assert chosen[-1] == max(DEFAULT_STEPS, key=lambda s: true_tokens(s) / stable_cost(s, 8))
+
+
+@pytest.mark.parametrize("batch", [1, 64])
+def test_acceptance_forgets_per_request_not_per_result(batch):
+    """Traffic whose drafts were all accepted, then traffic whose first draft never is: after n requests of the
+    second the first depth's rate is DECAY ** n (the old requests' weight), at batch 1 and batch 64 alike."""
+    acceptance = DepthAcceptance()
+    for _ in range(2000 // batch):
+        acceptance.observe([3] * batch, 3)
+    for _ in range(128 // batch):
+        acceptance.observe([0] * batch, 3)
+    assert acceptance.rates()[0] == pytest.approx(shape_policy.DECAY ** 128, rel=0.01)
+
+
+def test_a_shallow_run_keeps_what_deeper_drafts_showed():
+    """Hours of chain 1 at batch 64 leave the rates of depths 2 .. 5, which no step drafted meanwhile, as
+    they were (their counts are not decayed to nothing, which would read as certain acceptance)."""
+    rng = random.Random(16)
+    acceptance = DepthAcceptance()
+    for _ in range(200):
+        acceptance.observe(draw(rng, 5, 8), 5)
+    deeper = acceptance.rates()[1:]
+    for _ in range(5000):
+        acceptance.observe(draw(rng, 1, 64), 1)
+    assert acceptance.rates()[1:] == pytest.approx(deeper, rel=1e-12)
+    assert acceptance.rates()[0] == pytest.approx(RATES[0], abs=0.05)
+
+
+def test_candidates_that_differ_within_a_bucket_are_respected(tmp_path):
+    """A config file's batch-size keys need not be powers of two: batch sizes 4-5 and 6-7 share a bucket but
+    not their candidates, and every decision is a candidate of its own batch size."""
+    path = tmp_path / "adaptive.json"
+    path.write_text(json.dumps({"1": {"candidate_steps": [0, 1, 3, 5]}, "6": {"candidate_steps": [0, 1]}}))
+    server = Server(cost, seed=17)
+    policy = ShapePolicy(3, str(path), clock=server.clock, log=lambda line: None)
+    rng = random.Random(17)
+    for _ in range(400):
+        batch = rng.randint(4, 7)
+        steps = policy.get_steps_for_batch(batch)
+        assert steps in ((0, 1) if batch >= 6 else (0, 1, 3, 5)), (batch, steps)
+        server.now += cost(steps, batch)
+        policy.on_verify_complete(draw(server.rng, steps, batch), batch)
+
+
+def test_a_summary_line_counts_every_step_per_bucket_and_depth():
+    server = Server(lambda steps, batch: 1.0, seed=14)  # a second per step: a summary every 60 steps or so
+    policy = policy_on(server)
+    server.run(policy, [(1, 200), (4, 4 * 200)])
+    summaries = [line for line in policy.lines if "steps by depth in the last" in line]
+    assert len(summaries) >= 2 and any("batch 4+" in line for line in summaries)
+    for line in summaries:  # one decision per second of the fake clock, each counted once
+        counted = sum(int(n) for n in re.findall(r"(?:off|chain \d+/1/\d+) (\d+)", line))
+        assert counted == shape_policy.SUMMARY_INTERVAL_S, line
 
 
 def test_switches_are_logged_with_their_reason_at_a_bounded_rate():
@@ -164,7 +287,7 @@ def test_cycle_mode_runs_every_depth_in_turn():
     server = Server(cost, seed=1)
     policy = policy_on(server, cycle=True)
     _, chosen = server.run(policy, [(4, 40)])
-    assert sorted(set(chosen)) == [0, 1, 3] and all(a != b for a, b in zip(chosen, chosen[1:]))
+    assert sorted(set(chosen)) == list(DEFAULT_STEPS) and all(a != b for a, b in zip(chosen, chosen[1:]))
 
 
 def test_candidates_from_sglangs_config_file(tmp_path):
@@ -211,13 +334,13 @@ def test_sglangs_own_controller_drives_it():
     worker = Worker()
     controller = state_module.AdaptiveController(worker, ShapePolicy(3, clock=server.clock, log=lambda line: None))
     controller.init_states(cuda_graph_bs=[1, 8, 64])
-    assert worker.built == {0: (1, [1, 8, 64]), 1: (2, [1, 8, 64]), 3: (4, [1, 8, 64])}
+    assert worker.built == {steps: (steps + 1, [1, 8, 64]) for steps in DEFAULT_STEPS}
     for _ in range(400):  # without overlap: each result processed before the next decision
         controller.activate_step_by_batch(64)
         server.now += cost(worker.speculative_num_steps, 64)
         controller.on_verify_complete(draw(server.rng, worker.speculative_num_steps, 64), batch_size=64)
-    best = max((0, 1, 3), key=lambda s: true_tokens(s) / cost(s, 64))
-    assert worker.speculative_num_steps == best and set(worker.applied) == {0, 1, 3}
+    best = max(DEFAULT_STEPS, key=lambda s: true_tokens(s) / cost(s, 64))
+    assert worker.speculative_num_steps == best and set(worker.applied) == set(DEFAULT_STEPS)
 
 
 @pytest.mark.parametrize("value, mode", [(None, "off"), ("0", "off"), ("1", "on"), ("On", "on"), ("cycle", "cycle")])
@@ -251,5 +374,5 @@ def test_the_binding_puts_the_policy_where_sglangs_worker_constructs_it(monkeypa
     if value == "0":
         assert worker.AdaptiveSpeculativeParams is stock and phrase.startswith("adaptive shape: stock's")
         return
-    assert isinstance(policy, ShapePolicy) and policy.candidate_steps == [0, 1, 3]
+    assert isinstance(policy, ShapePolicy) and policy.candidate_steps == list(DEFAULT_STEPS)
     assert ("round-robin" in phrase) == (value == "cycle") and "--speculative-adaptive" in phrase

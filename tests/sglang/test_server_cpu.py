@@ -22,6 +22,7 @@ from tests.http_server import post, post_raw, serving
 from tests.script_module import ROOT
 
 from sglang_eagle_ext.demo.run import PROMPTS, plain_greedy, serve_greedy
+from sglang_eagle_ext.sglang.shape_policy import DEFAULT_STEPS
 from tests.kit.matched_drafter import build_matched_drafter
 
 NEW_TOKENS = 12
@@ -160,14 +161,15 @@ def test_short_soak_passes_every_check(tree_server, tmp_path):
 
 def test_depths_switched_every_step_keep_greedy_equal_to_plain(shared_target, shared_drafter, greedy_reference):
     """SGLang's --speculative-adaptive with this package's policy in its test mode: every depth in turn, one
-    per step (no speculation, chain 1, chain 3), with the demo's distilled drafter (whose drafts the target
+    per step (no speculation, chain 1, chain 3, chain 5), with the demo's distilled drafter (whose drafts the target
     accepts). Whatever depth a step runs, its verify is SGLang's, and the state carried between steps (the
     drafter's KV, its hidden rows) must survive each switch: the greedy output still equals plain greedy
     decoding, and drafts are still accepted after the switches."""
     served = serve_greedy(shared_target, shared_drafter, "cpu", num_steps=3, new_tokens=NEW_TOKENS, timeout=420,
                           adaptive="cycle")
     assert any("adaptive shape: round-robin over the depths" in line for line in served.activation)
-    assert any("adaptive shape: round-robin (test mode) over depths [0, 1, 3]" in line for line in served.activation)
+    assert any(f"adaptive shape: round-robin (test mode) over depths {list(DEFAULT_STEPS)}" in line
+               for line in served.activation)
     assert [o["output_ids"] for o in served.outputs] == greedy_reference
     # the first token comes from the prefill; a step that accepts no draft makes one token
     steps, tokens = sum(o["spec_verify_ct"] for o in served.outputs), sum(o["completion_tokens"] - 1
