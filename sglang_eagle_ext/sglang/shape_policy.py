@@ -24,24 +24,29 @@ running batch size, the depth with the most accepted tokens per second:
   when drafts ``1 .. j-1`` were, counted from every verify result's accepted drafts per request (pooled over
   batch sizes, each request's observation decayed by :data:`DECAY` per later one, so the estimate follows
   the last hundred or so requests' drafts: acceptance belongs to the drafter and the traffic, not to the
-  batch size). Depths never drafted take the deepest measured rate. ``E[tokens | 0] = 1``.
+  batch size), kept apart for batches whose requests are all greedy and the rest (an all-greedy batch
+  accepts far more: 4.00 against 2.11 tokens per chain-3 step on the first GPU run), each with its own
+  depth per bucket; the binding tells the policy which kind the next batch is (:meth:`ShapePolicy.note_batch`).
+  Depths never drafted take the deepest measured rate. ``E[tokens | 0] = 1``.
 
 Exploration is kept to what the model cannot predict, because a serving workload's batch sizes come and go
 within a few hundred steps (in the first GPU run, ``benchmarks/results/adaptive/``, a policy that probed every
-depth at every bucket made 0.82-0.92 of its own chain 3's greedy output). A depth neither measured at a
-bucket nor predictable from another bucket is probed there for :data:`PROBE_STEPS` steps (at the first
-bucket: every depth); a bucket met later starts at the best depth of its nearest known bucket and measures
-only that. A predicted depth whose gain lies within :data:`TRUST_PER_DOUBLING` per doubling of the batch
-(that its ratio was carried) of the best is probed (a predicted best always is), so predictions decide only
-where they could not hide a win. Every :data:`REPROBE_EVERY` decisions of a bucket the runner-up is measured
-afresh (costs drift with context length). A switch between measured depths needs a gain :data:`MARGIN`
-above the running one after at least :data:`MIN_DWELL` steps at it; a bucket whose running depth is not
-allowed at the batch size now (candidates per batch size from a config file) moves at once. Each verify
-result is matched to the decision it answers (the oldest pending one: under the overlap scheduler the next
-step is decided before the last result arrives); the first step after a switch is not timed (it carries the
-switch). Each choice that changes a bucket's depth is logged, at most once per :data:`LOG_INTERVAL_S` per
-bucket, with its reason, and every :data:`SUMMARY_INTERVAL_S` or so one line says how many steps each bucket
-ran at each depth.
+depth at every bucket made 0.82-0.92 of its own chain 3's greedy output). A depth neither measured at a bucket
+nor predictable is probed there for :data:`PROBE_STEPS` steps, the one nearest the running depth first: at the
+first bucket, once two chains are measured the other chains are predicted on the line through them (a chain
+step's cost is close to affine in its depth; "off" is always measured there) and probed only as below; a bucket
+met later starts at the best depth of its nearest known bucket and measures only that. A predicted depth whose
+gain lies within ``DOUBT * d**2`` of the best (``d``: the doublings of the batch its figure was carried) is
+probed (a predicted best always is), so predictions decide only where they could not hide a win: a neighbour's
+ratios are trusted to 5 %, ratios carried six doublings not at all. Every :data:`REPROBE_EVERY` decisions of a
+bucket the runner-up is measured afresh (costs drift with context length). A switch between measured depths
+needs a gain :data:`MARGIN` above the running one after at least :data:`MIN_DWELL` steps at it; a bucket whose
+running depth is not allowed at the batch size now (candidates per batch size from a config file) moves at
+once. Each verify result is matched to the decision it answers (the oldest pending one: under the overlap
+scheduler the next step is decided before the last result arrives); the first step after a switch is not timed
+(it carries the switch). Each choice that changes a bucket's depth is logged, at most once per
+:data:`LOG_INTERVAL_S` per bucket, with its reason, and every :data:`SUMMARY_INTERVAL_S` or so one line says
+how many steps each bucket ran at each depth.
 
 Lossless as every speculative path: each step is verified by SGLang's own rule for that step's depth, so a
 switch changes what is proposed, never what is accepted. ``cycle`` (the switch's test mode) runs the
@@ -70,14 +75,17 @@ QUANTILE = 0.25  # of a window's periods: the step's own cost under gaps that on
 PROBE_STEPS = 12
 REPROBE_EVERY = 1024
 MARGIN = 0.05
-TRUST_PER_DOUBLING = 0.05  # a ratio carried d doublings may be 5 % x d off (the first GPU run's ratios moved
-# 2-12 % over five or six doublings, 0.4-2.4 % each): a depth predicted that close to the best is measured
+# a cost ratio carried d doublings of the batch may be off by DOUBT * d**2 (5, 20, 45 % at 1, 2, 3): on the
+# first GPU run ratios moved 2-12 % over five or six doublings, and where the verify's width dominates (large
+# batches) the ratio of two depths' costs tends to their widths' ratio, which it is far from at batch 1
+DOUBT = 0.05
 MIN_DWELL = 16
 PENDING = 4  # decisions awaiting their results, at most (SGLang's overlap keeps one in flight)
 DECAY = 0.99  # per request observed: the last ~100 requests' drafts carry the estimate (rates within ~0.1),
 # so it follows a change from greedy to sampled traffic within ~100 steps at batch 1, one or two at batch 64
 LOG_INTERVAL_S = 10.0
 SUMMARY_INTERVAL_S = 60.0
+TRAFFIC = ("greedy", "sampled")  # a batch whose requests are all greedy, and any other
 
 
 class DepthAcceptance:
@@ -166,11 +174,12 @@ class ShapePolicy:
         self._clock = clock
         self._log = log or (lambda line: print(line, file=sys.stderr, flush=True))
         self._graph_bs: list[int] | None = None
-        self._buckets: dict[int, _Bucket] = {}
-        self._times: dict[tuple[int, int], deque] = {}
-        self.acceptance = DepthAcceptance()
-        # the decisions whose verify results have not come back: (bucket, depth, first step after a switch);
-        # under the overlap scheduler the next decision is made before the last result arrives
+        self._buckets: dict[tuple[int, str], _Bucket] = {}  # (bucket, traffic) -> its running depth
+        self._times: dict[tuple[int, int], deque] = {}  # (bucket, depth) -> step periods, whatever the traffic
+        self.acceptance = {traffic: DepthAcceptance() for traffic in TRAFFIC}
+        self._traffic = "sampled"  # of the next decision; without note_batch every batch counts as this
+        # the decisions whose verify results have not come back: (bucket, traffic, depth, first step after a
+        # switch); under the overlap scheduler the next decision is made before the last result arrives
         self._pending: deque = deque(maxlen=PENDING)
         self._last_result: float | None = None
         self._last_summary: float | None = None
@@ -192,23 +201,28 @@ class ShapePolicy:
             return None
         return [bs for bs in self._graph_bs if step in self._allowed(bs)]
 
+    def note_batch(self, all_greedy: bool) -> None:
+        """The kind of the batch whose depth is asked next: every request greedy, or not (the binding calls
+        this with the batch's sampling info before SGLang asks for its depth)."""
+        self._traffic = "greedy" if all_greedy else "sampled"
+
     def get_steps_for_batch(self, batch_size: int) -> int:
         """The depth of the next decode step at ``batch_size`` (SGLang calls this before each one)."""
         self._summarise()
         padded = self._pad(batch_size)
-        key = bucket_of(padded)
+        key, traffic = bucket_of(padded), self._traffic
         allowed = self._allowed(padded)
-        if key not in self._buckets:
-            self._buckets[key] = _Bucket(self._start(key, allowed))
-        state = self._buckets[key]
+        if (key, traffic) not in self._buckets:
+            self._buckets[key, traffic] = _Bucket(self._start(key, traffic, allowed))
+        state = self._buckets[key, traffic]
         state.decisions += 1
-        chosen, reason = self._choose(key, state, allowed)
+        chosen, reason = self._choose(key, traffic, state, allowed)
         switched = chosen != state.steps
         if switched:
-            self._switch(key, state, chosen, reason)
+            self._switch(key, traffic, state, chosen, reason)
         else:
             state.since_switch += 1
-        self._pending.append((key, state.steps, switched))
+        self._pending.append((key, traffic, state.steps, switched))
         state.ran[state.steps] = state.ran.get(state.steps, 0) + 1
         return state.steps
 
@@ -221,11 +235,11 @@ class ShapePolicy:
         previous, self._last_result = self._last_result, now
         if not self._pending:  # a result without a decision: nothing to attribute it to
             return None
-        key, steps, switched = self._pending.popleft()
+        key, traffic, steps, switched = self._pending.popleft()
         if previous is not None and not switched:
             # every period kept: an idle gap or a prefill between two steps is an outlier the estimate ignores
             self._times.setdefault((key, steps), deque(maxlen=WINDOW)).append(now - previous)
-        self.acceptance.observe(num_correct_drafts_per_req, steps)
+        self.acceptance[traffic].observe(num_correct_drafts_per_req, steps)
         return None
 
     # -- the choice --
@@ -238,44 +252,73 @@ class ShapePolicy:
         return sorted(times)[int(QUANTILE * (len(times) - 1))]
 
     def predicted_time(self, key: int, steps: int) -> tuple[float, int] | None:
-        """Depth ``steps``'s step period at bucket ``key`` and how many doublings of the batch the figure is
-        carried over: measured here (0), else a depth measured here scaled by the two depths' cost ratio at
-        the nearest bucket that measured both; None when no bucket did."""
+        """Depth ``steps``'s step period at bucket ``key`` and how far it is carried, in doublings of the batch:
+        measured here (0); else a depth measured here scaled by the two depths' cost ratio at the nearest
+        bucket that has both (that bucket's figure for ``steps`` measured, or on its line, below: one more);
+        else the line through two chains measured here (a chain step's cost is close to affine in its depth:
+        draft forwards and verify width; counted as one doubling). None when none of these exists."""
         measured = self.step_time(key, steps)
         if measured is not None:
             return measured, 0
         best = None  # (doublings, depths apart, bucket): the nearest bucket, then the reference nearest in depth
-        for other in self._buckets:
-            if other == key or (there := self.step_time(other, steps)) is None:
+        for other in {bucket for bucket, _ in self._times}:
+            if other == key or (there := self._on_line(other, steps)) is None:
                 continue
-            distance = abs(other.bit_length() - key.bit_length())
+            distance = abs(other.bit_length() - key.bit_length()) + there[1]
             for reference in self.candidate_steps:
                 here, base = self.step_time(key, reference), self.step_time(other, reference)
                 rank = (distance, abs(reference - steps), other)
                 if reference != steps and here is not None and base is not None and (best is None or rank < best[0]):
-                    best = (rank, here * there / base)
-        return None if best is None else (best[1], best[0][0])
+                    best = (rank, here * there[0] / base)
+        if best is not None:
+            return best[1], best[0][0]
+        return self._on_line(key, steps)
 
-    def gains(self, key: int, allowed: list[int]) -> dict[int, tuple[float, int]]:
-        """Accepted tokens per second per request of each depth at bucket ``key``, with the doublings its step
-        period was carried over (0: measured here)."""
+    def _on_line(self, key: int, steps: int) -> tuple[float, int] | None:
+        """Depth ``steps``'s period at bucket ``key``: measured (0), or for a chain on the line through the
+        shallowest and deepest chains measured there (1; never below half the cheaper one); None with fewer
+        than two, and for "off" unless measured: its path (a width-1 verify, no draft step) is not on the
+        chains' line (on the first GPU run it read 0.65-0.9 of what the line gives)."""
+        measured = self.step_time(key, steps)
+        if measured is not None:
+            return measured, 0
+        here = sorted((depth, period) for depth in self.candidate_steps
+                      if depth > 0 and (period := self.step_time(key, depth)) is not None)
+        if steps == 0 or len(here) < 2:
+            return None
+        (low, low_t), (high, high_t) = here[0], here[-1]
+        return max(low_t + (high_t - low_t) * (steps - low) / (high - low), min(low_t, high_t) / 2), 1
+
+    def expected_tokens(self, traffic: str, steps: int) -> float | None:
+        """Tokens per request per step of depth ``steps`` for ``traffic``; the other kind's figure until this
+        kind has drafted."""
+        tokens = self.acceptance[traffic].expected_tokens(steps)
+        if tokens is None:
+            tokens = self.acceptance[TRAFFIC[1 - TRAFFIC.index(traffic)]].expected_tokens(steps)
+        return tokens
+
+    def gains(self, key: int, traffic: str, allowed: list[int]) -> dict[int, tuple[float, int]]:
+        """Accepted tokens per second per request of each depth at bucket ``key`` for ``traffic``, with the
+        doublings its step period was carried over (0: measured here)."""
         out = {}
         for steps in allowed:
-            period, tokens = self.predicted_time(key, steps), self.acceptance.expected_tokens(steps)
+            period, tokens = self.predicted_time(key, steps), self.expected_tokens(traffic, steps)
             if period is not None and tokens is not None:
                 out[steps] = (tokens / period[0], period[1])
         return out
 
-    def _start(self, key: int, allowed: list[int]) -> int:
-        """A new bucket's first depth: what the nearest known bucket runs, else the configured depth."""
-        known = [other for other in self._buckets if self._buckets[other].steps in allowed]
+    def _start(self, key: int, traffic: str, allowed: list[int]) -> int:
+        """A new bucket's first depth for ``traffic``: the best at the nearest bucket with measured costs (by
+        this traffic's acceptance), else the configured depth."""
+        known = {bucket for bucket, _ in self._times if bucket != key}
         if known:
             nearest = min(known, key=lambda other: (abs(other.bit_length() - key.bit_length()), other))
-            gains = {steps: gain for steps, (gain, _) in self.gains(nearest, allowed).items()}
-            return max(gains, key=gains.get) if gains else self._buckets[nearest].steps
+            gains = {steps: gain for steps, (gain, _) in self.gains(nearest, traffic, allowed).items()}
+            if gains:
+                return max(gains, key=gains.get)
         return self._initial if self._initial in allowed else allowed[0]
 
-    def _choose(self, key: int, state: _Bucket, allowed: list[int]) -> tuple[int, str]:
+    def _choose(self, key: int, traffic: str, state: _Bucket, allowed: list[int]) -> tuple[int, str]:
         if self._cycle:
             state.cycle += 1
             return allowed[state.cycle % len(allowed)], "round-robin"
@@ -284,20 +327,22 @@ class ShapePolicy:
             return min(allowed, key=lambda steps: (abs(steps - state.steps), steps)), "not a candidate here"
         if state.probe_left > 0:
             state.probe_left -= 1
+            if state.probe_left == 0:  # a probe is no switch to dwell on: the next decision may leave it
+                state.since_switch = MIN_DWELL
             return state.steps, "probing"
         if self.step_time(key, state.steps) is None:  # the running depth runs on until measured
             return state.steps, "measuring"
-        estimates = self.gains(key, allowed)  # once per decision: it takes a quantile per depth
+        estimates = self.gains(key, traffic, allowed)  # once per decision: it takes a quantile per depth
         unknown = [steps for steps in allowed if steps not in estimates]
-        if unknown:  # neither measured here nor predictable from another bucket
+        if unknown:  # not predictable yet: the depth nearest the running one first (a far one may be by then)
             state.probe_left = PROBE_STEPS
-            return unknown[0], "not measured yet"
+            return min(unknown, key=lambda steps: (abs(steps - state.steps), -steps)), "not measured yet"
         gains = {steps: gain for steps, (gain, _) in estimates.items()}
         best = max(gains, key=gains.get)
         # a predicted depth close enough to the best that the prediction's error could hide a win: measured
         # here (a ratio carried over more doublings is trusted less)
         plausible = [steps for steps, (gain, distance) in estimates.items()
-                     if distance > 0 and gain >= gains[best] * (1 - TRUST_PER_DOUBLING * distance)]
+                     if distance > 0 and gain >= gains[best] * (1 - DOUBT * distance ** 2)]
         if plausible:
             state.probe_left = PROBE_STEPS
             return max(plausible, key=gains.get), "predicted to be within reach: " + self._describe(estimates)
@@ -316,18 +361,19 @@ class ShapePolicy:
         return ", ".join(f"{_name(steps)} {gain * 1e-3:.3g}{' (predicted)' if distance else ''}"
                          for steps, (gain, distance) in sorted(estimates.items()))
 
-    def _switch(self, key: int, state: _Bucket, steps: int, reason: str) -> None:
+    def _switch(self, key: int, traffic: str, state: _Bucket, steps: int, reason: str) -> None:
         previous = state.steps
         state.steps, state.since_switch = steps, 0
         now = self._clock()
         if self._cycle or now - state.last_log < LOG_INTERVAL_S:
             return
         state.last_log = now
-        rates = "/".join(f"{rate:.2f}" for rate in self.acceptance.rates()) or "-"
+        rates = "/".join(f"{rate:.2f}" for rate in self.acceptance[traffic].rates()) or "-"
         costs = ", ".join(f"{_name(s)} {1e3 * self.step_time(key, s):.2f} ms" for s in self.candidate_steps
                           if self.step_time(key, s) is not None) or "-"
-        self._log(f"sglang-eagle-ext: adaptive shape: batch {key}+ -> {_name(steps)} (was {_name(previous)}): "
-                  f"{reason} (accepted tokens per ms per request); acceptance by depth {rates}; step {costs}")
+        self._log(f"sglang-eagle-ext: adaptive shape: batch {key}+ {traffic} -> {_name(steps)} "
+                  f"(was {_name(previous)}): {reason} (accepted tokens per ms per request); acceptance by depth "
+                  f"{rates}; step {costs}")
 
     def _summarise(self) -> None:
         """Every SUMMARY_INTERVAL_S: the steps each bucket ran at each depth since the last summary."""
@@ -337,8 +383,9 @@ class ShapePolicy:
         if now - self._last_summary < SUMMARY_INTERVAL_S:
             return
         interval, self._last_summary = now - self._last_summary, now
-        ran = "; ".join(f"batch {key}+: " + ", ".join(f"{_name(s)} {n}" for s, n in sorted(state.ran.items()))
-                        for key, state in sorted(self._buckets.items()) if state.ran)
+        ran = "; ".join(f"batch {key}+ {traffic}: "
+                        + ", ".join(f"{_name(s)} {n}" for s, n in sorted(state.ran.items()))
+                        for (key, traffic), state in sorted(self._buckets.items()) if state.ran)
         for state in self._buckets.values():
             state.ran = {}
         if ran and not self._cycle:

@@ -10,6 +10,7 @@ binding that puts it where SGLang's worker constructs its policy."""
 import json
 import random
 import re
+from types import SimpleNamespace
 
 import pytest
 from packaging.version import Version
@@ -33,9 +34,9 @@ def draw(rng: random.Random, steps: int, requests: int) -> list[int]:
     return counts
 
 
-def true_tokens(steps: int) -> float:
+def true_tokens(steps: int, rates=RATES) -> float:
     total, reach = 1.0, 1.0
-    for rate in RATES[:steps]:
+    for rate in rates[:steps]:
         reach *= rate
         total += reach
     return total
@@ -157,19 +158,18 @@ def stable_cost(steps: int, batch: int) -> float:
 
 
 def test_a_neighbouring_bucket_runs_the_predicted_best_without_probing():
-    """After one bucket measured every depth, a short cell at the next bucket runs the best depth from its first
-    step (its start is the known bucket's depth, the others are predicted by the known cost ratios): the same
-    seconds as that fixed depth on the same draws, where probing every depth again would cost tens of steps."""
+    """After one bucket settled, a short cell at the next bucket starts at the best depth and probes none of the
+    depths the first bucket measured (their cost ratios carry over); a depth never measured anywhere (on the
+    first bucket's line of chain costs only) may be probed once, and the rest of the cell runs the best."""
     best = max(DEFAULT_STEPS, key=lambda s: true_tokens(s) / stable_cost(s, 2))
     server = Server(stable_cost, seed=11)
     policy = policy_on(server)
     server.run(policy, [(1, 400)])
-    fixed = Server(stable_cost, seed=11)
-    fixed.run(Fixed(best), [(1, 400)])  # the same draws up to the cell: the seeds' states are compared below
-    server.rng.setstate(fixed.rng.getstate())
-    seconds, chosen = server.run(policy, [(2, 2 * 60)])
-    assert set(chosen) == {best}
-    assert seconds == pytest.approx(fixed.run(Fixed(best), [(2, 2 * 60)])[0], rel=1e-12)
+    measured = {steps for steps in DEFAULT_STEPS if policy.step_time(1, steps) is not None}
+    assert best in measured and 0 in measured and len(measured) < len(DEFAULT_STEPS)
+    _, chosen = server.run(policy, [(2, 2 * 60)])
+    others = [steps for steps in chosen if steps != best]
+    assert chosen[0] == best and not set(others) & measured and len(others) <= shape_policy.PROBE_STEPS + 1
 
 
 def test_a_prediction_carried_far_is_measured_before_it_is_trusted():
@@ -209,14 +209,17 @@ class GappedServer(Server):
 
 @pytest.mark.parametrize("seed", [13, 14, 15])
 def test_gaps_and_late_results_do_not_move_the_measured_cost(seed):
-    """Each depth's measured cost stays within a late result's shift of its true step cost, never a gap's (a
-    mean of the periods would read 0.5 ms more), and the policy runs the best depth."""
+    """Each depth the policy measured (the best among them) reads within a late result's shift of its true step
+    cost, never a gap's (a mean of the periods would read 0.5 ms more), and the policy runs the best depth."""
+    best = max(DEFAULT_STEPS, key=lambda s: true_tokens(s) / stable_cost(s, 8))
     server = GappedServer(stable_cost, seed=seed)
     policy = policy_on(server)
     _, chosen = server.run(policy, [(8, 8 * 400)])
-    for steps in DEFAULT_STEPS:
+    measured = [steps for steps in DEFAULT_STEPS if policy.step_time(8, steps) is not None]
+    assert best in measured and 0 in measured
+    for steps in measured:
         assert abs(policy.step_time(8, steps) - stable_cost(steps, 8)) <= GappedServer.LATE + 1e-12, steps
-    assert chosen[-1] == max(DEFAULT_STEPS, key=lambda s: true_tokens(s) / stable_cost(s, 8))
+    assert chosen[-1] == best
 
 
 @pytest.mark.parametrize("batch", [1, 64])
@@ -261,10 +264,40 @@ def test_candidates_that_differ_within_a_bucket_are_respected(tmp_path):
         policy.on_verify_complete(draw(server.rng, steps, batch), batch)
 
 
+def test_greedy_and_sampled_batches_each_keep_their_own_depth():
+    """Cells of all-greedy batches (every draft accepted) and of sampled ones (half accepted) take turns; told
+    each batch's kind, the policy learns each kind's acceptance and depth once, and each later cell runs its
+    kind's best depth from its first step instead of re-learning the acceptance."""
+    rates = {"greedy": (1.0,) * 5, "sampled": (0.5,) * 5}
+    best = {kind: max(DEFAULT_STEPS, key=lambda s: true_tokens(s, rates[kind]) / stable_cost(s, 4)) for kind in rates}
+    assert best["greedy"] != best["sampled"]
+    clock = [0.0]
+    policy = ShapePolicy(3, clock=lambda: clock[0], log=lambda line: None)
+    policy.set_cuda_graph_bs([1, 2, 4, 8])
+    rng = random.Random(18)
+    chosen = {}
+    for cell in range(8):
+        kind = ("greedy", "sampled")[cell % 2]
+        chosen[kind] = []
+        for _ in range(150):
+            policy.note_batch(all_greedy=kind == "greedy")
+            steps = policy.get_steps_for_batch(4)
+            chosen[kind].append(steps)
+            clock[0] += stable_cost(steps, 4)
+            counts = []
+            for _ in range(4):
+                count = 0
+                while count < steps and rng.random() < rates[kind][count]:
+                    count += 1
+                counts.append(count)
+            policy.on_verify_complete(counts, 4)
+    assert set(chosen["greedy"]) == {best["greedy"]} and set(chosen["sampled"]) == {best["sampled"]}
+
+
 def test_a_summary_line_counts_every_step_per_bucket_and_depth():
     server = Server(lambda steps, batch: 1.0, seed=14)  # a second per step: a summary every 60 steps or so
     policy = policy_on(server)
-    server.run(policy, [(1, 200), (4, 4 * 200)])
+    server.run(policy, [(1, 400), (4, 4 * 400)])
     summaries = [line for line in policy.lines if "steps by depth in the last" in line]
     assert len(summaries) >= 2 and any("batch 4+" in line for line in summaries)
     for line in summaries:  # one decision per second of the fake clock, each counted once
@@ -340,7 +373,7 @@ def test_sglangs_own_controller_drives_it():
         server.now += cost(worker.speculative_num_steps, 64)
         controller.on_verify_complete(draw(server.rng, worker.speculative_num_steps, 64), batch_size=64)
     best = max(DEFAULT_STEPS, key=lambda s: true_tokens(s) / cost(s, 64))
-    assert worker.speculative_num_steps == best and set(worker.applied) == set(DEFAULT_STEPS)
+    assert worker.speculative_num_steps == best and best in worker.applied and 0 in worker.applied
 
 
 @pytest.mark.parametrize("value, mode", [(None, "off"), ("0", "off"), ("1", "on"), ("On", "on"), ("cycle", "cycle")])
@@ -368,6 +401,11 @@ def test_the_binding_puts_the_policy_where_sglangs_worker_constructs_it(monkeypa
     worker = pytest.importorskip("sglang.srt.speculative.eagle_worker_v2")
     stock = worker.AdaptiveSpeculativeParams
     monkeypatch.setattr(worker, "AdaptiveSpeculativeParams", stock)  # put back after the test
+
+    def forward_batch_generation(self, batch, on_publish=None):  # SGLang's, standing in: what it was handed
+        return batch
+
+    monkeypatch.setattr(worker.EAGLEWorkerV2, "forward_batch_generation", forward_batch_generation)
     monkeypatch.setenv(adaptive_shape.ENV_SWITCH, value)
     phrase = adaptive_shape._bind_once_scheduler_loads(None)
     policy = worker.AdaptiveSpeculativeParams(initial_steps=3, cfg_path=None)  # as EAGLEWorkerV2.__init__ calls it
@@ -376,3 +414,9 @@ def test_the_binding_puts_the_policy_where_sglangs_worker_constructs_it(monkeypa
         return
     assert isinstance(policy, ShapePolicy) and policy.candidate_steps == list(DEFAULT_STEPS)
     assert ("round-robin" in phrase) == (value == "cycle") and "--speculative-adaptive" in phrase
+    # the worker's decode entry tells the policy the batch's kind before SGLang asks it for the depth
+    this = SimpleNamespace(adaptive_controller=SimpleNamespace(params=policy))
+    for all_greedy in (True, False, True):
+        batch = SimpleNamespace(sampling_info=SimpleNamespace(is_all_greedy=all_greedy))
+        assert worker.EAGLEWorkerV2.forward_batch_generation(this, batch) is batch
+        assert policy._traffic == ("greedy" if all_greedy else "sampled")

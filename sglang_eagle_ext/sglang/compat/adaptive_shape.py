@@ -8,7 +8,9 @@ between them per decode step; which depth runs is asked of a policy object, cons
 imports (0.5.21+, behind the ``AdaptiveSpecPolicy`` protocol of ``speculative/adaptive_runtime_state.py``).
 The binding rebinds that name, so stock keeps building, capturing and switching, and SGLang's own sizing
 (the draft-token bound and KV reservation from the candidate depths of ``--speculative-adaptive-config``)
-covers every depth the policy may choose: it chooses only among them.
+covers every depth the policy may choose: it chooses only among them. It also wraps the worker's
+``forward_batch_generation`` to tell the policy, before SGLang asks it for the depth, whether the batch's
+requests are all greedy (their acceptance differs too much to share one estimate).
 
 Switch values: unset or off: stock's policy; ``1`` / on: the cost policy; ``cycle``: every candidate depth in
 turn, one per step (the test mode that checks outputs across switches). On a release before 0.5.21 a
@@ -25,7 +27,7 @@ from packaging.version import Version
 
 from sglang_eagle_ext import env
 from sglang_eagle_ext.sglang.compat import releases
-from sglang_eagle_ext.sglang.compat.patch import SCHEDULER_MODULE, Patch, Target, require
+from sglang_eagle_ext.sglang.compat.patch import SCHEDULER_MODULE, Patch, Target, require, wrap_method
 from sglang_eagle_ext.sglang.shape_policy import ShapePolicy
 
 ENV_SWITCH = "SGLANG_EAGLE_EXT_ADAPTIVE"
@@ -43,8 +45,16 @@ POLICY_INIT = Target(RELEASES, "sglang.srt.speculative.adaptive_spec_params", "A
 CONTROLLER = (Target(RELEASES, _STATE, "AdaptiveController", "__init__", params=("self", "worker", "policy")),
               Target(RELEASES, _STATE, "AdaptiveController", "init_states",
                      reads=("set_cuda_graph_bs", "cuda_graph_bs_for_step", "candidate_steps")),
-              Target(RELEASES, _STATE, "AdaptiveController", "activate_step_by_batch", reads=("get_steps_for_batch",)),
+              Target(RELEASES, _STATE, "AdaptiveController", "activate_step_by_batch",
+                     reads=("self.params.get_steps_for_batch",)),
               Target(RELEASES, _STATE, "AdaptiveController", "on_verify_complete", reads=("on_verify_complete",)))
+
+
+# where the binding learns the batch's kind: the worker's decode entry asks the controller for the depth
+TRAFFIC_SEAMS = (Target(RELEASES, _WORKER, "EAGLEWorkerV2", "forward_batch_generation", params=("self", "batch"),
+                        reads=("self.activate_step_by_batch",)),
+                 Target(RELEASES, _WORKER, "EAGLEWorkerV2", "activate_step_by_batch",
+                        reads=("self.adaptive_controller",)))
 
 
 def selected(release: Version) -> str:
@@ -66,8 +76,22 @@ def _bind_once_scheduler_loads(_scheduler_module) -> str:
     worker = importlib.import_module(_WORKER)
     require(hasattr(worker, POLICY_NAME.name), POLICY_NAME.path)
     worker.AdaptiveSpeculativeParams = functools.partial(ShapePolicy, cycle=mode == "cycle")
+    require(hasattr(worker, "EAGLEWorkerV2") and hasattr(worker.EAGLEWorkerV2, "forward_batch_generation"),
+            TRAFFIC_SEAMS[0].path)
+    wrap_method(worker.EAGLEWorkerV2, "forward_batch_generation", _telling_the_traffic)
     return (f"adaptive shape: {'round-robin over the depths (test mode)' if mode == 'cycle' else 'cost policy'} "
             f"in place of stock's under --speculative-adaptive ({ENV_SWITCH}={mode})")
+
+
+def _telling_the_traffic(original):
+    @functools.wraps(original)
+    def forward_batch_generation(self, batch, *args, **kwargs):
+        policy = getattr(getattr(self, "adaptive_controller", None), "params", None)
+        if isinstance(policy, ShapePolicy):
+            sampling = getattr(batch, "sampling_info", None)
+            policy.note_batch(all_greedy=bool(sampling is not None and sampling.is_all_greedy))
+        return original(self, batch, *args, **kwargs)
+    return forward_batch_generation
 
 
 PATCH = Patch("adaptive-shape", releases.EVERY_RELEASE.releases, SCHEDULER_MODULE, _bind_once_scheduler_loads, (),
