@@ -17,9 +17,11 @@ running batch size, the depth with the most accepted tokens per second:
   period, so the low end is the step's own cost; a result processed late lengthens its period by what it
   shortens the next, so the estimate may read low by that much. Buckets are powers of two of the padded
   batch size. A depth not measured at a bucket is predicted from one that is:
-  ``T(S, b) = T(R, b) * T(S, b') / T(R, b')``, with ``b'`` the nearest bucket where both were measured and
-  ``R`` the depth nearest ``S`` among them (the ratio between two depths' costs moves slowly with the batch;
-  on the 8B-geometry H200 run chain 3 cost 0.84 of chain 5 at batch 1 and 0.86 at batch 64).
+  ``T(S, b) = T(R, b) * T(S, b') / T(R, b')``, with ``b'`` the nearest bucket where both were measured (or
+  ``S`` lies on ``b'``'s line of chains, below) and ``R`` the depth nearest ``S`` among them (the ratio
+  between two depths' costs moves slowly with the batch; on the 8B-geometry H200 run chain 3 cost 0.84 of
+  chain 5 at batch 1 and 0.86 at batch 64), or on the line through two chains measured at ``b``, whichever
+  is carried fewer doublings.
 * ``E[tokens | S] = 1 + sum_{j <= S} prod_{i <= j} a_i``: ``a_j``, the rate at which draft ``j`` is accepted
   when drafts ``1 .. j-1`` were, counted from every verify result's accepted drafts per request (pooled over
   batch sizes, each request's observation decayed by :data:`DECAY` per later one, so the estimate follows
@@ -35,18 +37,19 @@ depth at every bucket made 0.82-0.92 of its own chain 3's greedy output). A dept
 nor predictable is probed there for :data:`PROBE_STEPS` steps, the one nearest the running depth first: at the
 first bucket, once two chains are measured the other chains are predicted on the line through them (a chain
 step's cost is close to affine in its depth; "off" is always measured there) and probed only as below; a bucket
-met later starts at the best depth of its nearest known bucket and measures only that. A predicted depth whose
-gain lies within ``DOUBT * d**2`` of the best (``d``: the doublings of the batch its figure was carried) is
-probed (a predicted best always is), so predictions decide only where they could not hide a win: a neighbour's
-ratios are trusted to 5 %, ratios carried six doublings not at all. Every :data:`REPROBE_EVERY` decisions of a
-bucket the runner-up is measured afresh (costs drift with context length). A switch between measured depths
-needs a gain :data:`MARGIN` above the running one after at least :data:`MIN_DWELL` steps at it; a bucket whose
-running depth is not allowed at the batch size now (candidates per batch size from a config file) moves at
-once. Each verify result is matched to the decision it answers (the oldest pending one: under the overlap
-scheduler the next step is decided before the last result arrives); the first step after a switch is not timed
-(it carries the switch). Each choice that changes a bucket's depth is logged, at most once per
-:data:`LOG_INTERVAL_S` per bucket, with its reason, and every :data:`SUMMARY_INTERVAL_S` or so one line says
-how many steps each bucket ran at each depth.
+(or kind) met later starts at the best depth, by its kind's acceptance, of the nearest bucket with measured
+costs (itself, where the other kind measured them) and measures only that. A predicted depth whose gain lies
+within ``DOUBT * d**2`` of the best (``d``: the doublings of the batch its figure was carried) is probed (a
+predicted best always is), so predictions decide only where they could not hide a win: a neighbour's ratios are
+trusted to 5 %, ratios carried six doublings not at all. Every :data:`REPROBE_EVERY` decisions of a bucket the
+runner-up is measured afresh (costs drift with context length). A switch between measured depths needs a gain
+:data:`MARGIN` above the running one after at least :data:`MIN_DWELL` steps at it; a bucket whose running depth
+is not allowed at the batch size now (candidates per batch size from a config file) moves at once. Each verify
+result is matched to the decision it answers (the oldest pending one: under the overlap scheduler the next step
+is decided before the last result arrives); the first step after the worker's depth changes is not timed (it
+carries the switch). An idle batch (size 0, attention DP) keeps the running depth and is not counted. Each
+choice that changes a bucket's depth is logged, at most once per :data:`LOG_INTERVAL_S` per bucket, with its
+reason, and every :data:`SUMMARY_INTERVAL_S` or so one line says how many steps each bucket ran at each depth.
 
 Lossless as every speculative path: each step is verified by SGLang's own rule for that step's depth, so a
 switch changes what is proposed, never what is accepted. ``cycle`` (the switch's test mode) runs the
@@ -135,7 +138,7 @@ class DepthAcceptance:
 
 @dataclass
 class _Bucket:
-    """One batch-size bucket's running depth and its decision counters."""
+    """The running depth of one batch-size bucket for one kind of traffic, and its decision counters."""
 
     steps: int
     decisions: int = 0
@@ -182,6 +185,7 @@ class ShapePolicy:
         # switch); under the overlap scheduler the next decision is made before the last result arrives
         self._pending: deque = deque(maxlen=PENDING)
         self._last_result: float | None = None
+        self._running = initial_steps  # the depth last handed to SGLang: a change of it is a switch
         self._last_summary: float | None = None
         self._log(f"sglang-eagle-ext: adaptive shape: {'round-robin (test mode)' if cycle else 'cost policy'} over "
                   f"depths {self.candidate_steps} (0 = speculation off), starting at {initial_steps}")
@@ -209,6 +213,8 @@ class ShapePolicy:
     def get_steps_for_batch(self, batch_size: int) -> int:
         """The depth of the next decode step at ``batch_size`` (SGLang calls this before each one)."""
         self._summarise()
+        if batch_size <= 0:  # an idle batch (attention DP) verifies nothing and gets no result: nothing to decide
+            return self._running
         padded = self._pad(batch_size)
         key, traffic = bucket_of(padded), self._traffic
         allowed = self._allowed(padded)
@@ -217,11 +223,12 @@ class ShapePolicy:
         state = self._buckets[key, traffic]
         state.decisions += 1
         chosen, reason = self._choose(key, traffic, state, allowed)
-        switched = chosen != state.steps
-        if switched:
+        if chosen != state.steps:
             self._switch(key, traffic, state, chosen, reason)
         else:
             state.since_switch += 1
+        # the step that changes the worker's depth carries the change (whichever state asked for it): untimed
+        switched, self._running = state.steps != self._running, state.steps
         self._pending.append((key, traffic, state.steps, switched))
         state.ran[state.steps] = state.ran.get(state.steps, 0) + 1
         return state.steps
@@ -253,10 +260,11 @@ class ShapePolicy:
 
     def predicted_time(self, key: int, steps: int) -> tuple[float, int] | None:
         """Depth ``steps``'s step period at bucket ``key`` and how far it is carried, in doublings of the batch:
-        measured here (0); else a depth measured here scaled by the two depths' cost ratio at the nearest
-        bucket that has both (that bucket's figure for ``steps`` measured, or on its line, below: one more);
-        else the line through two chains measured here (a chain step's cost is close to affine in its depth:
-        draft forwards and verify width; counted as one doubling). None when none of these exists."""
+        measured here (0); else the nearer of two predictions: a depth measured here scaled by the two
+        depths' cost ratio at the nearest bucket that has both (that bucket's figure for ``steps`` measured,
+        or on its line, below: one more), and the line through two chains measured here (a chain step's cost
+        is close to affine in its depth: draft forwards and verify width; counted as one doubling). None when
+        neither exists."""
         measured = self.step_time(key, steps)
         if measured is not None:
             return measured, 0
@@ -270,9 +278,10 @@ class ShapePolicy:
                 rank = (distance, abs(reference - steps), other)
                 if reference != steps and here is not None and base is not None and (best is None or rank < best[0]):
                     best = (rank, here * there[0] / base)
-        if best is not None:
+        local = self._on_line(key, steps)
+        if best is not None and (local is None or best[0][0] < local[1]):
             return best[1], best[0][0]
-        return self._on_line(key, steps)
+        return local
 
     def _on_line(self, key: int, steps: int) -> tuple[float, int] | None:
         """Depth ``steps``'s period at bucket ``key``: measured (0), or for a chain on the line through the
@@ -308,9 +317,9 @@ class ShapePolicy:
         return out
 
     def _start(self, key: int, traffic: str, allowed: list[int]) -> int:
-        """A new bucket's first depth for ``traffic``: the best at the nearest bucket with measured costs (by
-        this traffic's acceptance), else the configured depth."""
-        known = {bucket for bucket, _ in self._times if bucket != key}
+        """A new state's first depth: the best by this traffic's acceptance at this bucket if the other kind
+        measured costs here, else at the nearest bucket that did, else the configured depth."""
+        known = {bucket for bucket, steps in self._times if self.step_time(bucket, steps) is not None}
         if known:
             nearest = min(known, key=lambda other: (abs(other.bit_length() - key.bit_length()), other))
             gains = {steps: gain for steps, (gain, _) in self.gains(nearest, traffic, allowed).items()}

@@ -267,7 +267,8 @@ def test_candidates_that_differ_within_a_bucket_are_respected(tmp_path):
 def test_greedy_and_sampled_batches_each_keep_their_own_depth():
     """Cells of all-greedy batches (every draft accepted) and of sampled ones (half accepted) take turns; told
     each batch's kind, the policy learns each kind's acceptance and depth once, and each later cell runs its
-    kind's best depth from its first step instead of re-learning the acceptance."""
+    kind's best depth from its first step instead of re-learning the acceptance. Idle batches (size 0, no
+    result) between steps change nothing: every period still lands on the depth that ran."""
     rates = {"greedy": (1.0,) * 5, "sampled": (0.5,) * 5}
     best = {kind: max(DEFAULT_STEPS, key=lambda s: true_tokens(s, rates[kind]) / stable_cost(s, 4)) for kind in rates}
     assert best["greedy"] != best["sampled"]
@@ -275,14 +276,16 @@ def test_greedy_and_sampled_batches_each_keep_their_own_depth():
     policy = ShapePolicy(3, clock=lambda: clock[0], log=lambda line: None)
     policy.set_cuda_graph_bs([1, 2, 4, 8])
     rng = random.Random(18)
-    chosen = {}
+    cells = []
     for cell in range(8):
         kind = ("greedy", "sampled")[cell % 2]
-        chosen[kind] = []
-        for _ in range(150):
+        cells.append((kind, []))
+        for step in range(150):
+            if step % 7 == 3:
+                assert policy.get_steps_for_batch(0) == cells[-1][1][-1]  # idle: the running depth, no result
             policy.note_batch(all_greedy=kind == "greedy")
             steps = policy.get_steps_for_batch(4)
-            chosen[kind].append(steps)
+            cells[-1][1].append(steps)
             clock[0] += stable_cost(steps, 4)
             counts = []
             for _ in range(4):
@@ -291,7 +294,10 @@ def test_greedy_and_sampled_batches_each_keep_their_own_depth():
                     count += 1
                 counts.append(count)
             policy.on_verify_complete(counts, 4)
-    assert set(chosen["greedy"]) == {best["greedy"]} and set(chosen["sampled"]) == {best["sampled"]}
+    for kind, chosen in cells[2:]:
+        assert set(chosen) == {best[kind]}, kind
+    for steps in {best["greedy"], best["sampled"]}:  # no period was matched to a step it did not time
+        assert policy.step_time(4, steps) == pytest.approx(stable_cost(steps, 4), rel=1e-9)
 
 
 def test_a_summary_line_counts_every_step_per_bucket_and_depth():
@@ -414,9 +420,11 @@ def test_the_binding_puts_the_policy_where_sglangs_worker_constructs_it(monkeypa
         return
     assert isinstance(policy, ShapePolicy) and policy.candidate_steps == list(DEFAULT_STEPS)
     assert ("round-robin" in phrase) == (value == "cycle") and "--speculative-adaptive" in phrase
-    # the worker's decode entry tells the policy the batch's kind before SGLang asks it for the depth
+    # the worker's decode entry tells the policy the batch's kind before SGLang asks it for the depth, from
+    # the requests (SGLang's is_all_greedy stays low once a sampled request joined); an idle batch keeps it
     this = SimpleNamespace(adaptive_controller=SimpleNamespace(params=policy))
-    for all_greedy in (True, False, True):
-        batch = SimpleNamespace(sampling_info=SimpleNamespace(is_all_greedy=all_greedy))
+    for top_ks, kind in (((1, 1), "greedy"), ((1, 40), "sampled"), ((), "sampled"), ((1,), "greedy"), ((), "greedy")):
+        batch = SimpleNamespace(reqs=[SimpleNamespace(sampling_params=SimpleNamespace(top_k=k)) for k in top_ks],
+                                sampling_info=SimpleNamespace(is_all_greedy=False))
         assert worker.EAGLEWorkerV2.forward_batch_generation(this, batch) is batch
-        assert policy._traffic == ("greedy" if all_greedy else "sampled")
+        assert policy._traffic == kind, top_ks

@@ -10,7 +10,8 @@ The binding rebinds that name, so stock keeps building, capturing and switching,
 (the draft-token bound and KV reservation from the candidate depths of ``--speculative-adaptive-config``)
 covers every depth the policy may choose: it chooses only among them. It also wraps the worker's
 ``forward_batch_generation`` to tell the policy, before SGLang asks it for the depth, whether the batch's
-requests are all greedy (their acceptance differs too much to share one estimate).
+requests are all greedy (their acceptance differs too much to share one estimate). Workers that override
+that method without calling it (the frozen-KV MTP worker) leave every batch counted as sampled.
 
 Switch values: unset or off: stock's policy; ``1`` / on: the cost policy; ``cycle``: every candidate depth in
 turn, one per step (the test mode that checks outputs across switches). On a release before 0.5.21 a
@@ -54,7 +55,10 @@ CONTROLLER = (Target(RELEASES, _STATE, "AdaptiveController", "__init__", params=
 TRAFFIC_SEAMS = (Target(RELEASES, _WORKER, "EAGLEWorkerV2", "forward_batch_generation", params=("self", "batch"),
                         reads=("self.activate_step_by_batch",)),
                  Target(RELEASES, _WORKER, "EAGLEWorkerV2", "activate_step_by_batch",
-                        reads=("self.adaptive_controller",)))
+                        reads=("self.adaptive_controller",)),
+                 # the rule all_greedy repeats: SGLang's own for a batch built from its requests
+                 Target(RELEASES, "sglang.srt.sampling.sampling_batch_info", "SamplingBatchInfo",
+                        "from_schedule_batch", params=("cls", "batch"), reads=("reqs", "sampling_params", "top_k")))
 
 
 def selected(release: Version) -> str:
@@ -87,11 +91,19 @@ def _telling_the_traffic(original):
     @functools.wraps(original)
     def forward_batch_generation(self, batch, *args, **kwargs):
         policy = getattr(getattr(self, "adaptive_controller", None), "params", None)
-        if isinstance(policy, ShapePolicy):
-            sampling = getattr(batch, "sampling_info", None)
-            policy.note_batch(all_greedy=bool(sampling is not None and sampling.is_all_greedy))
+        requests = getattr(batch, "reqs", None)
+        if isinstance(policy, ShapePolicy) and requests:  # an idle batch has none: the kind stays
+            policy.note_batch(all_greedy=all_greedy(requests))
         return original(self, batch, *args, **kwargs)
     return forward_batch_generation
+
+
+def all_greedy(requests) -> bool:
+    """Whether every request of a running batch decodes greedily (SGLang's normalised sampling parameters:
+    top-k 1). Read from the requests, not the batch's ``sampling_info.is_all_greedy``: SGLang and-merges that
+    flag as requests join and never raises it again as they leave (0.5.23 ``SamplingBatchInfo.merge_batch`` /
+    ``filter_batch``), so one sampled request would mark the batch sampled until it empties."""
+    return all(request.sampling_params.top_k <= 1 for request in requests)
 
 
 PATCH = Patch("adaptive-shape", releases.EVERY_RELEASE.releases, SCHEDULER_MODULE, _bind_once_scheduler_loads, (),
