@@ -243,8 +243,9 @@ class ShapePolicy:
         if not self._pending:  # a result without a decision: nothing to attribute it to
             return None
         key, traffic, steps, switched = self._pending.popleft()
-        if previous is not None and not switched:
-            # every period kept: an idle gap or a prefill between two steps is an outlier the estimate ignores
+        if previous is not None and not switched and now > previous:
+            # every period kept: an idle gap or a prefill between two steps is an outlier the estimate ignores;
+            # a clock that did not advance (two results handed over at once) times nothing
             self._times.setdefault((key, steps), deque(maxlen=WINDOW)).append(now - previous)
         self.acceptance[traffic].observe(num_correct_drafts_per_req, steps)
         return None
@@ -312,7 +313,7 @@ class ShapePolicy:
         out = {}
         for steps in allowed:
             period, tokens = self.predicted_time(key, steps), self.expected_tokens(traffic, steps)
-            if period is not None and tokens is not None:
+            if period is not None and tokens is not None and period[0] > 0:
                 out[steps] = (tokens / period[0], period[1])
         return out
 
