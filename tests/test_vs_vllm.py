@@ -94,6 +94,33 @@ def test_runs_from_different_worlds_are_refused(runs):
         vs_vllm.markdown(sglang, other)
 
 
+def test_only_the_batch_sizes_both_runs_measured_are_compared(runs):
+    """An SGLang run that also measured batch 4 (for the adaptive-shape pages) beside a vLLM run of 1 and 16:
+    the page compares 1 and 16 and names them; a run with no batch size in common is refused."""
+    sglang, vllm = copy.deepcopy(runs)
+    sglang["batches"] = [1, 4, 16]
+    for arm in sglang["arms"].values():
+        arm["cells"]["batch4/greedy"] = cell([1.0, 1.0, 1.0], 2.0, ttft=1.0)
+    text = vs_vllm.markdown(sglang, vllm)
+    assert "batch 1: 8 prompts one at a time, batch 16: 64 requests in waves" in text
+    assert "batch 4" not in text
+    assert "| plain decoding | 1.25 | 1.00 |" in text
+    assert "ahead in" in vs_vllm.where_faster(sglang, vllm) and "batch 4" not in vs_vllm.where_faster(sglang, vllm)
+    vllm = copy.deepcopy(vllm)
+    vllm["batches"] = [64]
+    with pytest.raises(ValueError, match=r"batches: none in both \(SGLang run \[1, 4, 16\], vLLM run \[64\]\)"):
+        vs_vllm.markdown(sglang, vllm)
+
+
+def test_the_sglang_runs_attention_backend_is_named(runs):
+    """Runs before serve_bench recorded it ran Triton attention; a recorded backend is named as recorded."""
+    sglang, vllm = copy.deepcopy(runs)
+    assert "SGLang 0.5.23 + this plugin (triton attention, torch 2.14.1" in vs_vllm.markdown(sglang, vllm)
+    sglang["attention_backend"] = "fa3"
+    assert "SGLang 0.5.23 + this plugin (fa3 attention, torch 2.14.1" in vs_vllm.markdown(sglang, vllm)
+    assert "(fa3 attention, commit abc1234)" in vs_vllm.headline(sglang, vllm, ("a.json", "b.json"))
+
+
 def test_where_faster_counts_leads_against_the_spread(runs):
     words = vs_vllm.where_faster(*runs)
     # 8 cells (plain + d, 2 modes x 2 batch sizes). vLLM leads d everywhere (0.75, 0.71 per mode): 4 cells, the

@@ -1,10 +1,11 @@
 """SGLang engines for the real-target runs: one set of options for every script, CPU or GPU.
 
-On a GPU: bfloat16, Triton attention (the GPU kit's ``sgl_kernel`` has no FA3, SGLang 0.5.23's
-default on Hopper), PyTorch sampling, decode CUDA graphs of the measured batch sizes only (each
-captured size lengthens every start), the prefix cache off (each round prefills its prompts in
-full, as the first one did). On a CPU: this package's CPU options (float32, Triton's interpreter,
-no CUDA graphs) and a small KV pool; slow, for checking a script before it costs GPU time.
+On a GPU: bfloat16, Triton attention unless told otherwise (FA3, SGLang 0.5.23's default on Hopper,
+only where ``benchmarks/gpu/fa3_ops.py`` put it into the GPU kit, which leaves it out), PyTorch
+sampling, decode CUDA graphs of the measured batch sizes only (each captured size lengthens every
+start), the prefix cache off (each round prefills its prompts in full, as the first one did). On a
+CPU: this package's CPU options (float32, Triton's interpreter, no CUDA graphs) and a small KV pool;
+slow, for checking a script before it costs GPU time.
 
 Call :func:`prepare_process` first in a script's main process: on a CPU it installs this package's
 shims and the environment SGLang's child processes inherit.
@@ -63,7 +64,7 @@ def prepare_process() -> str:
 
 
 def options(where: str, graph_bs=(1,), context_length: int = 2048, max_running: int = 64,
-            kv_tokens: int | None = None, **extra) -> dict:
+            kv_tokens: int | None = None, attention_backend: str = "triton", **extra) -> dict:
     """``sglang.Engine`` keywords on ``where``: only the fields this release's ServerArgs has."""
     from sglang_eagle_ext.sglang.compat import releases
     from sglang_eagle_ext.sglang.compat.runtime import decode_graph_options, server_option_names
@@ -74,7 +75,7 @@ def options(where: str, graph_bs=(1,), context_length: int = 2048, max_running: 
         wanted = {**cpu.engine_options(releases.installed_release()),
                   "max_total_tokens": kv_tokens or cpu.DEFAULT_KV_TOKENS}
     else:
-        wanted = dict(dtype="bfloat16", attention_backend="triton", sampling_backend="pytorch",
+        wanted = dict(dtype="bfloat16", attention_backend=attention_backend, sampling_backend="pytorch",
                       mem_fraction_static=0.7, **decode_graph_options(list(graph_bs)))
         if kv_tokens:
             wanted["max_total_tokens"] = kv_tokens

@@ -122,7 +122,8 @@ def first_token_requests(waves: list[list[list[int]]], rounds: int) -> list[tupl
 
 
 def host(connection, target: str, drafter: str | None, shape_name: str | None, plugin: bool, log_path: str,
-         batches: tuple[int, ...], context_length: int, skip_tokenizer: bool = False) -> None:
+         batches: tuple[int, ...], context_length: int, skip_tokenizer: bool = False,
+         attention_backend: str = "triton") -> None:
     """Child process hosting one engine; answers (batch, mode, waves, top2) with one measurement."""
     log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
     os.dup2(log, 1)
@@ -133,7 +134,7 @@ def host(connection, target: str, drafter: str | None, shape_name: str | None, p
     try:
         where = engines.prepare_process()
         engine = engines.start(target, where, drafter, shape, graph_bs=batches, max_running=max(batches),
-                               context_length=context_length, random_seed=SEED,
+                               context_length=context_length, random_seed=SEED, attention_backend=attention_backend,
                                **({"skip_tokenizer_init": True} if skip_tokenizer else {}))
     except BaseException as exc:  # SGLang raises or exits when the draft cannot be loaded
         traceback.print_exc()
@@ -197,7 +198,8 @@ def measure_arm(name: str, args, ids, drafters: dict, plain: dict | None) -> dic
     process = context.Process(target=host, args=(child, args.target, drafter, shape_name,
                                                   side == "plugin", log_path,
                                                   engine_batch_sizes(args.batches, args.drift),
-                                                  args.context_length, args.tokenizer is not None))
+                                                  args.context_length, args.tokenizer is not None,
+                                                  args.attention_backend))
     started = time.perf_counter()
     process.start()
     if not parent.poll(args.start_timeout):
@@ -351,6 +353,9 @@ def main() -> int:
     parser.add_argument("--drift", type=int, nargs="?", const=DRIFT_REQUESTS, default=0, metavar="REQUESTS",
                         help=f"also a drift cell per mode: REQUESTS (default {DRIFT_REQUESTS}) sent together whose new "
                              "tokens run from a quarter to four times --new-tokens, so the batch drifts down to 1")
+    parser.add_argument("--attention-backend", default="triton",
+                        help="SGLang's attention backend on a GPU (fa3, SGLang's default on Hopper, needs the FA3 "
+                             "kernels benchmarks/gpu/fa3_ops.py carries; ignored on a CPU)")
     parser.add_argument("--start-timeout", type=int, default=START_TIMEOUT_S,
                         help="seconds an engine may take to start and warm up (a CPU check needs more)")
     args = parser.parse_args()
@@ -360,7 +365,7 @@ def main() -> int:
     ids = prompt_ids(args)
     names = args.arms.split(",") if args.arms else arm_names(list(drafters), args.shapes.split(","))
     path = os.path.join(args.out, "serve_bench.json")
-    results = run_record(path, args, drafters, environment(),
+    results = run_record(path, args, drafters, environment(), attention_backend=args.attention_backend,
                          **({"drift_new_tokens": drift_lengths(args.new_tokens, args.drift)} if args.drift else {}))
     stock_refused = {}  # (drafter, side) -> why its other shapes are not tried
     for name in names:

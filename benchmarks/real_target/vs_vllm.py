@@ -91,25 +91,40 @@ def same_world(sglang: dict, vllm: dict) -> list[str]:
     """What differs between the two runs' worlds that must not (device, target, prompts, cells)."""
     problems = [f"workload: not recorded in the {engine_label(run)} run (serve_bench's and vllm_bench's --workload)"
                 for run in (sglang, vllm) if "workload" not in run]
-    for key in ("device", "target", "tokenizer", "prompts", "new_tokens", "single", "batches", "near_tie_nats",
-                "workload"):
+    for key in ("device", "target", "tokenizer", "prompts", "new_tokens", "single", "near_tie_nats", "workload"):
         if sglang.get(key) != vllm.get(key):
             problems.append(f"{key}: SGLang run {sglang.get(key)!r}, vLLM run {vllm.get(key)!r}")
+    if not shared_batches(sglang, vllm):
+        problems.append(f"batches: none in both (SGLang run {sglang['batches']}, vLLM run {vllm['batches']})")
     return problems
+
+
+def shared_batches(sglang: dict, vllm: dict) -> list[int]:
+    """The batch sizes both runs measured, the only ones compared (one run may also serve another page:
+    ``serve_bench.py`` measures batch 4 and 32 as well for the adaptive-shape pages)."""
+    return [batch for batch in sglang["batches"] if batch in vllm["batches"]]
+
+
+def attention(results: dict) -> str:
+    """The SGLang run's attention backend as recorded (runs before the record said so ran Triton)."""
+    return results.get("attention_backend", "triton")
 
 
 def markdown(sglang: dict, vllm: dict) -> str:
     problems = same_world(sglang, vllm)
     if problems:
         raise ValueError("the two runs are not side by side: " + "; ".join(problems))
-    batches = sglang["batches"]
+    batches = shared_batches(sglang, vllm)
     drafters = [d for d in sglang["drafters"] if d in vllm["drafters"]]
-    lines = [f"{sglang['device']}, one after the other on the same machine: {engine_label(sglang)} (torch "
-             f"{sglang['torch']}, commit {sglang['commit']}) and {engine_label(vllm)} (torch {vllm['torch']}), "
-             f"{sglang['date']}. {sglang['workload']}, {sglang['new_tokens']} "
-             f"new tokens each (ignore_eos); batch 1: {sglang['single']} prompts one at a time, batch 16 and 64: "
-             f"64 requests in waves of that size; the median of {sglang['rounds']} (SGLang) and {vllm['rounds']} "
-             "(vLLM) timed rounds after a warm-up.", ""]
+    larger = [str(b) for b in batches if b > 1]
+    waves = (f", batch {' and '.join(filter(None, (', '.join(larger[:-1]), larger[-1])))}: 64 requests in waves "
+             "of that size") if larger else ""
+    lines = [f"{sglang['device']}, one after the other on the same machine: {engine_label(sglang)} "
+             f"({attention(sglang)} attention, torch {sglang['torch']}, commit {sglang['commit']}) and "
+             f"{engine_label(vllm)} (torch {vllm['torch']}), {sglang['date']}. {sglang['workload']}, "
+             f"{sglang['new_tokens']} new tokens each (ignore_eos); batch 1: {sglang['single']} prompts one at a "
+             f"time{waves}; the median of {sglang['rounds']} (SGLang) and {vllm['rounds']} (vLLM) timed rounds "
+             "after a warm-up.", ""]
     runs = (sglang, vllm)
     for mode, mode_label in MODES.items():
         lines += [f"### {mode_label}", "",
@@ -206,7 +221,7 @@ def _parity(ours: dict | None, theirs: dict | None) -> str:
 def headline(sglang: dict, vllm: dict, sources: tuple[str, str]) -> str:
     """Per drafter and mode, per batch size: each engine's best output tok/s (its shape) and SGLang / vLLM;
     plain decoding's the same way."""
-    batches = sglang["batches"]
+    batches = shared_batches(sglang, vllm)
     lines = ["| drafter | mode | " + " | ".join(f"batch {b}: SGLang+plugin / vLLM tok/s (ratio)" for b in batches)
              + " |", "|" + "---|" * (2 + len(batches))]
     for mode, mode_label in (("greedy", "greedy"), ("sampled", "T 0.7")):
@@ -221,7 +236,8 @@ def headline(sglang: dict, vllm: dict, sources: tuple[str, str]) -> str:
     lines += ["", f"Median output tok/s of {sglang['rounds']} timed rounds; each engine's best EAGLE-3 shape per cell "
               f"(steps/top-k/draft tokens; vLLM drafts chains only). A/A spread of plain decoding's rounds: median "
               f"{statistics.median(spreads):.0%}, up to {max(spreads):.0%}. {sglang['workload']}; "
-              f"{sglang['device']}, {engine_label(sglang)} (commit {sglang['commit']}) and "
+              f"{sglang['device']}, {engine_label(sglang)} ({attention(sglang)} attention, "
+              f"commit {sglang['commit']}) and "
               f"{engine_label(vllm)}, "
               f"torch {sglang['torch']}, {sglang['date']}, `{sources[0]}`, `{sources[1]}`."]
     return "\n".join(lines)
@@ -235,7 +251,7 @@ def where_faster(sglang: dict, vllm: dict, page: str = "benchmarks/results/real_
     gains = {"SGLang + this plugin": [], "vLLM": []}  # best shape's speedup over the engine's own plain decoding
     cells = 0
     for mode, mode_label in (("greedy", "greedy"), ("sampled", "T 0.7")):
-        for b in sglang["batches"]:
+        for b in shared_batches(sglang, vllm):
             key = f"batch{b}/{mode}"
             rows = head_to_head(sglang, vllm, key)
             (_, (_, our_plain), (_, their_plain)), drafted = rows[0], rows[1:]
