@@ -63,11 +63,12 @@ REAL_TARGET = RESULTS / "real_target"  # serve_<device>_sglang-<release>.json, f
 # the headline's run: every drafter with chain and tree, this plugin and stock, against one plain decoding;
 # later runs add arms (the wide tree, stock on an edited config) with their own plain decoding, in serve.md
 REAL_TARGET_HEADLINE = REAL_TARGET / "serve_h100_sglang-0.5.23.json"
-# the side-by-side run (issue 38): SGLang's arms and vLLM's, one after the other on one GPU
-VS_VLLM = (REAL_TARGET / "serve_vs-vllm_h100_sglang-0.5.23.json", REAL_TARGET / "vllm_h100_vllm-0.33.0.json")
+# the side-by-side run (issue 38): SGLang's arms (FlashAttention 3) and vLLM's, one after the other on one GPU
+VS_VLLM = (REAL_TARGET / "serve_vs-vllm_h100_fa3_sglang-0.5.23.json",
+           REAL_TARGET / "vllm_h100_fa3-run_vllm-0.33.0.json")
 # the same on the Llama-3.1-8B-geometry workload (zipf target and drafter as files, benchmarks/gpu/zipf_checkpoint.py)
-VS_VLLM_8B = (REAL_TARGET / "serve_vs-vllm_8b-geometry_h100_sglang-0.5.23.json",
-              REAL_TARGET / "vllm_8b-geometry_h100_vllm-0.33.0.json")
+VS_VLLM_8B = (REAL_TARGET / "serve_vs-vllm_8b-geometry_h100_fa3_sglang-0.5.23.json",
+              REAL_TARGET / "vllm_8b-geometry_h100_fa3-run_vllm-0.33.0.json")
 
 from sglang_eagle_ext.cli import COMMANDS  # noqa: E402  (this checkout's, by the path set above)
 from sglang_eagle_ext.errors import counted  # noqa: E402

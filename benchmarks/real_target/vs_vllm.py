@@ -22,9 +22,14 @@ Definitions, per cell (MT-bench first turns, ``new_tokens`` each, batch 1 / 16 /
 usage::
 
     cd benchmarks/results/real_target && python3 ../../real_target/vs_vllm.py markdown \
-        serve_vs-vllm_h100_sglang-0.5.23.json vllm_h100_vllm-0.33.0.json > vs_vllm.md
+        serve_vs-vllm_h100_fa3_sglang-0.5.23.json vllm_h100_fa3-run_vllm-0.33.0.json > vs_vllm.md
     cd benchmarks/results/real_target && python3 ../../real_target/vs_vllm.py markdown \
-        serve_vs-vllm_8b-geometry_h100_sglang-0.5.23.json vllm_8b-geometry_h100_vllm-0.33.0.json > vs_vllm_8b.md
+        serve_vs-vllm_8b-geometry_h100_fa3_sglang-0.5.23.json vllm_8b-geometry_h100_fa3-run_vllm-0.33.0.json \
+        > vs_vllm_8b.md
+
+(``vs_vllm_triton.md`` and ``vs_vllm_8b_triton.md``: the earlier pair of runs each, where SGLang ran Triton
+attention, from ``serve_vs-vllm_h100_sglang-0.5.23.json`` / ``vllm_h100_vllm-0.33.0.json`` and the
+``_8b-geometry`` pair.)
 """
 
 from __future__ import annotations
@@ -37,6 +42,9 @@ from typing import Callable
 from table import DRAFTER_NAMES, NOISE_FLOOR, lossless, spread
 
 MODES = {"greedy": "greedy", "sampled": "T 0.7, top-p 0.9"}
+POLICY_NOTE = (" `adaptive` and `stock-adaptive` choose the chain depth per step under SGLang's "
+               "`--speculative-adaptive` (this package's cost policy over off / 1 / 3 / 5, stock's over its "
+               "defaults), launched at the shape shown; they count as shapes of SGLang's where the best is taken.")
 def engine_label(results: dict) -> str:
     return f"vLLM {results['vllm']}" if results.get("engine") == "vllm" else f"SGLang {results['sglang']} + this plugin"
 
@@ -124,7 +132,8 @@ def markdown(sglang: dict, vllm: dict) -> str:
              f"{engine_label(vllm)} (torch {vllm['torch']}), {sglang['date']}. {sglang['workload']}, "
              f"{sglang['new_tokens']} new tokens each (ignore_eos); batch 1: {sglang['single']} prompts one at a "
              f"time{waves}; the median of {sglang['rounds']} (SGLang) and {vllm['rounds']} (vLLM) timed rounds "
-             "after a warm-up.", ""]
+             "after a warm-up." + POLICY_NOTE * any("adaptive" in (arm.get("shape") or "")
+                                                    for arm in sglang["arms"].values()), ""]
     runs = (sglang, vllm)
     for mode, mode_label in MODES.items():
         lines += [f"### {mode_label}", "",
