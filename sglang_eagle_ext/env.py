@@ -51,3 +51,9 @@ def choice(name: str, choices: tuple[str, ...], default: str) -> str:
     if value not in choices:
         raise SwitchError(f"{name}={os.environ[name]!r}: expected one of {', '.join(choices)} (any case), or unset")
     return value
+
+
+def text(name: str) -> str | None:
+    """The switch ``name``'s value as given (a path, say: case kept), surrounding whitespace removed; ``None``
+    when it is unset or empty."""
+    return os.environ.get(name, "").strip() or None

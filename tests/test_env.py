@@ -52,6 +52,16 @@ def test_choice(monkeypatch):
         env.choice(NAME, ("triton", "sglang"), "sglang")
 
 
+def test_text_keeps_the_value_as_given(monkeypatch):
+    monkeypatch.setenv(NAME, "  /Tmp/Run Trace ")
+    assert env.text(NAME) == "/Tmp/Run Trace"
+    for value in ("", "   "):
+        monkeypatch.setenv(NAME, value)
+        assert env.text(NAME) is None
+    monkeypatch.delenv(NAME)
+    assert env.text(NAME) is None
+
+
 # every switch of the package and the function that reads it
 SWITCHES = {
     plugin.SWITCH: plugin.enabled,

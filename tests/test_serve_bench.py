@@ -1,6 +1,9 @@
 """benchmarks/real_target/serve_bench.py's depth-policy arms and drift cell (issue 39's measurement), on a CPU:
 which arms exist, what each asks of SGLang and of this package's switch, and how the drift cell's batch falls."""
 
+import json
+from types import SimpleNamespace
+
 import pytest
 
 from sglang_eagle_ext import env
@@ -42,3 +45,18 @@ def test_the_engine_captures_every_batch_size_the_drift_cell_passes_through():
     assert serve_bench.engine_batch_sizes((1, 16, 64)) == (1, 16, 64)
     assert serve_bench.engine_batch_sizes((1, 24), 64) == (1, 2, 4, 8, 16, 24, 32, 64)
     assert serve_bench.engine_batch_sizes((1, 4), 12) == (1, 2, 4, 8, 12)
+
+
+def test_a_continued_run_keeps_its_arms_only_under_the_same_attention_backend(tmp_path):
+    """A later call continues a run's file (its arms kept) only when it serves the same attention backend: one
+    file, one backend, or Triton and FA3 arms would share a page under one label (files written before the
+    backend was recorded ran Triton)."""
+    args = SimpleNamespace(workload="w", target="t", tokenizer=None, prompts="p", new_tokens=128, rounds=2,
+                           single=8, batches=(1, 16))
+    path = tmp_path / "serve_bench.json"
+    path.write_text(json.dumps({"arms": {"plain": {"arm": "plain"}}}))  # an older file: no backend recorded
+    kept = serve_bench.run_record(str(path), args, {}, {}, attention_backend="triton")
+    assert kept["arms"] == {"plain": {"arm": "plain"}} and kept["attention_backend"] == "triton"
+    with pytest.raises(SystemExit, match="its arms ran triton attention, this call asks fa3"):
+        serve_bench.run_record(str(path), args, {}, {}, attention_backend="fa3")
+    assert serve_bench.run_record(str(path), args, {}, {})["arms"] == kept["arms"]  # a CPU run records none

@@ -107,6 +107,9 @@ def test_only_the_batch_sizes_both_runs_measured_are_compared(runs):
     assert "| plain decoding | 1.25 | 1.00 |" in text
     assert "ahead in" in vs_vllm.where_faster(sglang, vllm) and "batch 4" not in vs_vllm.where_faster(sglang, vllm)
     vllm = copy.deepcopy(vllm)
+    vllm["batches"] = [16]  # batch 1 not compared: not named
+    assert "batch 16: 64 requests in waves of that size; the median" in vs_vllm.markdown(sglang, vllm)
+    assert "batch 1:" not in vs_vllm.markdown(sglang, vllm)
     vllm["batches"] = [64]
     with pytest.raises(ValueError, match=r"batches: none in both \(SGLang run \[1, 4, 16\], vLLM run \[64\]\)"):
         vs_vllm.markdown(sglang, vllm)

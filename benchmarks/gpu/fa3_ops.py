@@ -11,11 +11,11 @@ device calls of at most 48 MiB each (``OUT_DIR/p1`` ... ``p3``, one folder a cal
     python3 benchmarks/gpu/fa3_ops.py install DIR SITE      # GPU: DIR holds every part -> SITE/sgl_kernel/...
 
 ``install`` joins the parts and unpacks (the unpacked bytes' SHA-256 must equal the one ``pack`` wrote),
-puts the library beside the kit's ``sgl_kernel`` (atomically), adds ``SGLANG_USE_SGL_FA3_KERNEL=1`` to ``SITE/env.sh``
-(SGLang 0.5.23 otherwise first asks the Hugging Face hub for its FA3 kernels,
-``kernels/ops/attention/flash_attention_v3.py:34``, and falls back to sgl_kernel's with a warning), and
-checks the kernel on the GPU: causal varlen attention with grouped query heads against PyTorch's
-scaled-dot-product attention in float32. Then ``--attention-backend fa3`` works.
+puts the library beside the kit's ``sgl_kernel`` (atomically), checks the kernel on the GPU (causal varlen
+attention with grouped query heads against PyTorch's scaled-dot-product attention in float32; a library
+that fails is taken out again), then adds ``SGLANG_USE_SGL_FA3_KERNEL=1`` to ``SITE/env.sh`` (SGLang 0.5.23
+otherwise first asks the Hugging Face hub for its FA3 kernels, ``kernels/ops/attention/flash_attention_v3.py:34``,
+and falls back to sgl_kernel's with a warning). Then ``--attention-backend fa3`` works.
 
 The fatbin pruning is the SGLang kit's (``tools/kit.py``: ``prune_fatbins``), as ``vllm_kit`` uses it.
 """
@@ -81,11 +81,17 @@ def pack(wheel: str, out_dir: str) -> None:
           f"{len(parts)} parts")
 
 
-def check_on_gpu() -> float:
-    """Largest |FA3 - float32 SDPA| over a causal varlen batch (lengths 1, 37, 300; 32 query and 8 KV heads)."""
+def check_on_gpu(site: str) -> float:
+    """Largest |FA3 - float32 SDPA| over a causal varlen batch (lengths 1, 37, 300; 32 query and 8 KV heads),
+    with the ``sgl_kernel`` of ``site`` (the image has one of its own, which the site shadows only when it
+    comes first on the path)."""
+    sys.path.insert(0, site)
+    import sgl_kernel
     import torch
     from sgl_kernel.flash_attn import flash_attn_varlen_func
 
+    if not os.path.abspath(sgl_kernel.__file__).startswith(os.path.abspath(site) + os.sep):
+        sys.exit(f"fa3_ops.py: sgl_kernel came from {sgl_kernel.__file__}, not {site}: not checked")
     generator = torch.Generator(device="cuda").manual_seed(0)
     lengths, heads, kv_heads, dim = [1, 37, 300], 32, 8, 128
     total = sum(lengths)
@@ -116,16 +122,18 @@ def install(directory: str, site: str) -> None:
     target = os.path.join(site, "sgl_kernel")
     if not os.path.isdir(target):
         sys.exit(f"fa3_ops.py: {target} is missing: install the SGLang kit into {site} first")
-    write_atomically(os.path.join(target, os.path.basename(MEMBER)), library)
+    installed = os.path.join(target, os.path.basename(MEMBER))
+    write_atomically(installed, library)
+    worst = check_on_gpu(site)
+    if not worst < 0.05:  # taken out again: --attention-backend fa3 then fails at start, never serves this
+        os.remove(installed)
+        sys.exit(f"fa3_ops.py: FA3 disagrees with SDPA beyond bf16 rounding (max |error| {worst:.4f}): not installed")
     env = os.path.join(site, "env.sh")
     with open(env, encoding="utf-8") as handle:
         text = handle.read()
     if ENV_LINE not in text:
-        write_atomically(env, (text + ENV_LINE).encode())
-    worst = check_on_gpu()
+        write_atomically(env, (text + ("" if text.endswith("\n") or not text else "\n") + ENV_LINE).encode())
     print(f"FA3 installed into {target}: max |FA3 - float32 SDPA| {worst:.4f} (bf16 inputs)")
-    if not worst < 0.05:
-        sys.exit("fa3_ops.py: FA3 disagrees with SDPA beyond bf16 rounding")
 
 
 def main() -> None:

@@ -59,6 +59,7 @@ from results_file import save_json  # noqa: E402
 
 # the demo's near-tie rule (nats between plain decoding's top-2 at the first departure), stated once
 from sglang_eagle_ext.demo.run import NEAR_TIE, first_departure  # noqa: E402
+from sglang_eagle_ext.sglang.compat.adaptive_shape import TRACE_SWITCH  # noqa: E402
 
 SHAPES = {shape.name: shape for shape in (engines.Shape("chain", 3, 1, 4), engines.Shape("tree", 5, 4, 8),
                                           engines.Shape("wide", 6, 8, 32), engines.Shape("chain1", 1, 1, 2),
@@ -131,6 +132,8 @@ def host(connection, target: str, drafter: str | None, shape_name: str | None, p
     os.environ[engines.PLUGIN_SWITCH] = "1" if plugin else "0"
     shape = SHAPES[shape_name] if shape_name else None
     os.environ.update(shape.environment() if shape else {})  # the depth policy, read by the engine's processes
+    if shape is not None and shape.policy == "cost":  # its record of every step, beside the arm's log
+        os.environ[TRACE_SWITCH] = log_path.removesuffix(".log") + ".trace"
     try:
         where = engines.prepare_process()
         engine = engines.start(target, where, drafter, shape, graph_bs=batches, max_running=max(batches),
@@ -342,7 +345,12 @@ def run_record(path: str, args, drafters: dict, environment: dict, **extra) -> d
                "batches": list(args.batches), "near_tie_nats": NEAR_TIE, **extra, "arms": {}}
     if os.path.exists(path):
         with open(path, encoding="utf-8") as handle:
-            results["arms"] = json.load(handle).get("arms", {})
+            earlier = json.load(handle)
+        backend, asked = earlier.get("attention_backend", "triton"), results.get("attention_backend")
+        if asked is not None and backend != asked:
+            sys.exit(f"{path}: its arms ran {backend} attention, this call asks {asked}: one file holds one "
+                     "backend's arms (give another OUT)")
+        results["arms"] = earlier.get("arms", {})
     return results
 
 
@@ -361,11 +369,12 @@ def main() -> int:
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
     drafters = dict(item.split("=", 1) for item in args.drafter)
-    engines.prepare_process()
+    where = engines.prepare_process()
     ids = prompt_ids(args)
     names = args.arms.split(",") if args.arms else arm_names(list(drafters), args.shapes.split(","))
     path = os.path.join(args.out, "serve_bench.json")
-    results = run_record(path, args, drafters, environment(), attention_backend=args.attention_backend,
+    results = run_record(path, args, drafters, environment(),
+                         **({"attention_backend": args.attention_backend} if where != "cpu" else {}),
                          **({"drift_new_tokens": drift_lengths(args.new_tokens, args.drift)} if args.drift else {}))
     stock_refused = {}  # (drafter, side) -> why its other shapes are not tried
     for name in names:

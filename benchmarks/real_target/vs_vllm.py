@@ -125,15 +125,15 @@ def markdown(sglang: dict, vllm: dict) -> str:
     batches = shared_batches(sglang, vllm)
     drafters = [d for d in sglang["drafters"] if d in vllm["drafters"]]
     larger = [str(b) for b in batches if b > 1]
-    waves = (f", batch {' and '.join(filter(None, (', '.join(larger[:-1]), larger[-1])))}: 64 requests in waves "
-             "of that size") if larger else ""
+    cells = ([f"batch 1: {sglang['single']} prompts one at a time"] if 1 in batches else []) + (
+        [f"batch {' and '.join(filter(None, (', '.join(larger[:-1]), larger[-1])))}: 64 requests in waves of that "
+         "size"] if larger else [])
     lines = [f"{sglang['device']}, one after the other on the same machine: {engine_label(sglang)} "
              f"({attention(sglang)} attention, torch {sglang['torch']}, commit {sglang['commit']}) and "
              f"{engine_label(vllm)} (torch {vllm['torch']}), {sglang['date']}. {sglang['workload']}, "
-             f"{sglang['new_tokens']} new tokens each (ignore_eos); batch 1: {sglang['single']} prompts one at a "
-             f"time{waves}; the median of {sglang['rounds']} (SGLang) and {vllm['rounds']} (vLLM) timed rounds "
-             "after a warm-up." + POLICY_NOTE * any("adaptive" in (arm.get("shape") or "")
-                                                    for arm in sglang["arms"].values()), ""]
+             f"{sglang['new_tokens']} new tokens each (ignore_eos); {', '.join(cells)}; the median of "
+             f"{sglang['rounds']} (SGLang) and {vllm['rounds']} (vLLM) timed rounds after a warm-up."
+             + POLICY_NOTE * any("adaptive" in (arm.get("shape") or "") for arm in sglang["arms"].values()), ""]
     runs = (sglang, vllm)
     for mode, mode_label in MODES.items():
         lines += [f"### {mode_label}", "",

@@ -50,6 +50,8 @@ is decided before the last result arrives); the first step after the worker's de
 carries the switch). An idle batch (size 0, attention DP) keeps the running depth and is not counted. Each
 choice that changes a bucket's depth is logged, at most once per :data:`LOG_INTERVAL_S` per bucket, with its
 reason, and every :data:`SUMMARY_INTERVAL_S` or so one line says how many steps each bucket ran at each depth.
+Given a ``trace`` callable, every verify result (bucket, kind, depth, accepted drafts, the period timed or not)
+and every switch (with its reason) is handed to it as a row: the whole record of a run.
 
 Lossless as every speculative path: each step is verified by SGLang's own rule for that step's depth, so a
 switch changes what is proposed, never what is accepted. ``cycle`` (the switch's test mode) runs the
@@ -169,7 +171,8 @@ class ShapePolicy:
     ``AdaptiveSpeculativeParams``: ``(initial_steps=..., cfg_path=...)``."""
 
     def __init__(self, initial_steps: int, cfg_path: str | None = None, *, cycle: bool = False,
-                 clock: Callable[[], float] = time.perf_counter, log: Callable[[str], None] | None = None):
+                 clock: Callable[[], float] = time.perf_counter, log: Callable[[str], None] | None = None,
+                 trace: Callable[[dict], None] | None = None):
         self._by_key = load_candidates(cfg_path)
         self._keys = sorted(self._by_key)
         self._initial = initial_steps
@@ -187,6 +190,10 @@ class ShapePolicy:
         self._last_result: float | None = None
         self._running = initial_steps  # the depth last handed to SGLang: a change of it is a switch
         self._last_summary: float | None = None
+        # every verify result and every switch as a row (time since construction, seconds), when given: what
+        # a run's rate-limited log lines cannot show (the depth and period of each step)
+        self._trace = trace
+        self._started = clock()
         self._log(f"sglang-eagle-ext: adaptive shape: {'round-robin (test mode)' if cycle else 'cost policy'} over "
                   f"depths {self.candidate_steps} (0 = speculation off), starting at {initial_steps}")
 
@@ -243,11 +250,16 @@ class ShapePolicy:
         if not self._pending:  # a result without a decision: nothing to attribute it to
             return None
         key, traffic, steps, switched = self._pending.popleft()
-        if previous is not None and not switched and now > previous:
+        timed = previous is not None and not switched and now > previous
+        if timed:
             # every period kept: an idle gap or a prefill between two steps is an outlier the estimate ignores;
             # a clock that did not advance (two results handed over at once) times nothing
             self._times.setdefault((key, steps), deque(maxlen=WINDOW)).append(now - previous)
         self.acceptance[traffic].observe(num_correct_drafts_per_req, steps)
+        if self._trace is not None:
+            self._trace({"t": round(now - self._started, 6), "bucket": key, "traffic": traffic, "depth": steps,
+                         "requests": len(num_correct_drafts_per_req), "accepted": sum(num_correct_drafts_per_req),
+                         "period_ms": round(1e3 * (now - previous), 4) if timed else None})
         return None
 
     # -- the choice --
@@ -375,6 +387,9 @@ class ShapePolicy:
         previous = state.steps
         state.steps, state.since_switch = steps, 0
         now = self._clock()
+        if self._trace is not None:
+            self._trace({"t": round(now - self._started, 6), "bucket": key, "traffic": traffic, "from": previous,
+                         "to": steps, "reason": reason})
         if self._cycle or now - state.last_log < LOG_INTERVAL_S:
             return
         state.last_log = now

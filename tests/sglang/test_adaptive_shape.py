@@ -7,7 +7,9 @@ the policy: the sample mean of the draws, and the throughput of every fixed dept
 server. The last tests drive it with SGLang 0.5.23's own AdaptiveController, and check the switch and the
 binding that puts it where SGLang's worker constructs its policy."""
 
+import itertools
 import json
+import os
 import random
 import re
 from types import SimpleNamespace
@@ -322,6 +324,41 @@ def test_switches_are_logged_with_their_reason_at_a_bounded_rate():
             shape_policy.LOG_INTERVAL_S
 
 
+def test_the_trace_holds_every_step_with_its_depth_and_period():
+    """The trace's rows against the simulated server's own record: one result row per step, in order, at the
+    depth that step ran; each timed period equal to that step's simulated cost (under the overlap scheduler a
+    result arrives as its step ends); untimed exactly the first step and each step that changed the worker's
+    depth; every switch with its reason."""
+    server, rows = Server(cost, seed=21), []
+    policy = policy_on(server, trace=rows.append)
+    _, chosen = server.run(policy, [(1, 300), (64, 64 * 40), (4, 4 * 200)])
+    results = [row for row in rows if "depth" in row]
+    switches = [row for row in rows if "to" in row]
+    assert [row["depth"] for row in results] == chosen
+    assert [size for size, _ in itertools.groupby(row["requests"] for row in results)] == [1, 64, 4]
+    untimed = [index for index, row in enumerate(results) if row["period_ms"] is None]
+    assert untimed == [0] + [i for i in range(1, len(chosen)) if chosen[i] != chosen[i - 1]]
+    for row in results:
+        if row["period_ms"] is not None:
+            assert row["period_ms"] == pytest.approx(1e3 * cost(row["depth"], row["requests"]), abs=1e-3)
+    assert switches and all(row["from"] != row["to"] and row["reason"] for row in switches)
+    assert [row["t"] for row in rows] == sorted(row["t"] for row in rows)
+    json.dumps(rows)  # the rows are JSON as they are
+
+
+def test_the_trace_file_appends_json_lines_in_batches(tmp_path, monkeypatch):
+    monkeypatch.setattr(adaptive_shape, "TRACE_ROWS", 3)
+    trace = adaptive_shape.TraceFile(str(tmp_path / "run"))
+    rows = [{"t": i / 7, "depth": i % 4, "reason": f"row {i}"} for i in range(7)]
+    for row in rows:
+        trace(row)
+    lines = (tmp_path / f"run.{os.getpid()}.jsonl").read_text().splitlines()
+    assert [json.loads(line) for line in lines] == rows[:6]  # two full batches written, the seventh waits
+    trace.flush()
+    lines = (tmp_path / f"run.{os.getpid()}.jsonl").read_text().splitlines()
+    assert [json.loads(line) for line in lines] == rows
+
+
 def test_cycle_mode_runs_every_depth_in_turn():
     server = Server(cost, seed=1)
     policy = policy_on(server, cycle=True)
@@ -403,7 +440,7 @@ def test_a_misspelt_switch_is_refused(monkeypatch):
 
 
 @pytest.mark.parametrize("value", ["1", "cycle", "0"])
-def test_the_binding_puts_the_policy_where_sglangs_worker_constructs_it(monkeypatch, value):
+def test_the_binding_puts_the_policy_where_sglangs_worker_constructs_it(monkeypatch, tmp_path, value):
     worker = pytest.importorskip("sglang.srt.speculative.eagle_worker_v2")
     stock = worker.AdaptiveSpeculativeParams
     monkeypatch.setattr(worker, "AdaptiveSpeculativeParams", stock)  # put back after the test
@@ -413,12 +450,14 @@ def test_the_binding_puts_the_policy_where_sglangs_worker_constructs_it(monkeypa
 
     monkeypatch.setattr(worker.EAGLEWorkerV2, "forward_batch_generation", forward_batch_generation)
     monkeypatch.setenv(adaptive_shape.ENV_SWITCH, value)
+    monkeypatch.setenv(adaptive_shape.TRACE_SWITCH, str(tmp_path / "Trace"))
     phrase = adaptive_shape._bind_once_scheduler_loads(None)
     policy = worker.AdaptiveSpeculativeParams(initial_steps=3, cfg_path=None)  # as EAGLEWorkerV2.__init__ calls it
     if value == "0":
         assert worker.AdaptiveSpeculativeParams is stock and phrase.startswith("adaptive shape: stock's")
         return
     assert isinstance(policy, ShapePolicy) and policy.candidate_steps == list(DEFAULT_STEPS)
+    assert policy._trace.path == f"{tmp_path / 'Trace'}.{os.getpid()}.jsonl"  # the path as given, case kept
     assert ("round-robin" in phrase) == (value == "cycle") and "--speculative-adaptive" in phrase
     # the worker's decode entry tells the policy the batch's kind before SGLang asks it for the depth, from
     # the requests (SGLang's is_all_greedy stays low once a sampled request joined); an idle batch keeps it

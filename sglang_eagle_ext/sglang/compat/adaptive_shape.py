@@ -14,15 +14,21 @@ requests are all greedy (their acceptance differs too much to share one estimate
 that method without calling it (the frozen-KV MTP worker) leave every batch counted as sampled.
 
 Switch values: unset or off: stock's policy; ``1`` / on: the cost policy; ``cycle``: every candidate depth in
-turn, one per step (the test mode that checks outputs across switches). On a release before 0.5.21 a
+turn, one per step (the test mode that checks outputs across switches). ``SGLANG_EAGLE_EXT_ADAPTIVE_TRACE=PREFIX``
+also writes the policy's record (every verify result and switch, :class:`TraceFile`) to
+``PREFIX.<pid>.jsonl``, one file per scheduler process. On a release before 0.5.21 a
 switch set on stops start-up with its reason. The switch takes effect only with ``--speculative-adaptive``
 (stock's flag: it makes SGLang build the depths); ``sglang-eagle serve --adaptive`` passes both.
 """
 
 from __future__ import annotations
 
+import atexit
 import functools
 import importlib
+import json
+import os
+import time
 
 from packaging.version import Version
 
@@ -32,6 +38,7 @@ from sglang_eagle_ext.sglang.compat.patch import SCHEDULER_MODULE, Patch, Target
 from sglang_eagle_ext.sglang.shape_policy import ShapePolicy
 
 ENV_SWITCH = "SGLANG_EAGLE_EXT_ADAPTIVE"
+TRACE_SWITCH = "SGLANG_EAGLE_EXT_ADAPTIVE_TRACE"
 MODES = ("off", "on", "cycle")
 RELEASES = releases.ADAPTIVE_POLICY.releases
 _WORKER = "sglang.srt.speculative.eagle_worker_v2"
@@ -79,7 +86,9 @@ def _bind_once_scheduler_loads(_scheduler_module) -> str:
         return "adaptive shape: stock's" + (f" ({ENV_SWITCH}=1: chosen by cost)" if release in RELEASES else "")
     worker = importlib.import_module(_WORKER)
     require(hasattr(worker, POLICY_NAME.name), POLICY_NAME.path)
-    worker.AdaptiveSpeculativeParams = functools.partial(ShapePolicy, cycle=mode == "cycle")
+    prefix = env.text(TRACE_SWITCH)
+    worker.AdaptiveSpeculativeParams = functools.partial(ShapePolicy, cycle=mode == "cycle",
+                                                         trace=TraceFile(prefix) if prefix else None)
     require(hasattr(worker, "EAGLEWorkerV2") and hasattr(worker.EAGLEWorkerV2, "forward_batch_generation"),
             TRAFFIC_SEAMS[0].path)
     wrap_method(worker.EAGLEWorkerV2, "forward_batch_generation", _telling_the_traffic)
@@ -96,6 +105,34 @@ def _telling_the_traffic(original):
             policy.note_batch(all_greedy=all_greedy(requests))
         return original(self, batch, *args, **kwargs)
     return forward_batch_generation
+
+
+TRACE_ROWS = 512  # rows a trace file takes in one write
+TRACE_SECONDS = 2.0  # and at the latest this long after the last one
+
+
+class TraceFile:
+    """The policy's rows as JSON lines in ``PREFIX.<pid>.jsonl``, appended in batches (every
+    :data:`TRACE_ROWS` rows or :data:`TRACE_SECONDS` seconds, and at the process's exit), so that a step costs
+    the scheduler a list append. A process killed without exit handlers loses its last batch."""
+
+    def __init__(self, prefix: str):
+        self.path = f"{prefix}.{os.getpid()}.jsonl"
+        self._rows: list[dict] = []
+        self._flushed = time.monotonic()
+        atexit.register(self.flush)
+
+    def __call__(self, row: dict) -> None:
+        self._rows.append(row)
+        if len(self._rows) >= TRACE_ROWS or time.monotonic() - self._flushed > TRACE_SECONDS:
+            self.flush()
+
+    def flush(self) -> None:
+        self._flushed = time.monotonic()
+        if self._rows:
+            with open(self.path, "a", encoding="utf-8") as handle:
+                handle.write("".join(json.dumps(row) + "\n" for row in self._rows))
+            self._rows = []
 
 
 def all_greedy(requests) -> bool:
