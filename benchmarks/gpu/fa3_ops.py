@@ -26,8 +26,11 @@ import argparse
 import hashlib
 import lzma
 import os
+import pathlib
 import sys
 import zipfile
+
+from results_file import save_bytes  # beside this script: python3 puts its folder first on the path
 
 MEMBER = "sgl_kernel/flash_ops.abi3.so"
 PACKED = "flash_ops.abi3.so.xz"
@@ -49,18 +52,6 @@ def sglang_kit_tools():
     return sglang_kit
 
 
-def read_bytes(path: str) -> bytes:
-    with open(path, "rb") as handle:
-        return handle.read()
-
-
-def write_atomically(path: str, data: bytes) -> None:
-    temporary = path + ".part"
-    with open(temporary, "wb") as handle:
-        handle.write(data)
-    os.replace(temporary, path)
-
-
 def pack(wheel: str, out_dir: str) -> None:
     kit = sglang_kit_tools()
     with zipfile.ZipFile(wheel) as archive:
@@ -73,8 +64,8 @@ def pack(wheel: str, out_dir: str) -> None:
     parts = range(0, len(packed), PART_BYTES)
     for number, start in enumerate(parts, 1):
         os.makedirs(os.path.join(out_dir, f"p{number}"), exist_ok=True)
-        write_atomically(os.path.join(out_dir, f"p{number}", f"{PACKED}.{number}"), packed[start:start + PART_BYTES])
-    write_atomically(os.path.join(out_dir, f"p{len(parts)}", PACKED + ".sha256"),
+        save_bytes(os.path.join(out_dir, f"p{number}", f"{PACKED}.{number}"), packed[start:start + PART_BYTES])
+    save_bytes(os.path.join(out_dir, f"p{len(parts)}", PACKED + ".sha256"),
                      f"{hashlib.sha256(pruned).hexdigest()}  {len(parts)} parts  {os.path.basename(wheel)}\n".encode())
     print(f"{MEMBER}: {len(library) / 2**20:.0f} MiB, sm_{ARCH} cubins {stats['kept'] / 2**20:.0f} MiB of "
           f"{(stats['kept'] + stats['zeroed']) / 2**20:.0f}; packed {len(packed) / 2**20:.1f} MiB in "
@@ -116,14 +107,14 @@ def install(directory: str, site: str) -> None:
     missing = [name for name in names if not os.path.exists(name)]
     if missing:
         sys.exit(f"fa3_ops.py: {', '.join(missing)} missing: copy every part's folder into {directory}")
-    library = lzma.decompress(b"".join(read_bytes(name) for name in names))
+    library = lzma.decompress(b"".join(pathlib.Path(name).read_bytes() for name in names))
     if hashlib.sha256(library).hexdigest() != expected:
         sys.exit(f"fa3_ops.py: the parts in {directory} do not unpack to the library pack wrote (SHA-256 differs)")
     target = os.path.join(site, "sgl_kernel")
     if not os.path.isdir(target):
         sys.exit(f"fa3_ops.py: {target} is missing: install the SGLang kit into {site} first")
     installed = os.path.join(target, os.path.basename(MEMBER))
-    write_atomically(installed, library)
+    save_bytes(installed, library)
     worst = check_on_gpu(site)
     if not worst < 0.05:  # taken out again: --attention-backend fa3 then fails at start, never serves this
         os.remove(installed)
@@ -132,7 +123,7 @@ def install(directory: str, site: str) -> None:
     with open(env, encoding="utf-8") as handle:
         text = handle.read()
     if ENV_LINE not in text:
-        write_atomically(env, (text + ("" if text.endswith("\n") or not text else "\n") + ENV_LINE).encode())
+        save_bytes(env, (text + ("" if text.endswith("\n") or not text else "\n") + ENV_LINE).encode())
     print(f"FA3 installed into {target}: max |FA3 - float32 SDPA| {worst:.4f} (bf16 inputs)")
 
 

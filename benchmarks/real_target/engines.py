@@ -63,8 +63,11 @@ def prepare_process() -> str:
     return where
 
 
+ATTENTION_BACKEND = "triton"  # on a GPU unless told otherwise: the GPU kit has it; FA3 needs fa3_ops.py
+
+
 def options(where: str, graph_bs=(1,), context_length: int = 2048, max_running: int = 64,
-            kv_tokens: int | None = None, attention_backend: str = "triton", **extra) -> dict:
+            kv_tokens: int | None = None, attention_backend: str = ATTENTION_BACKEND, **extra) -> dict:
     """``sglang.Engine`` keywords on ``where``: only the fields this release's ServerArgs has."""
     from sglang_eagle_ext.sglang.compat import releases
     from sglang_eagle_ext.sglang.compat.runtime import decode_graph_options, server_option_names

@@ -56,6 +56,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "gpu"))
 import engines  # noqa: E402
 from results_file import save_json  # noqa: E402
+from table import attention_backend  # noqa: E402
 
 # the demo's near-tie rule (nats between plain decoding's top-2 at the first departure), stated once
 from sglang_eagle_ext.demo.run import NEAR_TIE, first_departure  # noqa: E402
@@ -123,8 +124,7 @@ def first_token_requests(waves: list[list[list[int]]], rounds: int) -> list[tupl
 
 
 def host(connection, target: str, drafter: str | None, shape_name: str | None, plugin: bool, log_path: str,
-         batches: tuple[int, ...], context_length: int, skip_tokenizer: bool = False,
-         attention_backend: str = "triton") -> None:
+         batches: tuple[int, ...], context_length: int, skip_tokenizer: bool, backend: str) -> None:
     """Child process hosting one engine; answers (batch, mode, waves, top2) with one measurement."""
     log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
     os.dup2(log, 1)
@@ -137,7 +137,7 @@ def host(connection, target: str, drafter: str | None, shape_name: str | None, p
     try:
         where = engines.prepare_process()
         engine = engines.start(target, where, drafter, shape, graph_bs=batches, max_running=max(batches),
-                               context_length=context_length, random_seed=SEED, attention_backend=attention_backend,
+                               context_length=context_length, random_seed=SEED, attention_backend=backend,
                                **({"skip_tokenizer_init": True} if skip_tokenizer else {}))
     except BaseException as exc:  # SGLang raises or exits when the draft cannot be loaded
         traceback.print_exc()
@@ -346,7 +346,7 @@ def run_record(path: str, args, drafters: dict, environment: dict, **extra) -> d
     if os.path.exists(path):
         with open(path, encoding="utf-8") as handle:
             earlier = json.load(handle)
-        backend, asked = earlier.get("attention_backend", "triton"), results.get("attention_backend")
+        backend, asked = attention_backend(earlier), results.get("attention_backend")
         if asked is not None and backend != asked:
             sys.exit(f"{path}: its arms ran {backend} attention, this call asks {asked}: one file holds one "
                      "backend's arms (give another OUT)")
@@ -361,7 +361,7 @@ def main() -> int:
     parser.add_argument("--drift", type=int, nargs="?", const=DRIFT_REQUESTS, default=0, metavar="REQUESTS",
                         help=f"also a drift cell per mode: REQUESTS (default {DRIFT_REQUESTS}) sent together whose new "
                              "tokens run from a quarter to four times --new-tokens, so the batch drifts down to 1")
-    parser.add_argument("--attention-backend", default="triton",
+    parser.add_argument("--attention-backend", default=engines.ATTENTION_BACKEND,
                         help="SGLang's attention backend on a GPU (fa3, SGLang's default on Hopper, needs the FA3 "
                              "kernels benchmarks/gpu/fa3_ops.py carries; ignored on a CPU)")
     parser.add_argument("--start-timeout", type=int, default=START_TIMEOUT_S,

@@ -25,6 +25,11 @@ SIDES = {"plugin": "this plugin", "stock": "stock SGLang",
          "stock-edit": "stock SGLang, config.json rewritten as SGLang's flat format"}
 
 
+def attention_backend(results: dict) -> str:
+    """An SGLang run's attention backend as recorded (runs from before serve_bench recorded it ran Triton)."""
+    return results.get("attention_backend", "triton")
+
+
 def committed(raw: dict) -> dict:
     """``raw`` without token ids and log-probs; each greedy cell's outputs as a digest; each cell's
     best round (``tok_s_best``) and its speedup over plain decoding's best round."""

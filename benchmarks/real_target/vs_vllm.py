@@ -39,7 +39,7 @@ import statistics
 import sys
 from typing import Callable
 
-from table import DRAFTER_NAMES, NOISE_FLOOR, lossless, spread
+from table import DRAFTER_NAMES, NOISE_FLOOR, attention_backend, lossless, spread
 
 MODES = {"greedy": "greedy", "sampled": "T 0.7, top-p 0.9"}
 POLICY_NOTE = (" `adaptive` and `stock-adaptive` choose the chain depth per step under SGLang's "
@@ -113,11 +113,6 @@ def shared_batches(sglang: dict, vllm: dict) -> list[int]:
     return [batch for batch in sglang["batches"] if batch in vllm["batches"]]
 
 
-def attention(results: dict) -> str:
-    """The SGLang run's attention backend as recorded (runs before the record said so ran Triton)."""
-    return results.get("attention_backend", "triton")
-
-
 def markdown(sglang: dict, vllm: dict) -> str:
     problems = same_world(sglang, vllm)
     if problems:
@@ -125,11 +120,12 @@ def markdown(sglang: dict, vllm: dict) -> str:
     batches = shared_batches(sglang, vllm)
     drafters = [d for d in sglang["drafters"] if d in vllm["drafters"]]
     larger = [str(b) for b in batches if b > 1]
-    cells = ([f"batch 1: {sglang['single']} prompts one at a time"] if 1 in batches else []) + (
-        [f"batch {' and '.join(filter(None, (', '.join(larger[:-1]), larger[-1])))}: 64 requests in waves of that "
-         "size"] if larger else [])
+    cells = [f"batch 1: {sglang['single']} prompts one at a time"] if 1 in batches else []
+    if larger:
+        named = f"{', '.join(larger[:-1])} and {larger[-1]}" if len(larger) > 1 else larger[0]
+        cells.append(f"batch {named}: 64 requests in waves of that size")
     lines = [f"{sglang['device']}, one after the other on the same machine: {engine_label(sglang)} "
-             f"({attention(sglang)} attention, torch {sglang['torch']}, commit {sglang['commit']}) and "
+             f"({attention_backend(sglang)} attention, torch {sglang['torch']}, commit {sglang['commit']}) and "
              f"{engine_label(vllm)} (torch {vllm['torch']}), {sglang['date']}. {sglang['workload']}, "
              f"{sglang['new_tokens']} new tokens each (ignore_eos); {', '.join(cells)}; the median of "
              f"{sglang['rounds']} (SGLang) and {vllm['rounds']} (vLLM) timed rounds after a warm-up."
@@ -245,7 +241,7 @@ def headline(sglang: dict, vllm: dict, sources: tuple[str, str]) -> str:
     lines += ["", f"Median output tok/s of {sglang['rounds']} timed rounds; each engine's best EAGLE-3 shape per cell "
               f"(steps/top-k/draft tokens; vLLM drafts chains only). A/A spread of plain decoding's rounds: median "
               f"{statistics.median(spreads):.0%}, up to {max(spreads):.0%}. {sglang['workload']}; "
-              f"{sglang['device']}, {engine_label(sglang)} ({attention(sglang)} attention, "
+              f"{sglang['device']}, {engine_label(sglang)} ({attention_backend(sglang)} attention, "
               f"commit {sglang['commit']}) and "
               f"{engine_label(vllm)}, "
               f"torch {sglang['torch']}, {sglang['date']}, `{sources[0]}`, `{sources[1]}`."]
