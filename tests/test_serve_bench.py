@@ -60,3 +60,24 @@ def test_a_continued_run_keeps_its_arms_only_under_the_same_attention_backend(tm
     with pytest.raises(SystemExit, match="its arms ran triton attention, this call asks fa3"):
         serve_bench.run_record(str(path), args, {}, {}, attention_backend="fa3")
     assert serve_bench.run_record(str(path), args, {}, {})["arms"] == kept["arms"]  # a CPU run records none
+
+
+def test_an_arm_starts_only_when_the_longest_arm_so_far_would_end_before_the_deadline():
+    clock = serve_bench.ArmClock(deadline=1000.0, first_guess=180.0)
+    assert clock.refusal(now=820.0) is None  # 820 + 180 = 1000: just in time
+    assert "an arm is guessed at 180 s (--arm-seconds)" in clock.refusal(now=821.0)
+    clock.timed(100.0)
+    clock.timed(250.0)
+    clock.timed(120.0)
+    assert clock.refusal(now=750.0) is None and clock.refusal(now=751.0) == (
+        "not started: 249 s were left before --deadline and the longest arm so far took 250 s")
+    assert serve_bench.ArmClock(deadline=None, first_guess=1e9).refusal(now=0.0) is None
+
+
+def test_a_refused_arm_is_noted_and_a_later_call_that_measures_it_takes_the_note_out(monkeypatch):
+    results = {"arms": {}}
+    late = serve_bench.ArmClock(deadline=0.0, first_guess=1.0)  # the epoch: past
+    assert serve_bench.skip_or_note(results, "d/chain/plugin", late) is True
+    assert results["not_run"]["d/chain/plugin"].startswith("not started: 0 s were left")
+    assert serve_bench.skip_or_note(results, "d/chain/plugin", serve_bench.ArmClock(None, 1.0)) is False
+    assert results["not_run"] == {}

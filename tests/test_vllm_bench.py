@@ -203,3 +203,28 @@ def test_measured_arm_with_a_stand_in_vllm(tmp_path):
     assert "failed" not in tokenless and tokenless["engine_kwargs"]["skip_tokenizer_init"] is True
     assert tokenless["cells"]["batch1/greedy"]["vs_plain"]["exact"] == 3
     assert result["later"]["failed"].startswith("during the cells: RuntimeError: CUDA error")
+
+
+def test_arms_that_would_end_past_the_deadline_are_not_started(bench, tmp_path, monkeypatch):
+    """The arm loop asks the clock before each arm: with every arm timed at 100 s and 150 s left, plain
+    decoding and the first drafter arm run, the second is noted under ``not_run`` and not started."""
+    now = [1000.0]
+    monkeypatch.setattr(bench.time, "time", lambda: now[0])
+    measured = []
+
+    def measure(name, *_):
+        measured.append(name)
+        now[0] += 100.0
+        return {"arm": name, "cells": {}}
+
+    monkeypatch.setattr(bench, "measure_arm", measure)
+    monkeypatch.setattr(bench.serve_bench, "prompt_ids", lambda args: [[1, 2]])
+    monkeypatch.setattr(bench, "environment", lambda: {"engine": "vllm"})  # no vLLM here to report its version
+    ticks = iter(range(0, 10_000, 100))  # perf_counter: each arm 100 s
+    monkeypatch.setattr(bench.time, "perf_counter", lambda: float(next(ticks)))
+    assert bench.main([str(tmp_path), "--target", "T", "--prompts", "p.jsonl", "--drafter", "d=D",
+                       "--arms", "plain,d/k1/vllm,d/k3/vllm", "--deadline", "1250", "--arm-seconds", "90"]) == 0
+    results = json.loads((tmp_path / "vllm_bench.json").read_text())
+    assert measured == ["plain", "d/k1/vllm"] and list(results["arms"]) == ["plain", "d/k1/vllm"]
+    assert results["not_run"] == {"d/k3/vllm": "not started: 50 s were left before --deadline and the longest "
+                                                "arm so far took 100 s"}

@@ -92,6 +92,42 @@ def drift_lengths(new_tokens: int, count: int = DRIFT_REQUESTS) -> list[int]:
     return [max(1, round(new_tokens * 2 ** (4 * i / (count - 1) - 2))) for i in range(count)]
 
 
+class ArmClock:
+    """Whether the next arm can end before ``deadline`` (seconds since the epoch; None: no limit). A device lent
+    for a fixed time takes its machine back whatever runs, and an arm cut off midway is lost with its start-up,
+    so an arm starts only when the longest arm timed so far in this call (``first_guess`` seconds before the
+    first) would end in time."""
+
+    def __init__(self, deadline: float | None, first_guess: float):
+        self.deadline, self.expected = deadline, first_guess
+        self._timed: list[float] = []
+
+    def refusal(self, now: float | None = None) -> str | None:
+        """Why the next arm must not start, or None when it may."""
+        now = time.time() if now is None else now
+        if self.deadline is None or now + self.expected <= self.deadline:
+            return None
+        basis = f"the longest arm so far took {self.expected:.0f} s" if self._timed else \
+            f"an arm is guessed at {self.expected:.0f} s (--arm-seconds)"
+        return (f"not started: {max(0.0, self.deadline - now):.0f} s were left before --deadline and {basis}")
+
+    def timed(self, seconds: float) -> None:
+        self._timed.append(seconds)
+        self.expected = max(self._timed)
+
+
+def skip_or_note(results: dict, name: str, clock: ArmClock) -> bool:
+    """True when ``clock`` refuses arm ``name`` (recorded under ``not_run``, where a later call that measures
+    the arm takes it out again)."""
+    reason = clock.refusal()
+    if reason is not None:
+        results.setdefault("not_run", {})[name] = reason
+        print(f"# {time.strftime('%H:%M:%S')} {name}: {reason}", flush=True)
+        return True
+    results.get("not_run", {}).pop(name, None)
+    return False
+
+
 def stock_edit_copy(drafter: str, directory: str) -> str:
     """``directory``: ``drafter``'s weight files linked, its config.json the flat SGLang-format one."""
     from sglang_eagle_ext.drafter.spec import canonical_config
@@ -320,6 +356,10 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--context-length", type=int, default=2048)
     parser.add_argument("--workload", help="the target, drafters and prompts in words, recorded with the results "
                         "(vs_vllm.py's pages name each run's)")
+    parser.add_argument("--deadline", type=float, help="seconds since the epoch by which every arm must have "
+                        "ended (a lent device's end): an arm that would not end in time is not started")
+    parser.add_argument("--arm-seconds", type=float, default=180.0,
+                        help="what the first arm is expected to take, start-up included (--deadline)")
     parser.add_argument("--tokenizer", help="the model whose tokenizer and chat template make the prompts' ids, "
                         "for a target without one (zipf_checkpoint.py's); the engines then start without a "
                         "tokenizer: ids in, ids out (default: the target's own)")
@@ -377,6 +417,7 @@ def main() -> int:
                          **({"attention_backend": args.attention_backend} if where != "cpu" else {}),
                          **({"drift_new_tokens": drift_lengths(args.new_tokens, args.drift)} if args.drift else {}))
     stock_refused = {}  # (drafter, side) -> why its other shapes are not tried
+    clock = ArmClock(args.deadline, args.arm_seconds)
     for name in names:
         if name in results["arms"] and "failed" not in results["arms"][name]:
             continue
@@ -384,9 +425,14 @@ def main() -> int:
         if (drafter_name, side) in stock_refused:
             results["arms"][name] = {"arm": name, "failed": "not tried: " + stock_refused[drafter_name, side]}
             continue
+        if skip_or_note(results, name, clock):
+            save_json(path, results)
+            continue
         plain = results["arms"].get("plain")
         print(f"# {time.strftime('%H:%M:%S')} {name}", flush=True)
+        started = time.perf_counter()
         record = measure_arm(name, args, ids, drafters, None if name == "plain" else plain)
+        clock.timed(time.perf_counter() - started)
         if "failed" in record and side.startswith("stock"):
             stock_refused[drafter_name, side] = f"stock failed to serve this drafter with {record.get('shape')}"
         results["arms"][name] = record

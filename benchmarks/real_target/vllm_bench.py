@@ -386,6 +386,7 @@ def main(argv=None) -> int:
     path = os.path.join(args.out, "vllm_bench.json")
     results = serve_bench.run_record(path, args, drafters, environment(), chains=args.chains)
     refused = {}  # drafter -> why its other chain lengths are not tried
+    clock = serve_bench.ArmClock(args.deadline, args.arm_seconds)
     for name in names:
         if name in results["arms"] and "failed" not in results["arms"][name]:
             continue
@@ -397,8 +398,13 @@ def main(argv=None) -> int:
         if name != "plain" and (plain is None or "failed" in plain):
             print(f"# {name}: after plain decoding only (its ratios and agreement need it)", flush=True)
             continue
+        if serve_bench.skip_or_note(results, name, clock):
+            save_json(path, results)
+            continue
         print(f"# {time.strftime('%H:%M:%S')} {name}", flush=True)
+        started = time.perf_counter()
         record = measure_arm(name, args, ids, drafters, None if name == "plain" else plain)
+        clock.timed(time.perf_counter() - started)
         if "failed" in record and drafter_name is not None:
             refused[drafter_name] = f"vLLM failed to serve this drafter with {record.get('shape')}"
         results["arms"][name] = record
