@@ -9,7 +9,7 @@ from packaging.version import Version
 from sglang_eagle_ext import env
 from sglang_eagle_ext.kernels import launch
 from sglang_eagle_ext.sglang import plugin
-from sglang_eagle_ext.sglang.compat import cpu, fused_verify, tree_kernels
+from sglang_eagle_ext.sglang.compat import cpu, fused_verify, plain_off, tree_kernels
 
 NAME = "SGLANG_EAGLE_EXT_TEST_SWITCH"
 
@@ -67,6 +67,7 @@ SWITCHES = {
     plugin.SWITCH: plugin.enabled,
     fused_verify.ENV_SWITCH: lambda: fused_verify.selected(Version("0.5.21")),
     tree_kernels.ENV_SWITCH: tree_kernels.selected_backend,
+    plain_off.OFF_SWITCH: plain_off.selected,
 }
 
 

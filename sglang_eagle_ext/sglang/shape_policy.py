@@ -4,8 +4,9 @@
 :class:`ShapePolicy` takes the place of stock SGLang's ``AdaptiveSpeculativeParams`` (``--speculative-adaptive``,
 SGLang 0.5.21 and later; the binding is :mod:`.compat.adaptive_shape`). SGLang keeps doing what it does for
 its own adaptive mode: one set of CUDA graphs per candidate depth (steps ``S``, top-k 1, ``S + 1`` draft
-tokens; ``S = 0`` is speculation off: the target verifies only its own bonus token, and the drafter's KV is
-kept current), switched between decode steps. What changes is the choice. Stock steps the depth up or down
+tokens; ``S = 0`` is speculation off: stock verifies only the target's own bonus token, which
+:mod:`.compat.plain_off` replaces by a plain decode step where it can, and the drafter's KV is kept current),
+switched between decode steps. What changes is the choice. Stock steps the depth up or down
 from a moving average of accepted drafts and never weighs what a step costs; this policy picks, for the
 running batch size, the depth with the most accepted tokens per second:
 

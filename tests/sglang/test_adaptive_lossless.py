@@ -20,6 +20,7 @@ test can fail.
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -34,6 +35,12 @@ _, zipf_target = load_siblings("benchmarks/gpu", "verify_workload", "zipf_target
 TEMPERATURE = 0.7
 REQUESTS, PROMPT_TOKENS, GREEDY_TOKENS, SAMPLED_TOKENS = 16, 12, 16, 40  # 640 sampled tokens: enough power
 LAW_SEED = 1234  # any law of zipf_target's family, for the check of the check
+# at least 6 verify steps when every draft is accepted (23 tokens, at most 1 + 2 + 4 + 6 a turn of 4 steps), so
+# each fallback batch meets depth 0
+FALLBACK_REQUESTS, FALLBACK_TOKENS = 2, 24
+# batches of OFF_REQUESTS (17 or more) run at depth 0 only: the plain sampler's tokens alone, for the law test
+OFF_REQUESTS, OFF_TOKENS = 24, 30
+ADAPTIVE_CONFIG = {"1": {"candidate_steps": list(DEFAULT_STEPS)}, "17": {"candidate_steps": [0]}}
 RANK_BINS = (0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64, 128, 1 << 30)  # at least 5 tokens expected in each here
 
 
@@ -48,16 +55,28 @@ def engine_child() -> None:
     from sglang_eagle_ext.sglang.compat.releases import installed_release
 
     target, drafter, prompts = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
-    engine = sglang.Engine(model_path=target, skip_tokenizer_init=True, max_total_tokens=8192, context_length=256,
+    config = os.path.join(os.path.dirname(target), "adaptive.json")
+    with open(config, "w", encoding="utf-8") as handle:
+        json.dump(ADAPTIVE_CONFIG, handle)
+    engine = sglang.Engine(speculative_adaptive_config=config,
+                           model_path=target, skip_tokenizer_init=True, max_total_tokens=8192, context_length=256,
                            log_level="error", random_seed=7, speculative_algorithm="EAGLE3",
                            speculative_draft_model_path=drafter, speculative_num_steps=3, speculative_eagle_topk=1,
                            speculative_num_draft_tokens=4, speculative_adaptive=True,
                            **cpu.engine_options(installed_release()))
     results = {}
     try:
-        for mode, params in (("greedy", {"temperature": 0.0, "max_new_tokens": GREEDY_TOKENS}),
-                             ("sampled", {"temperature": TEMPERATURE, "max_new_tokens": SAMPLED_TOKENS})):
-            outputs = engine.generate(input_ids=prompts, sampling_params={**params, "ignore_eos": True})
+        for mode, params, logprobs, count in (
+                ("greedy", {"temperature": 0.0, "max_new_tokens": GREEDY_TOKENS}, False, REQUESTS),
+                ("sampled", {"temperature": TEMPERATURE, "max_new_tokens": SAMPLED_TOKENS}, False, REQUESTS),
+                # batches the plain "off" leaves to stock's width-1 verify
+                ("penalized", {"temperature": 0.0, "max_new_tokens": FALLBACK_TOKENS, "frequency_penalty": 0.5},
+                 False, FALLBACK_REQUESTS),
+                ("logprobs", {"temperature": 0.0, "max_new_tokens": FALLBACK_TOKENS}, True, FALLBACK_REQUESTS),
+                # a batch size that allows only depth 0: every step after the prefill's is a plain one
+                ("sampled-off", {"temperature": TEMPERATURE, "max_new_tokens": OFF_TOKENS}, False, OFF_REQUESTS)):
+            outputs = engine.generate(input_ids=prompts[:count], sampling_params={**params, "ignore_eos": True},
+                                      return_logprob=logprobs)
             results[mode] = [{"output_ids": o["output_ids"], "verify": o["meta_info"].get("spec_verify_ct")}
                              for o in outputs]
     finally:
@@ -88,7 +107,7 @@ def served(tmp_path_factory):
     assert built.returncode == 0, built.stderr[-3000:]
     target, drafter = str(root / "models" / "target"), str(root / "models" / "drafter")
     config = json.loads((root / "models" / "target" / "config.json").read_text())
-    prompts = torch.randint(0, config["vocab_size"], (REQUESTS, PROMPT_TOKENS),
+    prompts = torch.randint(0, config["vocab_size"], (max(REQUESTS, OFF_REQUESTS), PROMPT_TOKENS),
                             generator=torch.Generator().manual_seed(3)).tolist()
 
     from sglang_eagle_ext.demo.run import server_environment
@@ -104,7 +123,8 @@ def served(tmp_path_factory):
     results = [line for line in run.stdout.splitlines() if line.startswith("RESULT ")]
     assert run.returncode == 0 and results, run.stderr[-4000:]
     assert f"round-robin (test mode) over depths {list(DEFAULT_STEPS)}" in run.stderr
-    return prompts, json.loads(results[0][len("RESULT "):]), served_law(target)
+    assert "off: plain decoding where the target decodes eagerly" in run.stderr  # the activation line
+    return prompts, json.loads(results[0][len("RESULT "):]), served_law(target), run.stderr
 
 
 def served_law(target: str) -> torch.Tensor:
@@ -124,17 +144,44 @@ def test_greedy_output_is_the_targets_argmax_chain_and_every_depth_is_accepted_w
     step at depth d makes d + 1 tokens when the state carried across the switches is intact: the tokens after
     the prefill's first take as many steps as the depths in turn need from some starting depth (5 or 6 for
     15 tokens over 0, 1, 3, 5); a draft rejected after a switch would take more."""
-    prompts, results, law = served
+    prompts, results, law, _ = served
+    prompts = prompts[:REQUESTS]
     top2 = law.topk(2, dim=-1).values
     assert (top2[:, 0] - top2[:, 1]).min() > 0.01  # no argmax here is a float32 rounding away from another
     argmax = law.argmax(-1)
     for prompt, output in zip(prompts, results["greedy"]):
-        expected, token = [], prompt[-1]
-        for _ in range(GREEDY_TOKENS):
-            token = int(argmax[token % zipf_target.CLASSES])
-            expected.append(token)
-        assert output["output_ids"] == expected
+        assert output["output_ids"] == argmax_chain(argmax, prompt[-1], GREEDY_TOKENS)
     assert {output["verify"] for output in results["greedy"]} <= cycle_steps(GREEDY_TOKENS - 1)
+
+
+def argmax_chain(argmax: torch.Tensor, token: int, length: int) -> list[int]:
+    chain = []
+    for _ in range(length):
+        token = int(argmax[token % zipf_target.CLASSES])
+        chain.append(token)
+    return chain
+
+
+def off_steps(stderr: str, path: str) -> int:
+    """The largest count of depth-0 steps by ``path`` the server logged (plain_off logs powers of two)."""
+    counts = [int(count) for count in re.findall(rf"adaptive off: (\d+) steps? by {re.escape(path)}", stderr)]
+    return max(counts, default=0)
+
+
+@needs_sglang
+def test_off_is_plain_decoding_except_where_stock_must_verify(served):
+    """At depth 0 the greedy and sampled batches (no penalties, no log-probs) were decoded by the target's plain
+    DECODE forward (at least one depth-0 step in every turn of four: 4 or more over the two runs, whose tokens
+    the greedy and the law tests judge); a batch with a frequency penalty and one asking for log-probs took
+    stock's width-1 verify at depth 0, and the one with log-probs still made the argmax chain (stock's path
+    is as lossless after plain steps of other batches)."""
+    prompts, results, law, stderr = served
+    assert off_steps(stderr, "plain decoding") >= 4
+    assert off_steps(stderr, "stock's width-1 verify (penalties)") >= 1
+    assert off_steps(stderr, "stock's width-1 verify (log-probs)") >= 1
+    argmax = law.argmax(-1)
+    for prompt, output in zip(prompts, results["logprobs"]):
+        assert output["output_ids"] == argmax_chain(argmax, prompt[-1], FALLBACK_TOKENS)
 
 
 def cycle_steps(tokens: int) -> set[int]:
@@ -152,7 +199,8 @@ def cycle_steps(tokens: int) -> set[int]:
 
 @needs_sglang
 def test_sampled_tokens_follow_the_targets_law_while_depths_switch_every_step(served):
-    prompts, results, law = served
+    prompts, results, law, _ = served
+    prompts = prompts[:REQUESTS]
     outputs = results["sampled"]
     assert all(len(o["output_ids"]) == SAMPLED_TOKENS for o in outputs)
     # drafts were accepted: fewer verify steps than tokens after the prefill's
@@ -182,3 +230,22 @@ def test_the_rank_test_accepts_only_the_law_the_tokens_came_from(seed):
     assert rank_test_p_value(previous, drawn, profiles, 0.7) > 1e-3
     assert rank_test_p_value(previous, drawn, profiles, 0.6) < 1e-6
     assert rank_test_p_value(previous, drawn, profiles, 0.8) < 1e-4  # the server test's threshold
+
+
+@needs_sglang
+def test_tokens_of_plain_off_steps_alone_follow_the_targets_law(served):
+    """A batch of 24 requests, where the config allows depth 0 only: every token after the prefill's was drawn by
+    the plain off (the target's DECODE forward and SGLang's sampler), one a step; the ranks pass the law's
+    chi-square test and fail a neighbouring law's (a plain path that took the argmax, or sampled at another
+    temperature, fails here; the mixed run above has too few plain tokens to show it)."""
+    prompts, results, law, stderr = served
+    outputs = results["sampled-off"]
+    assert all(len(o["output_ids"]) == OFF_TOKENS and o["verify"] == OFF_TOKENS - 1 for o in outputs)
+    assert off_steps(stderr, "plain decoding") >= OFF_TOKENS - 1
+    previous, drawn = [], []
+    for prompt, output in zip(prompts, outputs):
+        sequence = prompt[-1:] + output["output_ids"]
+        previous += sequence[1:-1]  # the prefill's token is stock's sampler's
+        drawn += sequence[2:]
+    assert rank_test_p_value(previous, drawn, law, TEMPERATURE) > 1e-4, "not drawn from the target's law"
+    assert rank_test_p_value(previous, drawn, law, 0.8) < 1e-4

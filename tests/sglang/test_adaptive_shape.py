@@ -449,6 +449,7 @@ def test_the_binding_puts_the_policy_where_sglangs_worker_constructs_it(monkeypa
         return batch
 
     monkeypatch.setattr(worker.EAGLEWorkerV2, "forward_batch_generation", forward_batch_generation)
+    monkeypatch.setattr(worker.EAGLEWorkerV2, "verify", worker.EAGLEWorkerV2.verify)  # put back after the test
     monkeypatch.setenv(adaptive_shape.ENV_SWITCH, value)
     monkeypatch.setenv(adaptive_shape.TRACE_SWITCH, str(tmp_path / "Trace"))
     phrase = adaptive_shape._bind_once_scheduler_loads(None)
@@ -459,6 +460,9 @@ def test_the_binding_puts_the_policy_where_sglangs_worker_constructs_it(monkeypa
     assert isinstance(policy, ShapePolicy) and policy.candidate_steps == list(DEFAULT_STEPS)
     assert policy._trace.path == f"{tmp_path / 'Trace'}.{os.getpid()}.jsonl"  # the path as given, case kept
     assert ("round-robin" in phrase) == (value == "cycle") and "--speculative-adaptive" in phrase
+    # depth 0 is plain decoding (the default of the off switch): the worker's verify is wrapped
+    assert "off: plain decoding where the target decodes eagerly" in phrase
+    assert getattr(worker.EAGLEWorkerV2.verify, "__eagle_ext_original__", None) is not None
     # the worker's decode entry tells the policy the batch's kind before SGLang asks it for the depth, from
     # the requests (SGLang's is_all_greedy stays low once a sampled request joined); an idle batch keeps it
     this = SimpleNamespace(adaptive_controller=SimpleNamespace(params=policy))
@@ -467,3 +471,110 @@ def test_the_binding_puts_the_policy_where_sglangs_worker_constructs_it(monkeypa
                                 sampling_info=SimpleNamespace(is_all_greedy=False))
         assert worker.EAGLEWorkerV2.forward_batch_generation(this, batch) is batch
         assert policy._traffic == kind, top_ks
+
+
+# The plain "off" (plain_off.py): which depth-0 batches it serves; its run on a server is in
+# test_adaptive_lossless.py (outputs, the target's law, and which path each batch took)
+def _depth_zero_batch(**overrides):
+    """A decode batch at depth 0 as plain_off reads it, every field at the value that lets it serve."""
+    from sglang.srt.model_executor.forward_batch_info import ForwardMode
+
+    request = SimpleNamespace(sampling_params=SimpleNamespace(frequency_penalty=0.0, presence_penalty=0.0,
+                                                              repetition_penalty=1.0, min_new_tokens=0))
+    fields = dict(forward_mode=ForwardMode.DECODE, spec_info=SimpleNamespace(spec_steps=0, draft_token_num=1),
+                  has_grammar=False, return_logprob=False, return_hidden_states=False, reqs=[request],
+                  sampling_info=SimpleNamespace(has_custom_logit_processor=False, has_watermark_candidates=False),
+                  mamba_track_indices=None)
+    fields.update(overrides)
+    return SimpleNamespace(**fields)
+
+
+def _worker(graph_runner=None, steps=0):
+    model_runner = SimpleNamespace(decode_cuda_graph_runner=graph_runner,
+                                   model_config=SimpleNamespace(model_is_mrope=False))
+    return SimpleNamespace(speculative_num_steps=steps, target_worker=SimpleNamespace(model_runner=model_runner))
+
+
+def test_plain_off_serves_only_depth_zero_batches_it_keeps_stocks_semantics_for(monkeypatch):
+    from sglang_eagle_ext.sglang.compat import plain_off
+
+    context = pytest.importorskip("sglang.srt.runtime_context")
+    parallel = SimpleNamespace(pp_size=1, attn_dp_size=1)  # what a server publishes; none runs here
+    monkeypatch.setattr(context, "get_parallel", lambda: parallel)
+    worker, batch = _worker(), _depth_zero_batch()
+    assert plain_off.is_width_one_verify(worker, batch)
+    assert plain_off.stock_reason(worker, batch, None, None, eager_only=True) is None
+    # only stock's width-1 input at depth 0 is replaced: a drafted verify, another depth, an idle batch are not
+    from sglang.srt.model_executor.forward_batch_info import ForwardMode
+    assert not plain_off.is_width_one_verify(worker, _depth_zero_batch(spec_info=SimpleNamespace(
+        spec_steps=3, draft_token_num=4)))
+    assert not plain_off.is_width_one_verify(_worker(steps=1), batch)
+    assert not plain_off.is_width_one_verify(worker, _depth_zero_batch(forward_mode=ForwardMode.IDLE))
+    penalties = [dict(frequency_penalty=0.5), dict(presence_penalty=-0.2), dict(repetition_penalty=1.1),
+                 dict(min_new_tokens=4)]
+    for penalty in penalties:
+        request = SimpleNamespace(sampling_params=SimpleNamespace(**{**vars(batch.reqs[0].sampling_params),
+                                                                    **penalty}))
+        assert plain_off.stock_reason(worker, _depth_zero_batch(reqs=[batch.reqs[0], request]), None, None,
+                                      eager_only=True) == "penalties", penalty
+    for field, reason in (("has_grammar", "grammar"), ("return_logprob", "log-probs"),
+                          ("return_hidden_states", "returned hidden states")):
+        assert plain_off.stock_reason(worker, _depth_zero_batch(**{field: True}), None, None, True) == reason
+    assert plain_off.stock_reason(worker, batch, None, object(), True) == "grammar"  # a grammar barrier
+    custom = SimpleNamespace(has_custom_logit_processor=True, has_watermark_candidates=False)
+    assert "custom logit" in plain_off.stock_reason(worker, _depth_zero_batch(sampling_info=custom), None, None, True)
+    assert "pipeline" in plain_off.stock_reason(worker, batch, object(), None, True)  # PP proxy tensors
+    for name in ("pp_size", "attn_dp_size"):
+        monkeypatch.setattr(parallel, name, 2)
+        assert "parallelism" in plain_off.stock_reason(worker, batch, None, None, True), name
+        monkeypatch.setattr(parallel, name, 1)
+    assert "hybrid" in plain_off.stock_reason(worker, _depth_zero_batch(mamba_track_indices=object()), None, None,
+                                              True)
+    # a graphed target decode keeps the graphed width-1 verify unless the eager plain path is asked for
+    graphed = _worker(graph_runner=object())
+    assert "graphed" in plain_off.stock_reason(graphed, batch, None, None, eager_only=True)
+    assert plain_off.stock_reason(graphed, batch, None, None, eager_only=False) is None
+
+
+def test_plain_off_counts_reach_the_log_at_powers_of_two():
+    from sglang_eagle_ext.sglang.compat import plain_off
+
+    lines = []
+    counts = plain_off.OffCounts(log=lines.append)
+    for _ in range(9):
+        counts.add(plain_off.PLAIN)
+    counts.add("stock's width-1 verify (penalties)")
+    assert [line.split("adaptive off: ")[1] for line in lines] == [
+        "1 step by plain decoding"] + [f"{n} steps by plain decoding" for n in (2, 4, 8)] + [
+        "1 step by stock's width-1 verify (penalties)"]
+
+
+@pytest.mark.parametrize("value, phrase", [("stock", "off: stock's width-1 verify (SGLANG_EAGLE_EXT_ADAPTIVE_OFF"),
+                                           ("eager", "eager even under CUDA graphs")])
+def test_the_off_switch_selects_what_depth_zero_runs(monkeypatch, value, phrase):
+    from sglang_eagle_ext.sglang.compat import plain_off
+
+    worker = pytest.importorskip("sglang.srt.speculative.eagle_worker_v2")
+    monkeypatch.setattr(worker.EAGLEWorkerV2, "verify", worker.EAGLEWorkerV2.verify)  # put back after the test
+    stock = worker.EAGLEWorkerV2.verify
+    monkeypatch.setenv(plain_off.OFF_SWITCH, value)
+    assert phrase in plain_off.bind(worker, plain_off.selected())
+    assert (worker.EAGLEWorkerV2.verify is stock) == (value == "stock")
+
+
+def test_plain_off_falls_back_to_stock_on_a_release_it_was_not_built_for(monkeypatch):
+    from sglang_eagle_ext.sglang.compat import plain_off
+
+    worker = pytest.importorskip("sglang.srt.speculative.eagle_worker_v2")
+    monkeypatch.setattr(worker.EAGLEWorkerV2, "verify", worker.EAGLEWorkerV2.verify)
+    stock = worker.EAGLEWorkerV2.verify
+    monkeypatch.setattr(plain_off.releases, "installed_release", lambda: Version("0.5.21"))
+    phrase = plain_off.bind(worker, "plain")
+    assert "stock's width-1 verify" in phrase and "this is 0.5.21" in phrase and worker.EAGLEWorkerV2.verify is stock
+
+
+def test_a_misspelt_off_switch_stops_start_up(monkeypatch):
+    monkeypatch.setenv(adaptive_shape.ENV_SWITCH, "1")
+    monkeypatch.setenv("SGLANG_EAGLE_EXT_ADAPTIVE_OFF", "fast")
+    with pytest.raises(env.SwitchError, match="SGLANG_EAGLE_EXT_ADAPTIVE_OFF"):
+        adaptive_shape.selected(Version("0.5.23"))

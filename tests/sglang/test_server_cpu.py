@@ -171,6 +171,9 @@ def test_depths_switched_every_step_keep_greedy_equal_to_plain(shared_target, sh
     assert any(f"adaptive shape: round-robin (test mode) over depths {list(DEFAULT_STEPS)}" in line
                for line in served.activation)
     assert [o["output_ids"] for o in served.outputs] == greedy_reference
+    # depth 0 was plain decoding (a DECODE forward writing the target's KV where the verify would): the outputs
+    # above then also judge the target's KV it wrote and the drafter state the warm extend kept
+    assert any("adaptive off: 1 step by plain decoding" in line for line in served.activation)
     # the first token comes from the prefill; a step that accepts no draft makes one token
     steps, tokens = sum(o["spec_verify_ct"] for o in served.outputs), sum(o["completion_tokens"] - 1
                                                                            for o in served.outputs)

@@ -14,9 +14,11 @@ requests are all greedy (their acceptance differs too much to share one estimate
 that method without calling it (the frozen-KV MTP worker) leave every batch counted as sampled.
 
 Switch values: unset or off: stock's policy; ``1`` / on: the cost policy; ``cycle``: every candidate depth in
-turn, one per step (the test mode that checks outputs across switches). ``SGLANG_EAGLE_EXT_ADAPTIVE_TRACE=PREFIX``
-also writes the policy's record (every verify result and switch, :class:`TraceFile`) to
-``PREFIX.<pid>.jsonl``, one file per scheduler process. On a release before 0.5.21 a
+turn, one per step (the test mode that checks outputs across switches). With either, depth 0 ("off") is plain
+decoding where :mod:`.plain_off` can serve the batch (``SGLANG_EAGLE_EXT_ADAPTIVE_OFF=plain|eager|stock``,
+its docstring says which batches and servers), else stock's width-1 verify; the activation line says which.
+``SGLANG_EAGLE_EXT_ADAPTIVE_TRACE=PREFIX`` also writes the policy's record (every verify result and switch,
+:class:`TraceFile`) to ``PREFIX.<pid>.jsonl``, one file per scheduler process. On a release before 0.5.21 a
 switch set on stops start-up with its reason. The switch takes effect only with ``--speculative-adaptive``
 (stock's flag: it makes SGLang build the depths); ``sglang-eagle serve --adaptive`` passes both.
 """
@@ -33,7 +35,7 @@ import time
 from packaging.version import Version
 
 from sglang_eagle_ext import env
-from sglang_eagle_ext.sglang.compat import releases
+from sglang_eagle_ext.sglang.compat import plain_off, releases
 from sglang_eagle_ext.sglang.compat.patch import SCHEDULER_MODULE, Patch, Target, require, wrap_method
 from sglang_eagle_ext.sglang.shape_policy import ShapePolicy
 
@@ -72,6 +74,8 @@ def selected(release: Version) -> str:
     """``off``, ``on`` or ``cycle``; a switch set on where SGLang has no policy protocol stops start-up."""
     value = env.choice(ENV_SWITCH, env.ON + env.OFF + ("cycle",), "off")
     mode = "cycle" if value == "cycle" else "on" if value in env.ON else "off"
+    if mode != "off":
+        plain_off.selected()  # a bad value of the off switch stops start-up too
     if mode != "off" and release not in RELEASES:
         raise env.SwitchError(f"{ENV_SWITCH}={value}: the drafting shape is chosen per step on SGLang 0.5.21 and "
                               f"later (their --speculative-adaptive takes a policy); this is SGLang {release}. "
@@ -92,8 +96,9 @@ def _bind_once_scheduler_loads(_scheduler_module) -> str:
     require(hasattr(worker, "EAGLEWorkerV2") and hasattr(worker.EAGLEWorkerV2, "forward_batch_generation"),
             TRAFFIC_SEAMS[0].path)
     wrap_method(worker.EAGLEWorkerV2, "forward_batch_generation", _telling_the_traffic)
+    off = plain_off.bind(worker, plain_off.selected())
     return (f"adaptive shape: {'round-robin over the depths (test mode)' if mode == 'cycle' else 'cost policy'} "
-            f"in place of stock's under --speculative-adaptive ({ENV_SWITCH}={mode})")
+            f"in place of stock's under --speculative-adaptive ({ENV_SWITCH}={mode}); {off}")
 
 
 def _telling_the_traffic(original):

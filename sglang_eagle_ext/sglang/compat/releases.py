@@ -72,6 +72,10 @@ DRAFT_PARALLEL_SPEC = _fact("draft-parallel-spec", ">=0.5.23",
 ADAPTIVE_POLICY = _fact("adaptive-policy", ">=0.5.21",
                         "--speculative-adaptive asks a policy object (the AdaptiveSpecPolicy protocol) for each step's "
                         "depth, constructed from eagle_worker_v2's AdaptiveSpeculativeParams")
+PLAIN_OFF = _fact("plain-off", ">=0.5.23",
+                  "at adaptive depth 0 the v2 worker verifies a width-1 input (_build_trivial_verify_input) through "
+                  "EAGLEWorkerV2.verify and runs the draft extend from its result, which a plain DECODE step can "
+                  "stand in for (the result fields, ForwardBatch.init_new and the KV-location plan as of 0.5.23)")
 # How the server is started (every release: `sglang serve`, which launch_server's __main__ recommends)
 CUDA_GRAPH_BACKEND_FLAGS = _fact("cuda-graph-backend-flags", ">=0.5.14",
                                  "CUDA graphs are switched off per phase, --cuda-graph-backend-{decode,prefill}="

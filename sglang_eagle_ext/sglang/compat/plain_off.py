@@ -1,0 +1,246 @@
+"""Speculation "off" as plain decoding (issue 39; ``docs/adaptive-shape.md`` section 12), SGLang 0.5.23.
+
+At depth 0 stock's adaptive mode still verifies: the previous bonus token goes through the target in
+``TARGET_VERIFY`` mode at width 1 (the extend attention kernel with a tree mask) and the verify's
+sampler picks the next one. On a target whose speculation loses to plain decoding, "off" must cost what a
+plain decode step costs. This module replaces that width-1 verify, and only it, by the target's ordinary
+``DECODE`` forward and SGLang's own sampler (``ModelRunner.sample``), returning what the verify returns
+at width 1: accept length 1, the sampled token as the next bonus token, sequence lengths + 1, and the
+target's EAGLE-3 aux hidden states of the step (SGLang's Llama captures them in every mode,
+``models/llama.py`` ``LlamaModel.forward``; ``CaptureHiddenMode.FULL`` packs them as the verify's do).
+The worker's own code does the rest as at depth 0: it publishes the new lengths, runs the drafter's
+width-1 extend (so the drafter's KV, hidden row and top-k stay current and a later depth >= 1 drafts
+warm), and returns the result to the scheduler.
+
+What stays stock's (:func:`stock_reason` names why, per batch): grammar, log-probs, returned hidden
+states, penalties (frequency, presence, repetition, min-new-tokens), custom logit processors,
+watermarks, pipeline or attention-DP parallelism, multimodal rope positions, hybrid (mamba) state:
+their hooks live inside the verify (``eagle_utils.eagle_sample``, ``eagle_worker_common.run_eagle_verify``)
+or are applied differently by the plain sampler, so only stock's verify keeps their semantics.
+
+CUDA graphs: under speculation the target's graph runner holds ``TARGET_VERIFY`` graphs only, and its
+``can_run_graph`` would accept a ``DECODE`` batch (it checks the batch size, not the mode), so the plain
+forward always runs with the runner detached, i.e. eagerly. No ``DECODE`` graph set is captured yet, so
+where the target's decode is graphed (:data:`OFF_SWITCH` ``plain``, the default) the graphed width-1
+verify stays "off" and the plain path runs only where the target decodes eagerly anyway (CUDA graphs
+disabled, e.g. on a CPU); ``eager`` forces the plain path under graphs too (for measuring it against the
+graphed verify), ``stock`` never takes it.
+
+Counts reach the log as ``adaptive off: N steps by plain decoding`` and ``adaptive off: N steps by
+stock's width-1 verify (REASON)`` when a count reaches a power of two (a handful of lines per run), so a
+test can see which path ran.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import sys
+
+from sglang_eagle_ext import env
+from sglang_eagle_ext.sglang.compat import releases
+from sglang_eagle_ext.sglang.compat.patch import Target, require, wrap_method
+
+OFF_SWITCH = "SGLANG_EAGLE_EXT_ADAPTIVE_OFF"
+OFF_MODES = ("plain", "eager", "stock")
+RELEASES = releases.PLAIN_OFF.releases
+_WORKER = "sglang.srt.speculative.eagle_worker_v2"
+
+# The call replaced: at depth 0 the decode branch builds the width-1 input and verifies it, then publishes
+# and runs the draft extend from the verify's result (which therefore must be verify-shaped)
+SEAMS = (Target(RELEASES, _WORKER, "EAGLEWorkerV2", "verify", params=("self", "batch"),
+                keywords=("pp_proxy_tensors", "grammar_barrier")),
+         Target(RELEASES, _WORKER, "EAGLEWorkerV2", "forward_batch_generation",
+                reads=("self._build_trivial_verify_input", "self.verify", "self.speculative_num_steps",
+                       "new_seq_lens", "self.draft_worker._draft_extend_for_decode")),
+         # the width-1 input: an EagleVerifyInput of the previous bonus tokens, spec_steps=0, draft_token_num=1
+         # (keywords of its call, which the check cannot see; is_width_one_verify reads them back)
+         Target(RELEASES, _WORKER, "EAGLEWorkerV2", "_build_trivial_verify_input",
+                reads=("bonus_tokens", "EagleVerifyInput")),
+         # what the draft extend reads of the result and the batch (seq lens before the step, the verify's slots)
+         Target(RELEASES, _WORKER, "EagleDraftWorker", "_draft_extend_for_decode",
+                reads=("accept_lens", "next_token_ids", "logits_output.hidden_states", "next_draft_input")),
+         Target(RELEASES, "sglang.srt.speculative.eagle_worker_common", "prepare_for_draft_extend",
+                reads=("batch.seq_lens", "batch.forward_mode")),
+         # where the width-1 verify writes the token's KV: req_to_token[request, seq_len]
+         Target(RELEASES, "sglang.srt.speculative.eagle_utils", "eagle_prepare_for_verify",
+                reads=("assign_extend_cache_locs_uniform_func", "req_to_token", "batch.seq_lens")),
+         Target(RELEASES, "sglang.srt.model_executor.forward_batch_info", "ForwardBatch", "init_new",
+                params=("cls", "batch", "model_runner"),
+                keywords=("capture_hidden_mode", "return_hidden_states_before_norm")),
+         # the target forward without sampling (is_verify), then SGLang's sampler
+         Target(RELEASES, "sglang.srt.managers.tp_worker", "TpModelWorker", "forward_batch_generation",
+                params=("self", "batch", "forward_batch"), keywords=("is_verify",)),
+         Target(RELEASES, "sglang.srt.model_executor.model_runner", "ModelRunner", "sample",
+                params=("self", "logits_output", "forward_batch")),
+         # the graph runner detached for the plain forward: _forward_raw replays it only when it is set
+         Target(RELEASES, "sglang.srt.model_executor.model_runner", "ModelRunner", "_forward_raw",
+                reads=("self.decode_cuda_graph_runner",)),
+         # EAGLE-3's aux states captured whatever the forward mode
+         Target(RELEASES, "sglang.srt.models.llama", "LlamaModel", "forward", reads=("self.layers_to_capture",)),
+         Target(RELEASES, "sglang.srt.managers.utils", "GenerationBatchResult"),
+         Target(RELEASES, "sglang.srt.speculative.eagle_info", "EagleDraftInput"))
+
+
+def selected() -> str:
+    return env.choice(OFF_SWITCH, OFF_MODES, "plain")
+
+
+def bind(worker_module, mode: str) -> str:
+    """Wrap ``EAGLEWorkerV2.verify``; the phrase of the activation line that says what "off" runs."""
+    if mode == "stock":
+        return f"off: stock's width-1 verify ({OFF_SWITCH}=stock)"
+    if not releases.PLAIN_OFF.holds(releases.installed_release()):
+        return (f"off: stock's width-1 verify (plain decoding as off is built for SGLang "
+                f"{RELEASES}; this is {releases.installed_release()})")
+    verify = SEAMS[0]
+    require(hasattr(getattr(worker_module, verify.name, None), verify.member), verify.path)
+    wrap_method(getattr(worker_module, verify.name), verify.member, functools.partial(_plain_when_off, mode=mode))
+    return ("off: plain decoding where the target decodes eagerly, else stock's graphed width-1 verify"
+            if mode == "plain" else f"off: plain decoding, eager even under CUDA graphs ({OFF_SWITCH}=eager)")
+
+
+class OffCounts:
+    """Steps at depth 0 by path, logged when a count reaches a power of two."""
+
+    def __init__(self, log=None):
+        self.counts: dict[str, int] = {}
+        self._log = log or (lambda line: print(line, file=sys.stderr, flush=True))
+
+    def add(self, path: str) -> None:
+        count = self.counts.get(path, 0) + 1
+        self.counts[path] = count
+        if count & (count - 1) == 0:
+            self._log(f"sglang-eagle-ext: adaptive off: {count} step{'s' if count > 1 else ''} by {path}")
+
+
+COUNTS = OffCounts()
+PLAIN = "plain decoding"
+
+
+def _plain_when_off(original, mode: str):
+    @functools.wraps(original)
+    def verify(self, batch, pp_proxy_tensors=None, grammar_barrier=None):
+        if not is_width_one_verify(self, batch):
+            return original(self, batch, pp_proxy_tensors=pp_proxy_tensors, grammar_barrier=grammar_barrier)
+        reason = stock_reason(self, batch, pp_proxy_tensors, grammar_barrier, eager_only=mode == "plain")
+        if reason is not None:
+            COUNTS.add(f"stock's width-1 verify ({reason})")
+            return original(self, batch, pp_proxy_tensors=pp_proxy_tensors, grammar_barrier=grammar_barrier)
+        COUNTS.add(PLAIN)
+        return plain_decode_step(self, batch)
+    return verify
+
+
+def is_width_one_verify(worker, batch) -> bool:
+    """The verify of depth 0's input (stock's ``_build_trivial_verify_input``: no drafts, one token a
+    request) on a batch with requests."""
+    spec = batch.spec_info
+    return (worker.speculative_num_steps == 0 and not batch.forward_mode.is_idle()
+            and getattr(spec, "spec_steps", None) == 0 and getattr(spec, "draft_token_num", None) == 1)
+
+
+def stock_reason(worker, batch, pp_proxy_tensors, grammar_barrier, eager_only: bool) -> str | None:
+    """Why this depth-0 batch keeps stock's width-1 verify; ``None`` when plain decoding may serve it."""
+    from sglang.srt.runtime_context import get_parallel
+
+    runner = worker.target_worker.model_runner
+    info = batch.sampling_info
+    parallel = get_parallel()
+    if eager_only and _graphed(runner.decode_cuda_graph_runner):
+        return "the target's decode is graphed; no DECODE graph set is captured"
+    if batch.has_grammar or grammar_barrier is not None:
+        return "grammar"
+    if batch.return_logprob:
+        return "log-probs"
+    if batch.return_hidden_states:
+        return "returned hidden states"
+    if any(has_penalty(request.sampling_params) for request in batch.reqs):
+        return "penalties"
+    if info is None or info.has_custom_logit_processor or getattr(info, "has_watermark_candidates", False):
+        return "custom logit processor or watermark"
+    if parallel.pp_size > 1 or pp_proxy_tensors is not None or parallel.attn_dp_size > 1:
+        return "pipeline or attention-DP parallelism"
+    if runner.model_config.model_is_mrope or batch.mamba_track_indices is not None:
+        return "multimodal rope or hybrid state"
+    return None
+
+
+def has_penalty(params) -> bool:
+    """SGLang's penalizers for one request's sampling parameters: frequency, presence, repetition,
+    min-new-tokens (``sampling/penaltylib``)."""
+    return bool(params.frequency_penalty or params.presence_penalty or params.repetition_penalty != 1.0
+                or params.min_new_tokens)
+
+
+def _graphed(runner) -> bool:
+    from sglang.srt.model_executor.runner.eager_runner import EagerRunner
+
+    return runner is not None and not isinstance(runner, EagerRunner)
+
+
+@contextlib.contextmanager
+def _decode_runner_detached(model_runner):
+    """No graph runner while the plain forward runs: the one attached replays ``TARGET_VERIFY`` graphs,
+    and ``ModelRunner._forward_raw`` replays whatever runner is set and says it can run the batch."""
+    attached = model_runner.decode_cuda_graph_runner
+    model_runner.decode_cuda_graph_runner = None
+    try:
+        yield
+    finally:
+        model_runner.decode_cuda_graph_runner = attached
+
+
+# the ScheduleBatch fields the plain forward batch is built from and the draft extend then reads as the
+# verify left them (lengths before the step, the draft input)
+_RESTORED = ("seq_lens", "seq_lens_cpu", "seq_lens_sum", "spec_info")
+
+
+def plain_decode_step(worker, batch):
+    """The target's DECODE forward of the previous bonus tokens and SGLang's sampling, as a width-1 verify
+    result (accept length 1 a request, the sampled token as next bonus token)."""
+    import torch
+    from sglang.srt.managers.utils import GenerationBatchResult
+    from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode, ForwardBatch, ForwardMode
+    from sglang.srt.speculative.eagle_info import EagleDraftInput
+
+    model_runner = worker.target_worker.model_runner
+    verify_input = batch.spec_info
+    seq_lens = batch.seq_lens
+    requests = seq_lens.shape[0]
+    # the slot the width-1 verify would write: the request's next reserved one, at its pre-step length
+    slots = worker.req_to_token_pool.req_to_token[batch.req_pool_indices, seq_lens].to(torch.int64)
+    saved = {name: getattr(batch, name) for name in _RESTORED}
+    try:
+        # a decode batch counts the input token in its lengths (positions = lengths - 1 = the verify's)
+        batch.forward_mode = ForwardMode.DECODE
+        batch.input_ids = verify_input.draft_token
+        batch.out_cache_loc = slots
+        batch.spec_info = None  # the attention backend then plans an ordinary decode
+        batch.seq_lens = seq_lens + 1
+        batch.seq_lens_cpu = None if saved["seq_lens_cpu"] is None else saved["seq_lens_cpu"] + 1
+        batch.seq_lens_sum = None if saved["seq_lens_sum"] is None else saved["seq_lens_sum"] + requests
+        capture = (CaptureHiddenMode.NULL if model_runner.spec_algorithm.is_standalone()
+                   else CaptureHiddenMode.FULL)  # the drafter's extend reads the step's (aux) hidden states
+        forward_batch = ForwardBatch.init_new(batch, model_runner, capture_hidden_mode=capture,
+                                              return_hidden_states_before_norm=False)
+    finally:
+        for name, value in saved.items():
+            setattr(batch, name, value)
+    with _decode_runner_detached(model_runner):
+        forward = worker.target_worker.forward_batch_generation(batch=None, forward_batch=forward_batch,
+                                                                is_verify=True)  # is_verify: not sampled yet
+    tokens = model_runner.sample(forward.logits_output, forward_batch).to(torch.int32)
+    return GenerationBatchResult(
+        logits_output=forward.logits_output,
+        next_token_ids=tokens,
+        can_run_cuda_graph=forward.can_run_cuda_graph,
+        speculative_num_draft_tokens=1,
+        next_draft_input=EagleDraftInput(bonus_tokens=tokens),
+        accept_lens=torch.ones(requests, dtype=torch.int32, device=tokens.device),
+        accept_index=torch.arange(requests, dtype=torch.int32, device=tokens.device).unsqueeze(1),
+        new_seq_lens=seq_lens + 1,
+        routed_experts_output=forward.routed_experts_output,
+        indexer_topk_output=forward.indexer_topk_output,
+        extra_keep_alive_refs=[forward_batch],
+    )
