@@ -241,7 +241,8 @@ def test_tokens_of_plain_off_steps_alone_follow_the_targets_law(served):
     prompts, results, law, stderr = served
     outputs = results["sampled-off"]
     assert all(len(o["output_ids"]) == OFF_TOKENS and o["verify"] == OFF_TOKENS - 1 for o in outputs)
-    assert off_steps(stderr, "plain decoding") >= OFF_TOKENS - 1
+    # the log counts plain steps at powers of two over the whole run: at least the one at or below this batch's 29
+    assert off_steps(stderr, "plain decoding") >= 1 << (OFF_TOKENS - 1).bit_length() - 1
     previous, drawn = [], []
     for prompt, output in zip(prompts, outputs):
         sequence = prompt[-1:] + output["output_ids"]

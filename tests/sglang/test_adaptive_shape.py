@@ -484,7 +484,7 @@ def _depth_zero_batch(**overrides):
     fields = dict(forward_mode=ForwardMode.DECODE, spec_info=SimpleNamespace(spec_steps=0, draft_token_num=1),
                   has_grammar=False, return_logprob=False, return_hidden_states=False, reqs=[request],
                   sampling_info=SimpleNamespace(has_custom_logit_processor=False, has_watermark_candidates=False),
-                  mamba_track_indices=None)
+                  hisparse_coordinator=None)
     fields.update(overrides)
     return SimpleNamespace(**fields)
 
@@ -503,7 +503,9 @@ def test_plain_off_serves_only_depth_zero_batches_it_keeps_stocks_semantics_for(
     monkeypatch.setattr(context, "get_parallel", lambda: parallel)
     worker, batch = _worker(), _depth_zero_batch()
     assert plain_off.is_width_one_verify(worker, batch)
-    assert plain_off.stock_reason(worker, batch, None, None, eager_only=True) is None
+    hybrid_arch = pytest.importorskip("sglang.srt.configs.hybrid_arch")
+    monkeypatch.setattr(hybrid_arch, "mambaish_config", lambda config: getattr(config, "mamba", None))
+    assert plain_off.stock_reason(worker, batch, None, eager_only=True) is None
     # only stock's width-1 input at depth 0 is replaced: a drafted verify, another depth, an idle batch are not
     from sglang.srt.model_executor.forward_batch_info import ForwardMode
     assert not plain_off.is_width_one_verify(worker, _depth_zero_batch(spec_info=SimpleNamespace(
@@ -515,25 +517,26 @@ def test_plain_off_serves_only_depth_zero_batches_it_keeps_stocks_semantics_for(
     for penalty in penalties:
         request = SimpleNamespace(sampling_params=SimpleNamespace(**{**vars(batch.reqs[0].sampling_params),
                                                                     **penalty}))
-        assert plain_off.stock_reason(worker, _depth_zero_batch(reqs=[batch.reqs[0], request]), None, None,
+        assert plain_off.stock_reason(worker, _depth_zero_batch(reqs=[batch.reqs[0], request]), None,
                                       eager_only=True) == "penalties", penalty
     for field, reason in (("has_grammar", "grammar"), ("return_logprob", "log-probs"),
                           ("return_hidden_states", "returned hidden states")):
-        assert plain_off.stock_reason(worker, _depth_zero_batch(**{field: True}), None, None, True) == reason
-    assert plain_off.stock_reason(worker, batch, None, object(), True) == "grammar"  # a grammar barrier
+        assert plain_off.stock_reason(worker, _depth_zero_batch(**{field: True}), None, True) == reason
     custom = SimpleNamespace(has_custom_logit_processor=True, has_watermark_candidates=False)
-    assert "custom logit" in plain_off.stock_reason(worker, _depth_zero_batch(sampling_info=custom), None, None, True)
-    assert "pipeline" in plain_off.stock_reason(worker, batch, object(), None, True)  # PP proxy tensors
+    assert "custom logit" in plain_off.stock_reason(worker, _depth_zero_batch(sampling_info=custom), None, True)
+    assert "pipeline" in plain_off.stock_reason(worker, batch, object(), True)  # PP proxy tensors
     for name in ("pp_size", "attn_dp_size"):
         monkeypatch.setattr(parallel, name, 2)
-        assert "parallelism" in plain_off.stock_reason(worker, batch, None, None, True), name
+        assert "parallelism" in plain_off.stock_reason(worker, batch, None, True), name
         monkeypatch.setattr(parallel, name, 1)
-    assert "hybrid" in plain_off.stock_reason(worker, _depth_zero_batch(mamba_track_indices=object()), None, None,
-                                              True)
+    hybrid = _worker()
+    hybrid.target_worker.model_runner.model_config.mamba = object()  # a mamba / GDN config, as stock detects it
+    assert "hybrid" in plain_off.stock_reason(hybrid, batch, None, True)
+    assert "sparse" in plain_off.stock_reason(worker, _depth_zero_batch(hisparse_coordinator=object()), None, True)
     # a graphed target decode keeps the graphed width-1 verify unless the eager plain path is asked for
     graphed = _worker(graph_runner=object())
-    assert "graphed" in plain_off.stock_reason(graphed, batch, None, None, eager_only=True)
-    assert plain_off.stock_reason(graphed, batch, None, None, eager_only=False) is None
+    assert "graphed" in plain_off.stock_reason(graphed, batch, None, eager_only=True)
+    assert plain_off.stock_reason(graphed, batch, None, eager_only=False) is None
 
 
 def test_plain_off_counts_reach_the_log_at_powers_of_two():

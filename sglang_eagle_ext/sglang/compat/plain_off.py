@@ -14,7 +14,8 @@ warm), and returns the result to the scheduler.
 
 What stays stock's (:func:`stock_reason` names why, per batch): grammar, log-probs, returned hidden
 states, penalties (frequency, presence, repetition, min-new-tokens), custom logit processors,
-watermarks, pipeline or attention-DP parallelism, multimodal rope positions, hybrid (mamba) state:
+watermarks, pipeline or attention-DP parallelism, multimodal rope positions, hybrid (mamba, GDN) models,
+hierarchical sparse attention:
 their hooks live inside the verify (``eagle_utils.eagle_sample``, ``eagle_worker_common.run_eagle_verify``)
 or are applied differently by the plain sampler, so only stock's verify keeps their semantics.
 
@@ -62,9 +63,11 @@ SEAMS = (Target(RELEASES, _WORKER, "EAGLEWorkerV2", "verify", params=("self", "b
                 reads=("accept_lens", "next_token_ids", "logits_output.hidden_states", "next_draft_input")),
          Target(RELEASES, "sglang.srt.speculative.eagle_worker_common", "prepare_for_draft_extend",
                 reads=("batch.seq_lens", "batch.forward_mode")),
-         # where the width-1 verify writes the token's KV: req_to_token[request, seq_len]
+         # where the width-1 verify writes the token's KV: req_to_token[request, seq_len]; it also prepares
+         # hierarchical sparse attention's buffers (a fallback)
          Target(RELEASES, "sglang.srt.speculative.eagle_utils", "eagle_prepare_for_verify",
-                reads=("assign_extend_cache_locs_uniform_func", "req_to_token", "batch.seq_lens")),
+                reads=("assign_extend_cache_locs_uniform_func", "req_to_token", "batch.seq_lens",
+                       "batch.hisparse_coordinator")),
          Target(RELEASES, "sglang.srt.model_executor.forward_batch_info", "ForwardBatch", "init_new",
                 params=("cls", "batch", "model_runner"),
                 keywords=("capture_hidden_mode", "return_hidden_states_before_norm")),
@@ -78,6 +81,13 @@ SEAMS = (Target(RELEASES, _WORKER, "EAGLEWorkerV2", "verify", params=("self", "b
                 reads=("self.decode_cuda_graph_runner",)),
          # EAGLE-3's aux states captured whatever the forward mode
          Target(RELEASES, "sglang.srt.models.llama", "LlamaModel", "forward", reads=("self.layers_to_capture",)),
+         # stock's verify waits on the grammar barrier only for a batch with a grammar
+         Target(RELEASES, "sglang.srt.speculative.eagle_worker_common", "run_eagle_verify",
+                reads=("batch.has_grammar", "grammar_barrier")),
+         # the fallbacks' tests: hybrid models as stock detects them, parallelism, a graphed target decode
+         Target(RELEASES, "sglang.srt.configs.hybrid_arch", "mambaish_config"),
+         Target(RELEASES, "sglang.srt.runtime_context", "get_parallel"),
+         Target(RELEASES, "sglang.srt.model_executor.runner.eager_runner", "EagerRunner"),
          Target(RELEASES, "sglang.srt.managers.utils", "GenerationBatchResult"),
          Target(RELEASES, "sglang.srt.speculative.eagle_info", "EagleDraftInput"))
 
@@ -123,7 +133,9 @@ def _plain_when_off(original, mode: str):
     def verify(self, batch, pp_proxy_tensors=None, grammar_barrier=None):
         if not is_width_one_verify(self, batch):
             return original(self, batch, pp_proxy_tensors=pp_proxy_tensors, grammar_barrier=grammar_barrier)
-        reason = stock_reason(self, batch, pp_proxy_tensors, grammar_barrier, eager_only=mode == "plain")
+        # the overlap scheduler hands every EAGLE decode batch a grammar barrier, grammar or not; stock uses it
+        # only when the batch has a grammar (run_eagle_verify), so its presence decides nothing here
+        reason = stock_reason(self, batch, pp_proxy_tensors, eager_only=mode == "plain")
         if reason is not None:
             COUNTS.add(f"stock's width-1 verify ({reason})")
             return original(self, batch, pp_proxy_tensors=pp_proxy_tensors, grammar_barrier=grammar_barrier)
@@ -140,8 +152,9 @@ def is_width_one_verify(worker, batch) -> bool:
             and getattr(spec, "spec_steps", None) == 0 and getattr(spec, "draft_token_num", None) == 1)
 
 
-def stock_reason(worker, batch, pp_proxy_tensors, grammar_barrier, eager_only: bool) -> str | None:
+def stock_reason(worker, batch, pp_proxy_tensors, eager_only: bool) -> str | None:
     """Why this depth-0 batch keeps stock's width-1 verify; ``None`` when plain decoding may serve it."""
+    from sglang.srt.configs.hybrid_arch import mambaish_config
     from sglang.srt.runtime_context import get_parallel
 
     runner = worker.target_worker.model_runner
@@ -149,7 +162,7 @@ def stock_reason(worker, batch, pp_proxy_tensors, grammar_barrier, eager_only: b
     parallel = get_parallel()
     if eager_only and _graphed(runner.decode_cuda_graph_runner):
         return "the target's decode is graphed; no DECODE graph set is captured"
-    if batch.has_grammar or grammar_barrier is not None:
+    if batch.has_grammar:
         return "grammar"
     if batch.return_logprob:
         return "log-probs"
@@ -161,8 +174,10 @@ def stock_reason(worker, batch, pp_proxy_tensors, grammar_barrier, eager_only: b
         return "custom logit processor or watermark"
     if parallel.pp_size > 1 or pp_proxy_tensors is not None or parallel.attn_dp_size > 1:
         return "pipeline or attention-DP parallelism"
-    if runner.model_config.model_is_mrope or batch.mamba_track_indices is not None:
-        return "multimodal rope or hybrid state"
+    if runner.model_config.model_is_mrope or mambaish_config(runner.model_config) is not None:
+        return "multimodal rope or hybrid state"  # the verify commits a hybrid model's state (mamba, GDN)
+    if batch.hisparse_coordinator is not None:
+        return "hierarchical sparse attention"  # the verify prepares and commits its buffers
     return None
 
 
