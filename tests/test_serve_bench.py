@@ -74,10 +74,20 @@ def test_an_arm_starts_only_when_the_longest_arm_so_far_would_end_before_the_dea
     assert serve_bench.ArmClock(deadline=None, first_guess=1e9).refusal(now=0.0) is None
 
 
-def test_a_refused_arm_is_noted_and_a_later_call_that_measures_it_takes_the_note_out(monkeypatch):
-    results = {"arms": {}}
+def test_a_refused_arm_is_noted_and_a_later_call_that_measures_it_takes_the_note_out(tmp_path):
+    """The notes travel with the run's file: a later call keeps the notes of arms it does not measure."""
+    args = SimpleNamespace(workload=None, target="t", tokenizer=None, prompts="p", new_tokens=128, rounds=2,
+                           single=8, batches=(1, 16))
+    path = tmp_path / "serve_bench.json"
+    results = serve_bench.run_record(str(path), args, {}, {})
     late = serve_bench.ArmClock(deadline=0.0, first_guess=1.0)  # the epoch: past
     assert serve_bench.skip_or_note(results, "d/chain/plugin", late) is True
+    assert serve_bench.skip_or_note(results, "d/tree/plugin", late) is True
     assert results["not_run"]["d/chain/plugin"].startswith("not started: 0 s were left")
-    assert serve_bench.skip_or_note(results, "d/chain/plugin", serve_bench.ArmClock(None, 1.0)) is False
-    assert results["not_run"] == {}
+    path.write_text(json.dumps(results))
+    later = serve_bench.run_record(str(path), args, {}, {})  # a later call, with no deadline
+    assert set(later["not_run"]) == {"d/chain/plugin", "d/tree/plugin"}
+    assert serve_bench.skip_or_note(later, "d/chain/plugin", serve_bench.ArmClock(None, 1.0)) is False
+    assert set(later["not_run"]) == {"d/tree/plugin"}
+    assert serve_bench.skip_or_note(later, "d/tree/plugin", serve_bench.ArmClock(None, 1.0)) is False
+    assert "not_run" not in later

@@ -228,3 +228,9 @@ def test_arms_that_would_end_past_the_deadline_are_not_started(bench, tmp_path, 
     assert measured == ["plain", "d/k1/vllm"] and list(results["arms"]) == ["plain", "d/k1/vllm"]
     assert results["not_run"] == {"d/k3/vllm": "not started: 50 s were left before --deadline and the longest "
                                                 "arm so far took 100 s"}
+    # a call whose plain decoding the deadline refuses notes every arm, not plain's alone
+    measured.clear()
+    assert bench.main([str(tmp_path / "late"), "--target", "T", "--prompts", "p.jsonl", "--drafter", "d=D",
+                       "--arms", "plain,d/k1/vllm", "--deadline", "1000"]) == 0
+    assert measured == [] and set(json.loads((tmp_path / "late" / "vllm_bench.json").read_text())["not_run"]) == {
+        "plain", "d/k1/vllm"}

@@ -124,7 +124,10 @@ def skip_or_note(results: dict, name: str, clock: ArmClock) -> bool:
         results.setdefault("not_run", {})[name] = reason
         print(f"# {time.strftime('%H:%M:%S')} {name}: {reason}", flush=True)
         return True
-    results.get("not_run", {}).pop(name, None)
+    if name in results.get("not_run", {}):
+        del results["not_run"][name]
+        if not results["not_run"]:
+            del results["not_run"]
     return False
 
 
@@ -358,7 +361,7 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
                         "(vs_vllm.py's pages name each run's)")
     parser.add_argument("--deadline", type=float, help="seconds since the epoch by which every arm must have "
                         "ended (a lent device's end): an arm that would not end in time is not started")
-    parser.add_argument("--arm-seconds", type=float, default=180.0,
+    parser.add_argument("--arm-seconds", type=float, default=210.0,
                         help="what the first arm is expected to take, start-up included (--deadline)")
     parser.add_argument("--tokenizer", help="the model whose tokenizer and chat template make the prompts' ids, "
                         "for a target without one (zipf_checkpoint.py's); the engines then start without a "
@@ -391,6 +394,8 @@ def run_record(path: str, args, drafters: dict, environment: dict, **extra) -> d
             sys.exit(f"{path}: its arms ran {backend} attention, this call asks {asked}: one file holds one "
                      "backend's arms (give another OUT)")
         results["arms"] = earlier.get("arms", {})
+        if earlier.get("not_run"):  # the deadline's notes stay until a call measures their arms
+            results["not_run"] = earlier["not_run"]
     return results
 
 

@@ -394,12 +394,12 @@ def main(argv=None) -> int:
         if drafter_name in refused:
             results["arms"][name] = {"arm": name, "failed": "not tried: " + refused[drafter_name]}
             continue
+        if serve_bench.skip_or_note(results, name, clock):  # before plain's check: a refused arm is always noted
+            save_json(path, results)
+            continue
         plain = results["arms"].get("plain")
         if name != "plain" and (plain is None or "failed" in plain):
             print(f"# {name}: after plain decoding only (its ratios and agreement need it)", flush=True)
-            continue
-        if serve_bench.skip_or_note(results, name, clock):
-            save_json(path, results)
             continue
         print(f"# {time.strftime('%H:%M:%S')} {name}", flush=True)
         started = time.perf_counter()
