@@ -62,13 +62,15 @@ def test_a_continued_run_keeps_its_arms_only_under_the_same_attention_backend(tm
     assert serve_bench.run_record(str(path), args, {}, {})["arms"] == kept["arms"]  # a CPU run records none
 
 
-def test_an_arm_starts_only_when_the_longest_arm_so_far_would_end_before_the_deadline():
+def test_an_arm_starts_only_when_the_longest_arm_so_far_would_end_before_the_deadline(monkeypatch):
     clock = serve_bench.ArmClock(deadline=1000.0, first_guess=180.0)
     assert clock.refusal(now=820.0) is None  # 820 + 180 = 1000: just in time
     assert "an arm is guessed at 180 s (--arm-seconds)" in clock.refusal(now=821.0)
-    clock.timed(100.0)
-    clock.timed(250.0)
-    clock.timed(120.0)
+    ticks = iter([0.0, 100.0, 0.0, 250.0, 0.0, 120.0])  # perf_counter at each arm's start and end
+    monkeypatch.setattr(serve_bench.time, "perf_counter", lambda: next(ticks))
+    for _ in range(3):
+        with clock.timing():
+            pass
     assert clock.refusal(now=750.0) is None and clock.refusal(now=751.0) == (
         "not started: 249 s were left before --deadline and the longest arm so far took 250 s")
     assert serve_bench.ArmClock(deadline=None, first_guess=1e9).refusal(now=0.0) is None

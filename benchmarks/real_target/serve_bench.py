@@ -40,6 +40,7 @@ usage (repository root; SGLang 0.5.23 and this package staged, see benchmarks/gp
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import multiprocessing
@@ -99,21 +100,26 @@ class ArmClock:
     first) would end in time."""
 
     def __init__(self, deadline: float | None, first_guess: float):
-        self.deadline, self.expected = deadline, first_guess
-        self._timed: list[float] = []
+        self.deadline, self.first_guess = deadline, first_guess
+        self.longest: float | None = None  # of the arms timed so far
 
     def refusal(self, now: float | None = None) -> str | None:
         """Why the next arm must not start, or None when it may."""
         now = time.time() if now is None else now
-        if self.deadline is None or now + self.expected <= self.deadline:
+        expected = self.first_guess if self.longest is None else self.longest
+        if self.deadline is None or now + expected <= self.deadline:
             return None
-        basis = f"the longest arm so far took {self.expected:.0f} s" if self._timed else \
-            f"an arm is guessed at {self.expected:.0f} s (--arm-seconds)"
-        return (f"not started: {max(0.0, self.deadline - now):.0f} s were left before --deadline and {basis}")
+        basis = f"an arm is guessed at {expected:.0f} s (--arm-seconds)" if self.longest is None else \
+            f"the longest arm so far took {expected:.0f} s"
+        return f"not started: {max(0.0, self.deadline - now):.0f} s were left before --deadline and {basis}"
 
-    def timed(self, seconds: float) -> None:
-        self._timed.append(seconds)
-        self.expected = max(self._timed)
+    @contextlib.contextmanager
+    def timing(self):
+        """Times the arm run inside the block."""
+        started = time.perf_counter()
+        yield
+        seconds = time.perf_counter() - started
+        self.longest = seconds if self.longest is None else max(self.longest, seconds)
 
 
 def skip_or_note(results: dict, name: str, clock: ArmClock) -> bool:
@@ -435,9 +441,8 @@ def main() -> int:
             continue
         plain = results["arms"].get("plain")
         print(f"# {time.strftime('%H:%M:%S')} {name}", flush=True)
-        started = time.perf_counter()
-        record = measure_arm(name, args, ids, drafters, None if name == "plain" else plain)
-        clock.timed(time.perf_counter() - started)
+        with clock.timing():
+            record = measure_arm(name, args, ids, drafters, None if name == "plain" else plain)
         if "failed" in record and side.startswith("stock"):
             stock_refused[drafter_name, side] = f"stock failed to serve this drafter with {record.get('shape')}"
         results["arms"][name] = record

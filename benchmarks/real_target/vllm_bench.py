@@ -402,9 +402,8 @@ def main(argv=None) -> int:
             print(f"# {name}: after plain decoding only (its ratios and agreement need it)", flush=True)
             continue
         print(f"# {time.strftime('%H:%M:%S')} {name}", flush=True)
-        started = time.perf_counter()
-        record = measure_arm(name, args, ids, drafters, None if name == "plain" else plain)
-        clock.timed(time.perf_counter() - started)
+        with clock.timing():
+            record = measure_arm(name, args, ids, drafters, None if name == "plain" else plain)
         if "failed" in record and drafter_name is not None:
             refused[drafter_name] = f"vLLM failed to serve this drafter with {record.get('shape')}"
         results["arms"][name] = record
