@@ -22,6 +22,8 @@
 #   serve8b     serve_bench.py on that target (prompts' ids by RT_TOKENIZER's tokenizer, default
 #               CARRY/smolcfg: SmolLM2's) with the zipf drafter -> ROOT/serve8b
 #   vllm8b      vllm_bench.py on the same -> ROOT/vllm8b
+# RT_GPU_<PHASE> sets a phase's CUDA_VISIBLE_DEVICES: on a two-GPU machine "vllm+serve" with RT_GPU_VLLM=1
+# RT_GPU_SERVE=0 runs the engines side by side (they share the host's CPU; see README.md).
 # Each phase's limit is RT_LIMIT_<PHASE> seconds; its process group is ended after it. A phase whose
 # output exists is skipped (a run continued on the same machine).
 set -uo pipefail
@@ -81,6 +83,8 @@ run_phase() {
   local name="$1" command rc
   if [ -e "$(done_marker "$name")" ]; then echo "# phase $name: done before, skipped" | tee -a "$ROOT/status.txt"; return 0; fi
   command=$(phase_command "$name") || return 1
+  local gpu="RT_GPU_${name^^}"  # a phase on one GPU of a several-GPU machine (phases side by side, "a+b")
+  [ -n "${!gpu:-}" ] && command="export CUDA_VISIBLE_DEVICES=${!gpu}; $command"
   run_phase_command "$name" "$command" "$(limit_of "$name")"; rc=$?
   case "$name" in serve|profile|demo|vllm|serve8b|vllm8b) [ "$rc" = 0 ] && touch "$ROOT/$name.done" ;; esac
   return "$rc"
