@@ -33,6 +33,7 @@ import sys
 
 import pytest
 import torch
+from sglang_eagle_ext.sglang.compat.plain_off import PLAIN
 from sglang_eagle_ext.sglang.shape_policy import DEFAULT_STEPS
 from tests.conftest import needs_sglang
 from tests.script_module import ROOT, load_siblings
@@ -53,8 +54,7 @@ FALLBACK_REQUESTS, FALLBACK_TOKENS = 2, 24
 OFF_REQUESTS, OFF_TOKENS = 24, 30
 ADAPTIVE_CONFIG = {"1": {"candidate_steps": list(DEFAULT_STEPS)}, "17": {"candidate_steps": [0]}}
 # how the server's log names each path a depth-0 step took
-PLAIN, STOCK_PENALTIES, STOCK_LOGPROBS = ("plain decoding", "stock's width-1 verify (penalties)",
-                                         "stock's width-1 verify (log-probs)")
+STOCK_PENALTIES, STOCK_LOGPROBS = "stock's width-1 verify (penalties)", "stock's width-1 verify (log-probs)"
 RANK_BINS = (0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64, 128, 1 << 30)  # at least 5 tokens expected in each here
 
 

@@ -100,9 +100,9 @@ def bind(worker_module, mode: str) -> str:
     """Wrap ``EAGLEWorkerV2.verify``; the phrase of the activation line that says what "off" runs."""
     if mode == "stock":
         return f"off: stock's width-1 verify ({OFF_SWITCH}=stock)"
-    if not releases.PLAIN_OFF.holds(releases.installed_release()):
-        return (f"off: stock's width-1 verify (plain decoding as off is built for SGLang "
-                f"{RELEASES}; this is {releases.installed_release()})")
+    release = releases.installed_release()
+    if not releases.PLAIN_OFF.holds(release):
+        return f"off: stock's width-1 verify (plain decoding as off is built for SGLang {RELEASES}; this is {release})"
     verify = SEAMS[0]
     require(hasattr(getattr(worker_module, verify.name, None), verify.member), verify.path)
     wrap_method(getattr(worker_module, verify.name), verify.member, functools.partial(_plain_when_off, mode=mode))
