@@ -114,7 +114,9 @@ def _fused_sampler_inputs(case, data):
     return (*tree_args, logits, *data.draw(filters(case["bs"])), *case["thresholds"])
 
 
-@settings(max_examples=80, deadline=None)
+# each example is the fused kernel's three launches in Triton's interpreter (about 2 s on a 2-core CPU; 80
+# examples took 158 s of CI's 25 minutes); the GPU tests run the compiled kernel against the same reference
+@settings(max_examples=50, deadline=None)
 @given(sampling_rounds(), st.data())
 def test_fused_kernel_matches_reference(case, data):
     bs, n, steps = case["bs"], case["n"], case["steps"]
