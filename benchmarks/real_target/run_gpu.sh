@@ -104,6 +104,7 @@ ship_back() {
   # a machine lost mid-run then costs its arms, not the ~500 s of regeneration and training before them.
   # A reply brought back 62 MiB (2026-11-28), so the pieces go out 48 MiB per call, each one once.
   local back="$ROOT/back" started ended piece size used=0
+  # the trainer phases begun and ended well, as run_phase_command's status lines say
   started=$(grep -cE "phase (specforge|speculators) \(limit" "$ROOT/status.txt" 2>/dev/null)
   ended=$(grep -cE "phase (specforge|speculators): exit 0 " "$ROOT/status.txt" 2>/dev/null)
   [ "${started:-0}" -gt 0 ] && [ "$started" = "$ended" ] || return 0

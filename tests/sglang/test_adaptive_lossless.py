@@ -250,11 +250,11 @@ def test_the_rank_test_accepts_only_the_law_the_tokens_came_from(seed, tokens):
     profiles, _ = zipf_target.profiles_and_basis(hidden, vocab, LAW_SEED, "cpu")
     token, previous, drawn = 17, [], []
     for _ in range(tokens):
-        probs = torch.softmax(profiles[token % zipf_target.CLASSES].double() / 0.7, dim=-1)
+        probs = torch.softmax(profiles[token % zipf_target.CLASSES].double() / TEMPERATURE, dim=-1)
         previous.append(token)
         token = int(torch.multinomial(probs, 1, generator=generator))
         drawn.append(token)
-    assert rank_test_p_value(previous, drawn, profiles, 0.7) > 1e-3
+    assert rank_test_p_value(previous, drawn, profiles, TEMPERATURE) > 1e-3
     assert rank_test_p_value(previous, drawn, profiles, 0.5) < 1e-6
     assert rank_test_p_value(previous, drawn, profiles, NEIGHBOUR_TEMPERATURE) < 1e-4  # the server tests' threshold
 
