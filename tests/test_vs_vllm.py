@@ -94,6 +94,20 @@ def test_runs_from_different_worlds_are_refused(runs):
         vs_vllm.markdown(sglang, other)
 
 
+def test_placement_is_said_as_recorded(runs):
+    """Runs recorded on two GPUs of one host are said to be side by side (sharing its CPU); runs that record no
+    placement (before engines.placement) one after the other; runs of two hosts are refused."""
+    sglang, vllm = copy.deepcopy(runs)
+    assert "GPU X, one after the other on the same machine:" in vs_vllm.markdown(sglang, vllm)
+    sglang.update(gpus="0", host="h1")
+    vllm.update(gpus="1", host="h1")
+    assert "GPU X, side by side on two GPUs of one machine (SGLang on GPU 0, vLLM on GPU 1, at the same time: " \
+           "they shared the host's CPU):" in vs_vllm.markdown(sglang, vllm)
+    vllm["host"] = "h2"
+    with pytest.raises(ValueError, match="host: SGLang run 'h1', vLLM run 'h2'"):
+        vs_vllm.markdown(sglang, vllm)
+
+
 def test_only_the_batch_sizes_both_runs_measured_are_compared(runs):
     """An SGLang run that also measured batch 4 (for the adaptive-shape pages) beside a vLLM run of 1 and 16:
     the page compares 1 and 16 and names them; a run with no batch size in common is refused."""
@@ -150,6 +164,7 @@ def test_a_lead_inside_the_noise_floor_is_not_beyond_it(runs):
     ("vs_vllm.md", "serve_vs-vllm_h100_fa3_sglang-0.5.23.json", "vllm_h100_fa3-run_vllm-0.33.0.json"),
     ("vs_vllm_chain1.md", "serve_vs-vllm_h100_fa3-chain1_sglang-0.5.23.json",
      "vllm_h100_fa3-chain1-run_vllm-0.33.0.json"),
+    ("vs_vllm_h200x2.md", "serve_vs-vllm_h200x2_fa3_sglang-0.5.23.json", "vllm_h200x2_fa3-run_vllm-0.33.0.json"),
     ("vs_vllm_8b.md", "serve_vs-vllm_8b-geometry_h100_fa3_sglang-0.5.23.json",
      "vllm_8b-geometry_h100_fa3-run_vllm-0.33.0.json"),
     ("vs_vllm_triton.md", "serve_vs-vllm_h100_sglang-0.5.23.json", "vllm_h100_vllm-0.33.0.json"),

@@ -14,6 +14,7 @@ shims and the environment SGLang's child processes inherit.
 from __future__ import annotations
 
 import os
+import platform
 from dataclasses import dataclass
 
 from sglang_eagle_ext.sglang.compat.adaptive_shape import ENV_SWITCH as ADAPTIVE_SWITCH
@@ -50,6 +51,13 @@ def device() -> str:
     import torch
 
     return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def placement() -> dict:
+    """Where on its host a run's engine ran: the GPUs it saw (``CUDA_VISIBLE_DEVICES``, unset: all) and
+    the host's name, so that a comparison page can tell two runs side by side on one host's GPUs (sharing
+    its CPU) from runs one after the other."""
+    return {"gpus": os.environ.get("CUDA_VISIBLE_DEVICES", "all"), "host": platform.node()}
 
 
 def prepare_process() -> str:

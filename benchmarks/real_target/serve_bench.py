@@ -346,7 +346,7 @@ def environment() -> dict:
     device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else platform.processor() or "cpu"
     return {"date": datetime.date.today().isoformat(), "device": device, "sglang": sglang.__version__,
             "torch": torch.__version__, "commit": os.environ.get("E2E_COMMIT") or commit or "unknown",
-            "command": " ".join(sys.argv)}
+            "command": " ".join(sys.argv), **engines.placement()}
 
 
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:

@@ -57,6 +57,7 @@ import traceback
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.append(os.path.dirname(os.path.dirname(HERE)))  # this checkout's package, if it is not staged
+import engines  # noqa: E402
 import serve_bench  # noqa: E402  (cells, agreement rule, modes: the SGLang side's own definitions)
 from results_file import save_json  # noqa: E402  (benchmarks/gpu, put on sys.path by serve_bench)
 
@@ -336,7 +337,7 @@ def environment() -> dict:
     return {"date": datetime.date.today().isoformat(), "device": device, "engine": "vllm",
             "vllm": vllm.__version__, "torch": torch.__version__,
             "commit": os.environ.get("E2E_COMMIT") or commit or "unknown", "command": " ".join(sys.argv),
-            "engine_env": ENGINE_ENV}
+            "engine_env": ENGINE_ENV, **engines.placement()}
 
 
 def parse_args(argv=None):

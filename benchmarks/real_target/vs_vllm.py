@@ -102,9 +102,19 @@ def same_world(sglang: dict, vllm: dict) -> list[str]:
     for key in ("device", "target", "tokenizer", "prompts", "new_tokens", "single", "near_tie_nats", "workload"):
         if sglang.get(key) != vllm.get(key):
             problems.append(f"{key}: SGLang run {sglang.get(key)!r}, vLLM run {vllm.get(key)!r}")
+    if "host" in sglang and "host" in vllm and sglang["host"] != vllm["host"]:
+        problems.append(f"host: SGLang run {sglang['host']!r}, vLLM run {vllm['host']!r}")
     if not shared_batches(sglang, vllm):
         problems.append(f"batches: none in both (SGLang run {sglang['batches']}, vLLM run {vllm['batches']})")
     return problems
+
+
+def placement(sglang: dict, vllm: dict) -> str:
+    """Where the two runs ran, as ``engines.placement`` recorded it (runs from before it: one after the other)."""
+    if sglang.get("gpus", "all") != vllm.get("gpus", "all"):
+        return (f"side by side on two GPUs of one machine (SGLang on GPU {sglang['gpus']}, vLLM on GPU {vllm['gpus']}, "
+                "at the same time: they shared the host's CPU)")
+    return "one after the other on the same machine"
 
 
 def shared_batches(sglang: dict, vllm: dict) -> list[int]:
@@ -124,7 +134,7 @@ def markdown(sglang: dict, vllm: dict) -> str:
     if larger:
         named = f"{', '.join(larger[:-1])} and {larger[-1]}" if len(larger) > 1 else larger[0]
         cells.append(f"batch {named}: 64 requests in waves of that size")
-    lines = [f"{sglang['device']}, one after the other on the same machine: {engine_label(sglang)} "
+    lines = [f"{sglang['device']}, {placement(sglang, vllm)}: {engine_label(sglang)} "
              f"({attention_backend(sglang)} attention, torch {sglang['torch']}, commit {sglang['commit']}) and "
              f"{engine_label(vllm)} (torch {vllm['torch']}), {sglang['date']}. {sglang['workload']}, "
              f"{sglang['new_tokens']} new tokens each (ignore_eos); {', '.join(cells)}; the median of "
