@@ -39,6 +39,10 @@ def post_raw(port: int, path: str, data: bytes) -> tuple[int, str]:
         return error.code, error.read().decode()
 
 
+# Seconds between readiness probes: the test waits on every one, and a probe before the port listens is free.
+READY_POLL_S = 0.25
+
+
 def wait_until_ready(port: int, server: subprocess.Popen, log_path, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -48,7 +52,7 @@ def wait_until_ready(port: int, server: subprocess.Popen, log_path, timeout: flo
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/health_generate", timeout=120):
                 return
         except OSError:
-            time.sleep(2)
+            time.sleep(READY_POLL_S)
     pytest.fail(f"server not ready in {timeout} s:\n{log_path.read_text()[-3000:]}")
 
 
