@@ -95,14 +95,15 @@ def test_runs_from_different_worlds_are_refused(runs):
 
 
 def test_placement_is_said_as_recorded(runs):
-    """Runs recorded on two GPUs of one host are said to be side by side (sharing its CPU); runs that record no
-    placement (before engines.placement) one after the other; runs of two hosts are refused."""
+    """Runs recorded on two GPUs of one host are said to be on two GPUs; runs that record no placement (before
+    engines.run_environment recorded it), or one of two that does not, one after the other; runs of two hosts
+    are refused."""
     sglang, vllm = copy.deepcopy(runs)
     assert "GPU X, one after the other on the same machine:" in vs_vllm.markdown(sglang, vllm)
-    sglang.update(gpus="0", host="h1")
     vllm.update(gpus="1", host="h1")
-    assert "GPU X, side by side on two GPUs of one machine (SGLang on GPU 0, vLLM on GPU 1, at the same time: " \
-           "they shared the host's CPU):" in vs_vllm.markdown(sglang, vllm)
+    assert "GPU X, one after the other on the same machine:" in vs_vllm.markdown(sglang, vllm)
+    sglang.update(gpus="0", host="h1")
+    assert "GPU X, on two GPUs of one machine (SGLang on GPU 0, vLLM on GPU 1):" in vs_vllm.markdown(sglang, vllm)
     vllm["host"] = "h2"
     with pytest.raises(ValueError, match="host: SGLang run 'h1', vLLM run 'h2'"):
         vs_vllm.markdown(sglang, vllm)

@@ -13,8 +13,11 @@ shims and the environment SGLang's child processes inherit.
 
 from __future__ import annotations
 
+import datetime
 import os
 import platform
+import subprocess
+import sys
 from dataclasses import dataclass
 
 from sglang_eagle_ext.sglang.compat.adaptive_shape import ENV_SWITCH as ADAPTIVE_SWITCH
@@ -53,11 +56,18 @@ def device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def placement() -> dict:
-    """Where on its host a run's engine ran: the GPUs it saw (``CUDA_VISIBLE_DEVICES``, unset: all) and
-    the host's name, so that a comparison page can tell two runs side by side on one host's GPUs (sharing
-    its CPU) from runs one after the other."""
-    return {"gpus": os.environ.get("CUDA_VISIBLE_DEVICES", "all"), "host": platform.node()}
+def run_environment() -> dict:
+    """What every engine's benchmark records of its run beside the engine's own versions: the date, the device
+    (the GPU's name, else the CPU's), torch's version, the commit (``E2E_COMMIT``, else the checkout's), the
+    command line, and where on its host the engine ran (the GPUs it saw, ``CUDA_VISIBLE_DEVICES``, unset: all;
+    the host's name), so that a comparison page can tell runs on two GPUs of one host from runs on one."""
+    import torch
+
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    name = torch.cuda.get_device_name(0) if torch.cuda.is_available() else platform.processor() or "cpu"
+    return {"date": datetime.date.today().isoformat(), "device": name, "torch": torch.__version__,
+            "commit": os.environ.get("E2E_COMMIT") or commit or "unknown", "command": " ".join(sys.argv),
+            "gpus": os.environ.get("CUDA_VISIBLE_DEVICES", "all"), "host": platform.node()}
 
 
 def prepare_process() -> str:

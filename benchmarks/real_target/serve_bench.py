@@ -41,13 +41,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime
 import json
 import multiprocessing
 import os
-import platform
 import statistics
-import subprocess
 import sys
 import time
 import traceback
@@ -338,15 +335,9 @@ def compare_cells(cells: dict, plain: dict | None, batches, is_plain: bool) -> N
 
 
 def environment() -> dict:
-    import torch
-
     import sglang
 
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-    device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else platform.processor() or "cpu"
-    return {"date": datetime.date.today().isoformat(), "device": device, "sglang": sglang.__version__,
-            "torch": torch.__version__, "commit": os.environ.get("E2E_COMMIT") or commit or "unknown",
-            "command": " ".join(sys.argv), **engines.placement()}
+    return {**engines.run_environment(), "sglang": sglang.__version__}
 
 
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:

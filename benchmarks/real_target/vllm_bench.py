@@ -42,14 +42,11 @@ a GPU and prints each arm's engine keywords)::
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import multiprocessing
 import os
-import platform
 import signal
 import statistics
-import subprocess
 import sys
 import time
 import traceback
@@ -328,16 +325,9 @@ def measure_arm(name: str, args, ids, drafters: dict, plain: dict | None) -> dic
 
 
 def environment() -> dict:
-    import torch
-
     import vllm
 
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-    device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else platform.processor() or "cpu"
-    return {"date": datetime.date.today().isoformat(), "device": device, "engine": "vllm",
-            "vllm": vllm.__version__, "torch": torch.__version__,
-            "commit": os.environ.get("E2E_COMMIT") or commit or "unknown", "command": " ".join(sys.argv),
-            "engine_env": ENGINE_ENV, **engines.placement()}
+    return {**engines.run_environment(), "engine": "vllm", "vllm": vllm.__version__, "engine_env": ENGINE_ENV}
 
 
 def parse_args(argv=None):

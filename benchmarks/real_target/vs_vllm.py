@@ -110,10 +110,11 @@ def same_world(sglang: dict, vllm: dict) -> list[str]:
 
 
 def placement(sglang: dict, vllm: dict) -> str:
-    """Where the two runs ran, as ``engines.placement`` recorded it (runs from before it: one after the other)."""
-    if sglang.get("gpus", "all") != vllm.get("gpus", "all"):
-        return (f"side by side on two GPUs of one machine (SGLang on GPU {sglang['gpus']}, vLLM on GPU {vllm['gpus']}, "
-                "at the same time: they shared the host's CPU)")
+    """Where the two runs ran, as ``engines.run_environment`` recorded it; runs from before it recorded their
+    GPUs ran one after the other. Two GPUs say nothing of the time: whether the engines ran at once, sharing
+    the host's CPU, is the runs' notes' to say."""
+    if "gpus" in sglang and "gpus" in vllm and sglang["gpus"] != vllm["gpus"]:
+        return f"on two GPUs of one machine (SGLang on GPU {sglang['gpus']}, vLLM on GPU {vllm['gpus']})"
     return "one after the other on the same machine"
 
 
