@@ -63,9 +63,10 @@ REAL_TARGET = RESULTS / "real_target"  # serve_<device>_sglang-<release>.json, f
 # the headline's run: every drafter with chain and tree, this plugin and stock, against one plain decoding;
 # later runs add arms (the wide tree, stock on an edited config) with their own plain decoding, in serve.md
 REAL_TARGET_HEADLINE = REAL_TARGET / "serve_h100_sglang-0.5.23.json"
-# the side-by-side run (issue 38): SGLang's arms (FlashAttention 3) and vLLM's, one after the other on one GPU
-VS_VLLM = (REAL_TARGET / "serve_vs-vllm_h100_fa3_sglang-0.5.23.json",
-           REAL_TARGET / "vllm_h100_fa3-run_vllm-0.33.0.json")
+# the side-by-side run (issue 38) with the most arms: SGLang's (FlashAttention 3) and vLLM's, one after the other
+# on one GPU
+VS_VLLM = (REAL_TARGET / "serve_vs-vllm_h200_fa3_sglang-0.5.23.json",
+           REAL_TARGET / "vllm_h200_fa3-run_vllm-0.33.0.json")
 # the same on the Llama-3.1-8B-geometry workload (zipf target and drafter as files, benchmarks/gpu/zipf_checkpoint.py)
 VS_VLLM_8B = (REAL_TARGET / "serve_vs-vllm_8b-geometry_h100_fa3_sglang-0.5.23.json",
               REAL_TARGET / "vllm_8b-geometry_h100_fa3-run_vllm-0.33.0.json")
@@ -802,7 +803,7 @@ def real_target_modules() -> tuple:
     return tuple(load_siblings("benchmarks/real_target", "table", "vs_vllm"))
 
 
-def vs_vllm_table(runs: tuple[Path, Path] = VS_VLLM, page: str = "vs_vllm.md") -> str:
+def vs_vllm_table(runs: tuple[Path, Path] = VS_VLLM, page: str = "vs_vllm_h200.md") -> str:
     """The README's table of this package on SGLang against vLLM, same GPU, target, drafters and cells
     (``benchmarks/real_target/vs_vllm.py``), with where vLLM is faster said in words from the same files."""
     _, vs_vllm = real_target_modules()

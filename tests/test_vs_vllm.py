@@ -162,6 +162,7 @@ def test_a_lead_inside_the_noise_floor_is_not_beyond_it(runs):
 
 
 @pytest.mark.parametrize("page, sglang_run, vllm_run", [
+    ("vs_vllm_h200.md", "serve_vs-vllm_h200_fa3_sglang-0.5.23.json", "vllm_h200_fa3-run_vllm-0.33.0.json"),
     ("vs_vllm.md", "serve_vs-vllm_h100_fa3_sglang-0.5.23.json", "vllm_h100_fa3-run_vllm-0.33.0.json"),
     ("vs_vllm_chain1.md", "serve_vs-vllm_h100_fa3-chain1_sglang-0.5.23.json",
      "vllm_h100_fa3-chain1-run_vllm-0.33.0.json"),
