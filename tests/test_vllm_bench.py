@@ -5,6 +5,7 @@ answers with the fields vLLM 0.33's objects carry (RequestOutput.outputs[0].toke
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -203,6 +204,9 @@ def test_measured_arm_with_a_stand_in_vllm(tmp_path):
     assert "failed" not in tokenless and tokenless["engine_kwargs"]["skip_tokenizer_init"] is True
     assert tokenless["cells"]["batch1/greedy"]["vs_plain"]["exact"] == 3
     assert result["later"]["failed"].startswith("during the cells: RuntimeError: CUDA error")
+    # the arm's log says where its start went: building the engine, then the warm-up
+    assert re.search(r"^start: engine built in \d+\.\d s, warm-up \d+\.\d s$",
+                     (tmp_path / "vllm_plain.log").read_text(), re.M)
 
 
 def test_arms_that_would_end_past_the_deadline_are_not_started(bench, tmp_path, monkeypatch):

@@ -168,6 +168,7 @@ def first_token_requests(waves: list[list[list[int]]], rounds: int) -> list[tupl
 def host(connection, target: str, drafter: str | None, shape_name: str | None, plugin: bool, log_path: str,
          batches: tuple[int, ...], context_length: int, skip_tokenizer: bool, backend: str) -> None:
     """Child process hosting one engine; answers (batch, mode, waves, top2) with one measurement."""
+    entered = time.perf_counter()  # after the spawned interpreter's imports
     log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
     os.dup2(log, 1)
     os.dup2(log, 2)
@@ -185,9 +186,11 @@ def host(connection, target: str, drafter: str | None, shape_name: str | None, p
         traceback.print_exc()
         connection.send({"failed": f"{type(exc).__name__}: {exc}"[:600]})
         return
+    built = time.perf_counter()
     for batch in batches:  # the first requests of each batch size and mode compile kernels: untimed
         for params in MODES.values():
             engine.generate(input_ids=[[1, 2, 3]] * batch, sampling_params={**params, "max_new_tokens": 8})
+    print(start_parts(entered, built), flush=True)
     connection.send("ready")
     while (request := connection.recv()) is not None:
         waves, mode, new_tokens, top2 = request  # new_tokens: per request of a single wave, or one for all
@@ -207,6 +210,12 @@ def host(connection, target: str, drafter: str | None, shape_name: str | None, p
                                for position in o["meta_info"]["output_top_logprobs"]] for o in outputs]
         connection.send(result)
     engine.shutdown()
+
+
+def start_parts(entered: float, built: float) -> str:
+    """The arm log's line saying where an engine's start went (the record's ``start_s`` is their sum with the
+    spawned interpreter's start and imports): building the engine, then the untimed warm-up."""
+    return f"start: engine built in {built - entered:.1f} s, warm-up {time.perf_counter() - built:.1f} s"
 
 
 def agreement(outputs: list[list[int]], reference: list[list[int]], top2: list | None) -> dict:

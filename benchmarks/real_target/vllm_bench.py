@@ -169,6 +169,7 @@ def top2_of(logprobs) -> list[list[float]]:
 
 def host(connection, kwargs: dict, log_path: str, batches: tuple[int, ...]) -> None:
     """Child process hosting one engine; answers (waves, mode, new_tokens, top2) with one measurement."""
+    entered = time.perf_counter()  # after the spawned interpreter's imports
     os.setpgrp()  # its own process group, with vLLM's engine-core process: end_group() ends both
     log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
     os.dup2(log, 1)
@@ -191,10 +192,12 @@ def host(connection, kwargs: dict, log_path: str, batches: tuple[int, ...]) -> N
                     "draft_hf_config": type(draft.hf_config).__name__,
                     "aux_layer_ids": getattr(draft.hf_config, "eagle_aux_hidden_state_layer_ids", None)}
     detokenize = not kwargs.get("skip_tokenizer_init")
+    built = time.perf_counter()
     for batch in batches:  # the first requests of each batch size and mode compile kernels: untimed
         for mode in serve_bench.MODES:
             llm.generate([{"prompt_token_ids": [1, 2, 3]}] * batch,
                          SamplingParams(**sampling_kwargs(mode, 8, detokenize=detokenize)), use_tqdm=False)
+    print(serve_bench.start_parts(entered, built), flush=True)
     connection.send({"ready": True, "speculative": resolved})
     while (request := connection.recv()) is not None:
         waves, mode, new_tokens, top2 = request
