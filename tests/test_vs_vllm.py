@@ -60,6 +60,15 @@ def test_best_arm_is_the_fastest_of_this_engine_never_stock(runs):
     assert vs_vllm.best_arm(vllm, "other", "batch1/greedy") is None
 
 
+def test_shapes_are_written_alike_in_both_engines_rows():
+    """serve_bench names its chain-1 shape "chain1" (arm keys must differ); the pages write "chain 1/1/2" as
+    vLLM's rows do, and leave names without a depth as they are."""
+    assert vs_vllm.shape_of("d/chain1/plugin", {"shape": "chain1 1/1/2"}) == "chain 1/1/2"
+    assert vs_vllm.shape_of("d/chain5/plugin", {"shape": "chain5 5/1/6"}) == "chain 5/1/6"
+    assert vs_vllm.shape_of("d/stock-adaptive/plugin", {"shape": "stock-adaptive 3/1/4"}) == "stock-adaptive 3/1/4"
+    assert vs_vllm.shape_of("d/wide/plugin", {}) == "d/wide/plugin"  # no recorded shape: the arm's name
+
+
 def test_chain_lengths_and_parity_pairs(runs):
     assert [vs_vllm.chain_length(s) for s in ("chain 3/1/4", "chain1 1/1/2", "wide 6/8/32", "tree 5/4/8")] == \
         [3, 1, None, None]

@@ -55,9 +55,17 @@ def arms_of(results: dict, drafter: str) -> dict:
             if name.startswith(f"{drafter}/") and name.split("/")[-1] in ("plugin", "vllm") and "cells" in arm}
 
 
+def shape_of(name: str, arm: dict) -> str:
+    """Arm ``name``'s shape as both engines' rows write it, its kind and steps/top-k/draft tokens ("chain
+    1/1/2"): serve_bench's shape names carry a depth to keep arm names apart ("chain1"), which the numbers say."""
+    label = arm.get("shape") or name
+    kind, _, numbers = label.partition(" ")
+    return f"{kind.rstrip('0123456789')} {numbers}" if numbers else label
+
+
 def best_arm(results: dict, drafter: str, key: str) -> tuple[str, dict] | None:
     """The arm with the highest median output tok/s in cell ``key``: (its shape, the cell)."""
-    measured = [(arm.get("shape") or name, arm["cells"][key]) for name, arm in arms_of(results, drafter).items()
+    measured = [(shape_of(name, arm), arm["cells"][key]) for name, arm in arms_of(results, drafter).items()
                 if key in arm["cells"]]
     return max(measured, key=lambda pair: pair[1]["tok_s_median"], default=None)
 
@@ -197,7 +205,7 @@ def _arm_table(runs: tuple[dict, dict], drafters: list[str], batches: list[int],
         for drafter in drafters:
             for name, arm in arms_of(results, drafter).items():
                 lines.append(f"| {engine_label(results)} | {DRAFTER_NAMES.get(drafter, drafter)} | "
-                             f"{arm.get('shape') or name} | " + " | ".join(
+                             f"{shape_of(name, arm)} | " + " | ".join(
                                  text(arm["cells"].get(f"batch{b}/{mode}"), plain.get(f"batch{b}/{mode}"))
                                  for b in batches) + " |")
     return lines
