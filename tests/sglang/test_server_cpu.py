@@ -18,14 +18,13 @@ from concurrent.futures import ThreadPoolExecutor
 
 import openai
 import pytest
+from tests.conftest import GREEDY_TOKENS
 from tests.http_server import post, post_raw, serving
 from tests.script_module import ROOT
 
-from sglang_eagle_ext.demo.run import PROMPTS, plain_greedy, serve_greedy
+from sglang_eagle_ext.demo.run import PROMPTS, serve_greedy
 from sglang_eagle_ext.sglang.shape_policy import DEFAULT_STEPS
 from tests.kit.matched_drafter import build_matched_drafter
-
-NEW_TOKENS = 12
 
 
 @pytest.fixture(scope="module")
@@ -35,20 +34,15 @@ def models(shared_target, tmp_path_factory):
     return shared_target, drafter
 
 
-@pytest.fixture(scope="module")
-def greedy_reference(shared_target):
-    return plain_greedy(shared_target, NEW_TOKENS)
-
-
-def test_eagle3_greedy_equals_plain_greedy(models, greedy_reference):
+def test_eagle3_greedy_equals_plain_greedy(models, shared_greedy_reference):
     target, drafter = models
-    served = serve_greedy(target, drafter, "cpu", num_steps=3, new_tokens=NEW_TOKENS, timeout=420)
+    served = serve_greedy(target, drafter, "cpu", num_steps=3, new_tokens=GREEDY_TOKENS, timeout=420)
     assert served.activation and all("sglang_eagle_ext.sglang.model.LlamaForCausalLMEagle3" in line
                                      for line in served.activation if "drafts served" in line)
-    assert [o["output_ids"] for o in served.outputs] == greedy_reference
+    assert [o["output_ids"] for o in served.outputs] == shared_greedy_reference
     for output in served.outputs:
-        assert output["completion_tokens"] == NEW_TOKENS
-        assert 0 < output["spec_verify_ct"] <= NEW_TOKENS
+        assert output["completion_tokens"] == GREEDY_TOKENS
+        assert 0 < output["spec_verify_ct"] <= GREEDY_TOKENS
 
 
 @pytest.fixture(scope="module")
@@ -64,14 +58,14 @@ def tree_server(shared_target, shared_drafter, tmp_path_factory):
 
 def greedy_outputs(port: int) -> list[dict]:
     return post(port, "/generate", {"text": PROMPTS, "sampling_params": {
-        "temperature": 0, "max_new_tokens": NEW_TOKENS, "ignore_eos": True}})
+        "temperature": 0, "max_new_tokens": GREEDY_TOKENS, "ignore_eos": True}})
 
 
-def test_tree_drafting_greedy_equals_plain_greedy(tree_server, greedy_reference):
+def test_tree_drafting_greedy_equals_plain_greedy(tree_server, shared_greedy_reference):
     port, _ = tree_server
     replies = greedy_outputs(port)
-    assert [reply["output_ids"] for reply in replies] == greedy_reference
-    assert all(reply["meta_info"]["spec_verify_ct"] < NEW_TOKENS for reply in replies)  # drafts accepted
+    assert [reply["output_ids"] for reply in replies] == shared_greedy_reference
+    assert all(reply["meta_info"]["spec_verify_ct"] < GREEDY_TOKENS for reply in replies)  # drafts accepted
 
 
 # (OpenAI parameters, SGLang's extra ones): what issue 25's user sent
@@ -81,7 +75,7 @@ SAMPLED_REQUESTS = {"T0.8": ({"temperature": 0.8}, {}),
 SAMPLED_TOKENS = 8
 
 
-def test_sampled_requests_are_served(tree_server, greedy_reference):
+def test_sampled_requests_are_served(tree_server, shared_greedy_reference):
     """The three are sent at once, so that SGLang verifies them in one batch."""
     port, log_path = tree_server
     client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0, timeout=300)
@@ -99,7 +93,7 @@ def test_sampled_requests_are_served(tree_server, greedy_reference):
     # SGLang's sampled verify ran on our plain-torch ops (it has none on this host) ...
     assert "sampled EAGLE verify on this host by sglang_eagle_ext.sglang.compat.cpu_sampling" in log_path.read_text()
     # ... and the server still serves greedy requests losslessly
-    assert [reply["output_ids"] for reply in greedy_outputs(port)] == greedy_reference
+    assert [reply["output_ids"] for reply in greedy_outputs(port)] == shared_greedy_reference
 
 
 OVERSIZED_PROMPT = " ".join(["river"] * 1100)  # longer than the target's 1024-token context
@@ -129,12 +123,12 @@ BAD_REQUESTS = {
 }
 
 
-def test_bad_requests_get_a_4xx_and_the_server_keeps_serving(tree_server, greedy_reference):
+def test_bad_requests_get_a_4xx_and_the_server_keeps_serving(tree_server, shared_greedy_reference):
     port, _ = tree_server
     answers = {name: post_raw(port, path, body) for name, (path, body, _) in BAD_REQUESTS.items()}
     for name, (status, text) in answers.items():
         assert 400 <= status < 500 and BAD_REQUESTS[name][2] in text, (name, status, text[:300])
-    assert [reply["output_ids"] for reply in greedy_outputs(port)] == greedy_reference
+    assert [reply["output_ids"] for reply in greedy_outputs(port)] == shared_greedy_reference
 
 
 SOAK_KINDS = {"greedy", "sampled", "stop", "json", "logprobs", "aborted_stream", "malformed"}
@@ -159,22 +153,22 @@ def test_short_soak_passes_every_check(tree_server, tmp_path):
     assert result["counts"]["acceptance_length"] > 1  # drafts were accepted under load
 
 
-def test_depths_switched_every_step_keep_greedy_equal_to_plain(shared_target, shared_drafter, greedy_reference):
+def test_depths_switched_every_step_keep_greedy_equal_to_plain(shared_target, shared_drafter, shared_greedy_reference):
     """SGLang's --speculative-adaptive with this package's policy in its test mode: every depth in turn, one
     per step (no speculation, chain 1, chain 3, chain 5), with the demo's distilled drafter (whose drafts the target
     accepts). Whatever depth a step runs, its verify is SGLang's, and the state carried between steps (the
     drafter's KV, its hidden rows) must survive each switch: the greedy output still equals plain greedy
     decoding, and drafts are still accepted after the switches."""
-    served = serve_greedy(shared_target, shared_drafter, "cpu", num_steps=3, new_tokens=NEW_TOKENS, timeout=420,
+    served = serve_greedy(shared_target, shared_drafter, "cpu", num_steps=3, new_tokens=GREEDY_TOKENS, timeout=420,
                           adaptive="cycle")
     assert any("adaptive shape: round-robin over the depths" in line for line in served.activation)
     assert any(f"adaptive shape: round-robin (test mode) over depths {list(DEFAULT_STEPS)}" in line
                for line in served.activation)
-    assert [o["output_ids"] for o in served.outputs] == greedy_reference
+    assert [o["output_ids"] for o in served.outputs] == shared_greedy_reference
     # depth 0 was plain decoding (a DECODE forward writing the target's KV where the verify would): the outputs
     # above then also judge the target's KV it wrote and the drafter state the warm extend kept
     assert any("adaptive off: 1 step by plain decoding" in line for line in served.activation)
     # the first token comes from the prefill; a step that accepts no draft makes one token
     steps, tokens = sum(o["spec_verify_ct"] for o in served.outputs), sum(o["completion_tokens"] - 1
                                                                            for o in served.outputs)
-    assert all(o["completion_tokens"] == NEW_TOKENS for o in served.outputs) and 0 < steps < tokens
+    assert all(o["completion_tokens"] == GREEDY_TOKENS for o in served.outputs) and 0 < steps < tokens
