@@ -65,9 +65,21 @@ STOCK_PENALTIES, STOCK_LOGPROBS = "stock's width-1 verify (penalties)", "stock's
 RANK_BINS = (0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64, 128, 1 << 30)  # at least 5 tokens expected in each here
 
 
-def engine_child() -> None:
-    """Runs in a fresh process: one engine, greedy then sampled generation of the same prompts, one RESULT
-    line. Arguments: TARGET DRAFTER PROMPTS_JSON."""
+# each run: its name, sampling parameters, whether it asks for log-probs, how many of the prompts
+RUNS = (("greedy", {"temperature": 0.0, "max_new_tokens": GREEDY_TOKENS}, False, GREEDY_REQUESTS),
+        ("sampled", {"temperature": TEMPERATURE, "max_new_tokens": SAMPLED_TOKENS}, False, SAMPLED_REQUESTS),
+        # batches the plain "off" leaves to stock's width-1 verify
+        ("penalized", {"temperature": 0.0, "max_new_tokens": FALLBACK_TOKENS, "frequency_penalty": 0.5},
+         False, FALLBACK_REQUESTS),
+        ("logprobs", {"temperature": 0.0, "max_new_tokens": FALLBACK_TOKENS}, True, FALLBACK_REQUESTS),
+        # a batch size that allows only depth 0: every step after the prefill's is a plain one
+        ("sampled-off", {"temperature": TEMPERATURE, "max_new_tokens": OFF_TOKENS}, False, OFF_REQUESTS))
+CHAIN_LAUNCH = {"speculative_num_steps": 3, "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 4}
+
+
+def engine_child(launch: dict = CHAIN_LAUNCH, config: dict = ADAPTIVE_CONFIG, runs: tuple = RUNS) -> None:
+    """Runs in a fresh process: one engine launched at the shape ``launch`` with the adaptive ``config``, the
+    ``runs`` in turn, one RESULT line. Arguments: TARGET DRAFTER PROMPTS_JSON."""
     from sglang_eagle_ext.sglang.compat import cpu
 
     if DEVICE == "cpu":
@@ -79,25 +91,16 @@ def engine_child() -> None:
     target, drafter, prompts = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
     # the GPU server as users run it (graphs, overlap), with an attention backend every kit has
     device_options = cpu.engine_options(installed_release()) if DEVICE == "cpu" else {"attention_backend": "triton"}
-    config = os.path.join(os.path.dirname(target), "adaptive.json")
-    with open(config, "w", encoding="utf-8") as handle:
-        json.dump(ADAPTIVE_CONFIG, handle)
-    engine = sglang.Engine(speculative_adaptive_config=config,
+    config_path = os.path.join(os.path.dirname(target), "adaptive.json")
+    with open(config_path, "w", encoding="utf-8") as handle:
+        json.dump(config, handle)
+    engine = sglang.Engine(speculative_adaptive_config=config_path,
                            model_path=target, skip_tokenizer_init=True, max_total_tokens=8192, context_length=256,
                            log_level="error", random_seed=7, speculative_algorithm="EAGLE3",
-                           speculative_draft_model_path=drafter, speculative_num_steps=3, speculative_eagle_topk=1,
-                           speculative_num_draft_tokens=4, speculative_adaptive=True, **device_options)
+                           speculative_draft_model_path=drafter, speculative_adaptive=True, **launch, **device_options)
     results = {}
     try:
-        for mode, params, logprobs, count in (
-                ("greedy", {"temperature": 0.0, "max_new_tokens": GREEDY_TOKENS}, False, GREEDY_REQUESTS),
-                ("sampled", {"temperature": TEMPERATURE, "max_new_tokens": SAMPLED_TOKENS}, False, SAMPLED_REQUESTS),
-                # batches the plain "off" leaves to stock's width-1 verify
-                ("penalized", {"temperature": 0.0, "max_new_tokens": FALLBACK_TOKENS, "frequency_penalty": 0.5},
-                 False, FALLBACK_REQUESTS),
-                ("logprobs", {"temperature": 0.0, "max_new_tokens": FALLBACK_TOKENS}, True, FALLBACK_REQUESTS),
-                # a batch size that allows only depth 0: every step after the prefill's is a plain one
-                ("sampled-off", {"temperature": TEMPERATURE, "max_new_tokens": OFF_TOKENS}, False, OFF_REQUESTS)):
+        for mode, params, logprobs, count in runs:
             outputs = engine.generate(input_ids=prompts[:count], sampling_params={**params, "ignore_eos": True},
                                       return_logprob=logprobs)
             results[mode] = [{"output_ids": o["output_ids"], "verify": o["meta_info"].get("spec_verify_ct")}
@@ -124,6 +127,14 @@ def rank_test_p_value(previous: list[int], drawn: list[int], logits: torch.Tenso
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
     """The zipf pair built, served in the test mode, its greedy and sampled outputs; the stderr."""
+    served = serve_zipf(tmp_path_factory, __name__)
+    assert f"round-robin (test mode) over depths {list(DEFAULT_STEPS)}" in served[3]
+    return served
+
+
+def serve_zipf(tmp_path_factory, child_module: str):
+    """The zipf pair built and served by ``child_module``'s ``engine_child`` with the switch at ``cycle``:
+    the prompts, the child's results by run, the law (:func:`served_law`) and the server's stderr."""
     root = tmp_path_factory.mktemp("zipf")
     built = subprocess.run([sys.executable, "benchmarks/gpu/zipf_checkpoint.py", str(root), "--smoke",
                             *GEOMETRY_OPTIONS[DEVICE], "--device", "cpu"], cwd=ROOT, capture_output=True, text=True,
@@ -144,12 +155,11 @@ def served(tmp_path_factory):
     # the checkout first, then what the environment had (on a CPU host the shims' folder)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     env.pop(PLUGIN_SWITCH, None)  # the plugin at its default: on
-    run = subprocess.run([sys.executable, "-c", "from tests.sglang.test_adaptive_lossless import engine_child; "
-                          "engine_child()", target, drafter, json.dumps(prompts)],
+    run = subprocess.run([sys.executable, "-c", f"from {child_module} import engine_child; engine_child()",
+                          target, drafter, json.dumps(prompts)],
                          cwd=ROOT, capture_output=True, text=True, env=env, timeout=900)
     results = [line for line in run.stdout.splitlines() if line.startswith("RESULT ")]
     assert run.returncode == 0 and results, run.stderr[-4000:]
-    assert f"round-robin (test mode) over depths {list(DEFAULT_STEPS)}" in run.stderr
     assert OFF_ACTIVATION[DEVICE] in run.stderr  # the activation line
     return prompts, json.loads(results[0][len("RESULT "):]), served_law(target), run.stderr
 

@@ -449,7 +449,12 @@ def test_the_binding_puts_the_policy_where_sglangs_worker_constructs_it(monkeypa
         return batch
 
     monkeypatch.setattr(worker.EAGLEWorkerV2, "forward_batch_generation", forward_batch_generation)
-    monkeypatch.setattr(worker.EAGLEWorkerV2, "verify", worker.EAGLEWorkerV2.verify)  # put back after the test
+    # put back after the test: what the binding wraps (plain_off's verify, adaptive_trees' seams)
+    for owner, method in (("EAGLEWorkerV2", "verify"), ("EAGLEWorkerV2", "__init__"),
+                          ("EAGLEWorkerV2", "_override_worker_state"), ("EAGLEWorkerV2", "apply_runtime_state"),
+                          ("EagleDraftWorker", "_draft_extend_for_prefill"),
+                          ("EagleDraftWorker", "_draft_extend_for_decode"), ("EagleDraftWorker", "draft")):
+        monkeypatch.setattr(getattr(worker, owner), method, getattr(worker, owner).__dict__[method])
     monkeypatch.setenv(adaptive_shape.ENV_SWITCH, value)
     monkeypatch.setenv(adaptive_shape.TRACE_SWITCH, str(tmp_path / "Trace"))
     phrase = adaptive_shape._bind_once_scheduler_loads(None)
@@ -463,6 +468,9 @@ def test_the_binding_puts_the_policy_where_sglangs_worker_constructs_it(monkeypa
     # depth 0 is plain decoding (the default of the off switch): the worker's verify is wrapped
     assert "off: plain decoding where the target decodes eagerly" in phrase
     assert getattr(worker.EAGLEWorkerV2.verify, "__eagle_ext_original__", None) is not None
+    # a launch at top-k above 1 is the set's tree (test_adaptive_trees.py): the worker's seams are wrapped
+    assert phrase.endswith("; trees: the launch shape where its top-k is above 1")
+    assert getattr(worker.EagleDraftWorker.draft, "__eagle_ext_original__", None) is not None
     # the worker's decode entry tells the policy the batch's kind before SGLang asks it for the depth, from
     # the requests (SGLang's is_all_greedy stays low once a sampled request joined); an idle batch keeps it
     this = SimpleNamespace(adaptive_controller=SimpleNamespace(params=policy))
@@ -558,7 +566,12 @@ def test_the_off_switch_selects_what_depth_zero_runs(monkeypatch, value, phrase)
     from sglang_eagle_ext.sglang.compat import plain_off
 
     worker = pytest.importorskip("sglang.srt.speculative.eagle_worker_v2")
-    monkeypatch.setattr(worker.EAGLEWorkerV2, "verify", worker.EAGLEWorkerV2.verify)  # put back after the test
+    # put back after the test: what the binding wraps (plain_off's verify, adaptive_trees' seams)
+    for owner, method in (("EAGLEWorkerV2", "verify"), ("EAGLEWorkerV2", "__init__"),
+                          ("EAGLEWorkerV2", "_override_worker_state"), ("EAGLEWorkerV2", "apply_runtime_state"),
+                          ("EagleDraftWorker", "_draft_extend_for_prefill"),
+                          ("EagleDraftWorker", "_draft_extend_for_decode"), ("EagleDraftWorker", "draft")):
+        monkeypatch.setattr(getattr(worker, owner), method, getattr(worker, owner).__dict__[method])
     stock = worker.EAGLEWorkerV2.verify
     monkeypatch.setenv(plain_off.OFF_SWITCH, value)
     assert phrase in plain_off.bind(worker, plain_off.selected())

@@ -35,7 +35,7 @@ import time
 from packaging.version import Version
 
 from sglang_eagle_ext import env
-from sglang_eagle_ext.sglang.compat import plain_off, releases
+from sglang_eagle_ext.sglang.compat import adaptive_trees, plain_off, releases
 from sglang_eagle_ext.sglang.compat.patch import SCHEDULER_MODULE, Patch, Target, require, wrap_method
 from sglang_eagle_ext.sglang.shape_policy import ShapePolicy
 
@@ -97,8 +97,9 @@ def _bind_once_scheduler_loads(_scheduler_module) -> str:
             TRAFFIC_SEAMS[0].path)
     wrap_method(worker.EAGLEWorkerV2, "forward_batch_generation", _telling_the_traffic)
     off = plain_off.bind(worker, plain_off.selected())
+    trees = adaptive_trees.bind(worker, mode)
     return (f"adaptive shape: {'round-robin over the depths (test mode)' if mode == 'cycle' else 'cost policy'} "
-            f"in place of stock's under --speculative-adaptive ({ENV_SWITCH}={mode}); {off}")
+            f"in place of stock's under --speculative-adaptive ({ENV_SWITCH}={mode}); {off}; {trees}")
 
 
 def _telling_the_traffic(original):

@@ -76,6 +76,10 @@ PLAIN_OFF = _fact("plain-off", ">=0.5.23",
                   "at adaptive depth 0 the v2 worker verifies a width-1 input (_build_trivial_verify_input) through "
                   "EAGLEWorkerV2.verify and runs the draft extend from its result, which a plain DECODE step can "
                   "stand in for (the result fields, ForwardBatch.init_new and the KV-location plan as of 0.5.23)")
+ADAPTIVE_TREES = _fact("adaptive-trees", ">=0.5.23",
+                        "the v2 worker's adaptive states are built and switched by build_adaptive_runtime_state, "
+                        "_override_worker_state and apply_runtime_state, the next step's top-k computed by the "
+                        "draft extends with the drafter's topk (as of 0.5.23), so a tree joins the set")
 # How the server is started (every release: `sglang serve`, which launch_server's __main__ recommends)
 CUDA_GRAPH_BACKEND_FLAGS = _fact("cuda-graph-backend-flags", ">=0.5.14",
                                  "CUDA graphs are switched off per phase, --cuda-graph-backend-{decode,prefill}="

@@ -1,0 +1,145 @@
+"""A tree in the per-step adaptive set stays lossless while the shape changes every step (issue 39, stage B), on
+a CPU server.
+
+The server is launched at tree 5/4/8 (SGLang's default for Llama targets), the set's envelope, with the adaptive
+config's candidates 0, 3, 5: off, chain 3/1/4 and that tree, switched round-robin every step (the switch's test
+mode), on the zipf pair of ``test_adaptive_lossless`` (its docstring: the law known at every position, a drafter
+that drafts it). Across the switches the drafter's next top-k must be carried at the tree's width and sliced for
+the chain (``compat/adaptive_trees.py``): a chain drafting from a tree's columns, or a tree from a chain's, breaks
+the server or the drafts. Greedy: the law's argmax chain, the chain's drafts accepted whole and at least the
+tree's first (the argmax of the drafter's law, which every tree keeps); sampled: the law's chi-square test.
+"""
+
+import contextlib
+from types import SimpleNamespace
+
+import pytest
+import torch
+from tests.conftest import needs_sglang
+from tests.sglang import test_adaptive_lossless as lossless
+
+SET = (0, 3, 5)  # off, chain 3/1/4, the tree
+TREE = {"speculative_num_steps": 5, "speculative_eagle_topk": 4, "speculative_num_draft_tokens": 8}
+RUNS = lossless.RUNS[:2]  # greedy, sampled
+
+
+def engine_child() -> None:
+    lossless.engine_child(launch=TREE, config={"1": {"candidate_steps": list(SET)}}, runs=RUNS)
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    served = lossless.serve_zipf(tmp_path_factory, __name__)
+    assert "adaptive set: tree 5/4/8 with off, chain 3/1/4" in served[3]
+    return served
+
+
+def cycle_steps(tokens: int, tree_tokens: int) -> set[int]:
+    """Verify steps that make ``tokens`` tokens when the set's shapes come in turn, from each start, every chain's
+    drafts are accepted whole and each tree step makes ``tree_tokens``."""
+    made_by = {steps: (tree_tokens if steps == TREE["speculative_num_steps"] else steps + 1) for steps in SET}
+    counts = set()
+    for start in range(len(SET)):
+        made = steps = 0
+        while made < tokens:
+            made += made_by[SET[(start + steps) % len(SET)]]
+            steps += 1
+        counts.add(steps)
+    return counts
+
+
+@needs_sglang
+def test_greedy_output_is_the_argmax_chain_across_trees_chains_and_off(served):
+    prompts, results, law, stderr = served
+    argmax = law.argmax(-1)
+    for prompt, output in zip(prompts[:lossless.GREEDY_REQUESTS], results["greedy"]):
+        assert output["output_ids"] == lossless.argmax_chain(argmax, prompt[-1], lossless.GREEDY_TOKENS)
+    verify = sorted(output["verify"] for output in results["greedy"])
+    print(f"verify steps for {lossless.GREEDY_TOKENS - 1} tokens: {verify}")
+    tokens = lossless.GREEDY_TOKENS - 1
+    # between every tree step accepting its whole argmax path (6 tokens) and only its first draft (2)
+    assert min(cycle_steps(tokens, 6)) <= verify[0] and verify[-1] <= max(cycle_steps(tokens, 2))
+    assert lossless.off_steps(stderr, lossless.PLAIN) >= 1  # the set's off ran: the controller switched
+
+
+@needs_sglang
+def test_sampled_tokens_follow_the_targets_law_across_trees_chains_and_off(served):
+    prompts, results, law, _ = served
+    outputs = results["sampled"]
+    assert all(len(o["output_ids"]) == lossless.SAMPLED_TOKENS for o in outputs)
+    assert 0 < sum(o["verify"] for o in outputs) < lossless.SAMPLED_REQUESTS * (lossless.SAMPLED_TOKENS - 1)
+    previous, drawn = [], []
+    for prompt, output in zip(prompts[:lossless.SAMPLED_REQUESTS], outputs):
+        sequence = prompt[-1:] + output["output_ids"]
+        previous += sequence[:-1]
+        drawn += sequence[1:]
+    assert lossless.rank_test_p_value(previous, drawn, law, lossless.TEMPERATURE) > 1e-4, "not the target's law"
+    assert lossless.rank_test_p_value(previous, drawn, law, lossless.NEIGHBOUR_TEMPERATURE) < 1e-4
+
+
+# The seams one at a time, on stand-ins for SGLang's worker and drafter (what each wrapper hands SGLang's method)
+def test_a_launch_that_is_not_the_sets_envelope_stops_start_up_naming_the_flag():
+    from sglang_eagle_ext.sglang.compat.adaptive_trees import TreeSet
+
+    tree = TreeSet.checked(5, 4, 8, [0, 3, 5])
+    assert (tree.chains, tree.topk_of(5), tree.topk_of(3), tree.topk_of(0)) == ((0, 3), 4, 1, 1)
+    with pytest.raises(ValueError, match=r"SGLANG_EAGLE_EXT_ADAPTIVE .* must be its deepest.*--speculative-num-steps"):
+        TreeSet.checked(3, 4, 8, [0, 3, 5])
+    with pytest.raises(ValueError, match=r"chain 4/1/5 .*--speculative-num-draft-tokens is 4.*Raise it to 5"):
+        TreeSet.checked(5, 4, 4, [0, 4, 5])
+
+
+def _stand_ins(topk=4):
+    from sglang_eagle_ext.sglang.compat import adaptive_trees
+
+    tree = adaptive_trees.TreeSet.checked(5, 4, 8, [0, 3, 5])
+    drafter = SimpleNamespace(topk=topk, **{adaptive_trees._ATTRIBUTE: tree}, rebuilt=[])
+    drafter._rebuild_topk1_chain_buffers = lambda: drafter.rebuilt.append(drafter.topk)
+    worker = SimpleNamespace(topk=topk, _draft_worker=drafter, **{adaptive_trees._ATTRIBUTE: tree})
+    return adaptive_trees, worker, drafter
+
+
+def test_a_switch_sets_the_new_shapes_topk_before_stocks_switch():
+    adaptive_trees, worker, drafter = _stand_ins()
+    seen = []
+    apply = adaptive_trees._switching_topk(lambda self, state: seen.append((self.topk, self._draft_worker.topk)))
+    for steps, topk in ((3, 1), (5, 4), (0, 1)):
+        apply(worker, SimpleNamespace(speculative_num_steps=steps))
+        assert seen[-1] == (topk, topk)
+
+
+def test_the_draft_extends_compute_the_trees_topk_and_the_draft_reads_its_shapes_columns():
+    adaptive_trees, _, drafter = _stand_ins(topk=1)
+    extend = adaptive_trees._extending_at_the_trees_topk(lambda self, batch: self.topk)
+    assert extend(drafter, None) == 4 and drafter.topk == 1  # the chain's top-k put back after the call
+    columns = []
+    draft = adaptive_trees._drafting_the_running_columns(
+        lambda self, batch: columns.append(batch.spec_info.topk_index.shape[1]))
+    for running in (1, 4):
+        drafter.topk = running
+        spec_info = SimpleNamespace(topk_p=torch.rand(3, 4).sort(descending=True).values,
+                                    topk_index=torch.arange(12).view(3, 4))
+        draft(drafter, SimpleNamespace(spec_info=spec_info))
+        assert columns[-1] == running and spec_info.topk_index[:, 0].tolist() == [0, 4, 8]  # the argmax first
+
+
+def test_a_state_is_built_at_its_topk_inside_stocks_override(monkeypatch):
+    adaptive_trees, worker, drafter = _stand_ins()
+    spec = SimpleNamespace(speculative_eagle_topk=4)
+    context = SimpleNamespace(override=lambda source, speculative_eagle_topk: setattr(
+        spec, "speculative_eagle_topk", speculative_eagle_topk))
+    monkeypatch.setattr(adaptive_trees.runtime, "module_attribute",
+                        lambda target: (lambda: context) if target is adaptive_trees.GET_CONTEXT else (lambda: spec))
+    events = []
+
+    @contextlib.contextmanager
+    def stock_override(self, steps, draft_tokens, cuda_graph_bs=None):  # stock's: enter and exit rebuild
+        events.append(("stock enter", self.topk))
+        yield
+        events.append(("stock exit", self.topk))
+
+    override = adaptive_trees._building_at_the_shapes_topk(stock_override)
+    with override(worker, 3, 4):
+        events.append(("build", worker.topk, drafter.topk, spec.speculative_eagle_topk))
+    assert events == [("stock enter", 4), ("build", 1, 1, 1), ("stock exit", 4)]
+    assert drafter.rebuilt == [1] and spec.speculative_eagle_topk == 4
