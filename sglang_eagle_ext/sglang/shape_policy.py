@@ -54,6 +54,11 @@ reason, and every :data:`SUMMARY_INTERVAL_S` or so one line says how many steps 
 Given a ``trace`` callable, every verify result (bucket, kind, depth, accepted drafts, the period timed or not)
 and every switch (with its reason) is handed to it as a row: the whole record of a run.
 
+A set may hold one tree (stage B, :mod:`.compat.adaptive_trees`: the launch shape ``S/k/D`` at top-k above 1,
+``tree=`` here): its candidate depth ``S`` is that tree, whose acceptance is kept apart from the chains' (its
+results, accepted drafts along the accepted path, telescope as a chain's, so ``E[tokens | tree]`` is 1 + their
+mean) and whose cost is measured (or carried by a neighbouring bucket's ratio), never read off the chains' line.
+
 Lossless as every speculative path: each step is verified by SGLang's own rule for that step's depth, so a
 switch changes what is proposed, never what is accepted. ``cycle`` (the switch's test mode) runs the
 candidate depths round-robin, one per step, for checking exactly that.
@@ -173,7 +178,7 @@ class ShapePolicy:
 
     def __init__(self, initial_steps: int, cfg_path: str | None = None, *, cycle: bool = False,
                  clock: Callable[[], float] = time.perf_counter, log: Callable[[str], None] | None = None,
-                 trace: Callable[[dict], None] | None = None):
+                 trace: Callable[[dict], None] | None = None, tree: tuple[int, int, int] | None = None):
         self._by_key = load_candidates(cfg_path)
         self._keys = sorted(self._by_key)
         self._initial = initial_steps
@@ -184,6 +189,10 @@ class ShapePolicy:
         self._buckets: dict[tuple[int, str], _Bucket] = {}  # (bucket, traffic) -> its running depth
         self._times: dict[tuple[int, int], deque] = {}  # (bucket, depth) -> step periods, whatever the traffic
         self.acceptance = {traffic: DepthAcceptance() for traffic in TRAFFIC}
+        # the set's tree, S/k/D, where it has one (compat/adaptive_trees.py): the candidate S is that tree, its
+        # acceptance its own (a chain's cannot tell it) and its cost off the chains' line
+        self._tree = tree
+        self.tree_acceptance = {traffic: DepthAcceptance() for traffic in TRAFFIC}
         self._traffic = "sampled"  # of the next decision; without note_batch every batch counts as this
         # the decisions whose verify results have not come back: (bucket, traffic, depth, first step after a
         # switch); under the overlap scheduler the next decision is made before the last result arrives
@@ -196,7 +205,8 @@ class ShapePolicy:
         self._trace = trace
         self._started = clock()
         self._log(f"sglang-eagle-ext: adaptive shape: {'round-robin (test mode)' if cycle else 'cost policy'} over "
-                  f"depths {self.candidate_steps} (0 = speculation off), starting at {initial_steps}")
+                  f"depths {self.candidate_steps} (0 = speculation off{self._tree_phrase()}), starting at "
+                  f"{initial_steps}")
 
     # -- SGLang's policy protocol --
 
@@ -256,7 +266,7 @@ class ShapePolicy:
             # every period kept: an idle gap or a prefill between two steps is an outlier the estimate ignores;
             # a clock that did not advance (two results handed over at once) times nothing
             self._times.setdefault((key, steps), deque(maxlen=WINDOW)).append(now - previous)
-        self.acceptance[traffic].observe(num_correct_drafts_per_req, steps)
+        self._acceptance_of(steps)[traffic].observe(num_correct_drafts_per_req, steps)
         if self._trace is not None:
             self._trace({"t": round(now - self._started, 6), "bucket": key, "traffic": traffic, "depth": steps,
                          "requests": len(num_correct_drafts_per_req), "accepted": sum(num_correct_drafts_per_req),
@@ -306,8 +316,8 @@ class ShapePolicy:
         if measured is not None:
             return measured, 0
         here = sorted((depth, period) for depth in self.candidate_steps
-                      if depth > 0 and (period := self.step_time(key, depth)) is not None)
-        if steps == 0 or len(here) < 2:
+                      if depth > 0 and not self._is_tree(depth) and (period := self.step_time(key, depth)) is not None)
+        if steps == 0 or self._is_tree(steps) or len(here) < 2:
             return None
         (low, low_t), (high, high_t) = here[0], here[-1]
         return max(low_t + (high_t - low_t) * (steps - low) / (high - low), min(low_t, high_t) / 2), 1
@@ -315,10 +325,26 @@ class ShapePolicy:
     def expected_tokens(self, traffic: str, steps: int) -> float | None:
         """Tokens per request per step of depth ``steps`` for ``traffic``; the other kind's figure until this
         kind has drafted."""
-        tokens = self.acceptance[traffic].expected_tokens(steps)
+        acceptance = self._acceptance_of(steps)
+        tokens = acceptance[traffic].expected_tokens(steps)
         if tokens is None:
-            tokens = self.acceptance[TRAFFIC[1 - TRAFFIC.index(traffic)]].expected_tokens(steps)
+            tokens = acceptance[TRAFFIC[1 - TRAFFIC.index(traffic)]].expected_tokens(steps)
         return tokens
+
+    def _acceptance_of(self, steps: int) -> dict[str, DepthAcceptance]:
+        """The acceptance by traffic of depth ``steps``: the tree's own where ``steps`` is the tree. A tree's
+        result, accepted drafts along its accepted path (0 .. S), telescopes as a chain's does: its expected
+        tokens are 1 + their mean."""
+        return self.tree_acceptance if self._is_tree(steps) else self.acceptance
+
+    def _is_tree(self, steps: int) -> bool:
+        return self._tree is not None and steps == self._tree[0]
+
+    def name(self, steps: int) -> str:
+        return shape_name(steps, self._tree)
+
+    def _tree_phrase(self) -> str:
+        return f"; {self._tree[0]} = {self.name(self._tree[0])}" if self._tree is not None else ""
 
     def gains(self, key: int, traffic: str, allowed: list[int]) -> dict[int, tuple[float, int]]:
         """Accepted tokens per second per request of each depth at bucket ``key`` for ``traffic``, with the
@@ -379,9 +405,8 @@ class ShapePolicy:
             return best, "gain " + self._describe(estimates)
         return state.steps, "keep"
 
-    @staticmethod
-    def _describe(estimates: dict[int, tuple[float, int]]) -> str:
-        return ", ".join(f"{_name(steps)} {gain * 1e-3:.3g}{' (predicted)' if distance else ''}"
+    def _describe(self, estimates: dict[int, tuple[float, int]]) -> str:
+        return ", ".join(f"{self.name(steps)} {gain * 1e-3:.3g}{' (predicted)' if distance else ''}"
                          for steps, (gain, distance) in sorted(estimates.items()))
 
     def _switch(self, key: int, traffic: str, state: _Bucket, steps: int, reason: str) -> None:
@@ -395,11 +420,11 @@ class ShapePolicy:
             return
         state.last_log = now
         rates = "/".join(f"{rate:.2f}" for rate in self.acceptance[traffic].rates()) or "-"
-        costs = ", ".join(f"{_name(s)} {1e3 * self.step_time(key, s):.2f} ms" for s in self.candidate_steps
+        costs = ", ".join(f"{self.name(s)} {1e3 * self.step_time(key, s):.2f} ms" for s in self.candidate_steps
                           if self.step_time(key, s) is not None) or "-"
-        self._log(f"sglang-eagle-ext: adaptive shape: batch {key}+ {traffic} -> {_name(steps)} "
-                  f"(was {_name(previous)}): {reason} (accepted tokens per ms per request); acceptance by depth "
-                  f"{rates}; step {costs}")
+        self._log(f"sglang-eagle-ext: adaptive shape: batch {key}+ {traffic} -> {self.name(steps)} "
+                  f"(was {self.name(previous)}): {reason} (accepted tokens per ms per request); "
+                  f"acceptance by depth {rates}; step {costs}")
 
     def _summarise(self) -> None:
         """Every SUMMARY_INTERVAL_S: the steps each bucket ran at each depth since the last summary."""
@@ -410,7 +435,7 @@ class ShapePolicy:
             return
         interval, self._last_summary = now - self._last_summary, now
         ran = "; ".join(f"batch {key}+ {traffic}: "
-                        + ", ".join(f"{_name(s)} {n}" for s, n in sorted(state.ran.items()))
+                        + ", ".join(f"{self.name(s)} {n}" for s, n in sorted(state.ran.items()))
                         for (key, traffic), state in sorted(self._buckets.items()) if state.ran)
         for state in self._buckets.values():
             state.ran = {}
@@ -435,5 +460,9 @@ def bucket_of(padded_batch_size: int) -> int:
     return 1 << (max(padded_batch_size, 1).bit_length() - 1)
 
 
-def _name(steps: int) -> str:
+def shape_name(steps: int, tree: tuple[int, int, int] | None = None) -> str:
+    """How logs name the shape of depth ``steps``: off, a chain ``S/1/S+1``, or ``tree`` (``S/k/D``) at its
+    ``S``."""
+    if tree is not None and steps == tree[0]:
+        return "tree " + "/".join(map(str, tree))
     return "off" if steps == 0 else f"chain {steps}/1/{steps + 1}"

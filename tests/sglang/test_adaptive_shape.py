@@ -25,12 +25,13 @@ from sglang_eagle_ext.sglang.shape_policy import DEFAULT_STEPS, DepthAcceptance,
 RATES = (0.9, 0.8, 0.7, 0.6, 0.5)  # draft j accepted with RATES[j - 1] when drafts 1 .. j - 1 were
 
 
-def draw(rng: random.Random, steps: int, requests: int) -> list[int]:
-    """Accepted drafts per request of one verify step of a depth-``steps`` chain."""
+def draw(rng: random.Random, steps: int, requests: int, rates=RATES) -> list[int]:
+    """Accepted drafts per request of one verify step of a depth-``steps`` chain (draft j accepted with
+    ``rates[j - 1]`` when drafts 1 .. j - 1 were)."""
     counts = []
     for _ in range(requests):
         count = 0
-        while count < steps and rng.random() < RATES[count]:
+        while count < steps and rng.random() < rates[count]:
             count += 1
         counts.append(count)
     return counts
@@ -48,8 +49,8 @@ class Server:
     """A simulated decode loop: ``cost(steps, batch)`` seconds per step on a fake clock. Under the overlap
     scheduler (``overlap``) the next step is decided before the last step's result is processed."""
 
-    def __init__(self, cost, seed: int = 0, overlap: bool = True):
-        self.cost, self.rng, self.now, self.overlap = cost, random.Random(seed), 0.0, overlap
+    def __init__(self, cost, seed: int = 0, overlap: bool = True, rates=lambda steps: RATES):
+        self.cost, self.rng, self.now, self.overlap, self.rates = cost, random.Random(seed), 0.0, overlap, rates
 
     def clock(self) -> float:
         return self.now
@@ -65,7 +66,7 @@ class Server:
                     policy.on_verify_complete(*waiting)
                 chosen.append(steps)
                 self.now += self.cost(steps, batch)
-                counts = draw(self.rng, steps, batch)
+                counts = draw(self.rng, steps, batch, self.rates(steps))
                 made += sum(1 + c for c in counts)
                 waiting = (counts, batch)
                 if not self.overlap:
@@ -141,6 +142,42 @@ def test_each_batch_size_runs_its_best_fixed_depth(batch, overlap):
     assert min(fixed, key=fixed.get) == best  # the cost model's best is the simulated best
     assert chosen.count(best) / len(chosen) > 0.95, (best, {s: chosen.count(s) for s in DEFAULT_STEPS})
     assert seconds <= 1.05 * fixed[best]  # probes included; sampling noise both ways
+
+
+TREE = (5, 4, 8)  # the set's tree at depth 5, in place of chain 5
+TREE_RATES = (0.97, 0.93, 0.9, 0.85, 0.8)  # its argmax path, four branches a level: accepted deeper than a chain
+
+
+def tree_rates(steps: int) -> tuple:
+    return TREE_RATES if steps == TREE[0] else RATES
+
+
+def tree_cost(steps: int, batch: int) -> float:
+    """:func:`cost`, the tree's with its width: 8 verified tokens and 4 draft rows a request."""
+    if steps != TREE[0]:
+        return cost(steps, batch)
+    return 1e-3 * (1.0 + 0.05 * batch * TREE[2] + 0.2 * steps + 0.02 * batch * steps * TREE[1] + 0.3)
+
+
+@pytest.mark.parametrize("batch", [1, 4, 64])
+def test_a_tree_in_the_set_runs_where_it_beats_the_chains_and_off(batch):
+    """The set off, chains 1 and 3 and tree 5/4/8: the tree's acceptance is measured apart from the chains'
+    (it accepts deeper) and its cost is measured, not put on the chains' line; it runs at batch 1, where its
+    tokens per second are the best, and not at 4 or 64, where its width costs more than it accepts."""
+    best = max(DEFAULT_STEPS, key=lambda s: true_tokens(s, tree_rates(s)) / tree_cost(s, batch))
+    assert (best == TREE[0]) == (batch == 1)
+    server = Server(tree_cost, seed=batch, rates=tree_rates)
+    policy = policy_on(server, tree=TREE)
+    server.run(policy, [(batch, 300 * batch)])
+    seconds, chosen = server.run(policy, [(batch, 3000 * batch)])
+    fixed = {s: Server(tree_cost, seed=batch, rates=tree_rates).run(Fixed(s), [(batch, 3000 * batch)])[0]
+             for s in DEFAULT_STEPS}
+    assert min(fixed, key=fixed.get) == best
+    assert chosen.count(best) / len(chosen) > 0.95, (best, {s: chosen.count(s) for s in DEFAULT_STEPS})
+    assert seconds <= 1.05 * fixed[best]
+    assert policy.expected_tokens("sampled", TREE[0]) == pytest.approx(true_tokens(5, TREE_RATES), abs=0.3)
+    assert policy.expected_tokens("sampled", 3) == pytest.approx(true_tokens(3), abs=0.3)  # not the tree's
+    assert policy.name(TREE[0]) == "tree 5/4/8" and policy.name(3) == "chain 3/1/4"
 
 
 def test_a_drifting_batch_size_beats_every_fixed_depth():

@@ -97,7 +97,7 @@ def _bind_once_scheduler_loads(_scheduler_module) -> str:
             TRAFFIC_SEAMS[0].path)
     wrap_method(worker.EAGLEWorkerV2, "forward_batch_generation", _telling_the_traffic)
     off = plain_off.bind(worker, plain_off.selected())
-    trees = adaptive_trees.bind(worker, mode)
+    trees = adaptive_trees.bind(worker)
     return (f"adaptive shape: {'round-robin over the depths (test mode)' if mode == 'cycle' else 'cost policy'} "
             f"in place of stock's under --speculative-adaptive ({ENV_SWITCH}={mode}); {off}; {trees}")
 

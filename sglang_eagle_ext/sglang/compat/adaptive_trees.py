@@ -9,7 +9,8 @@ it never looks: either way SGLang sizes its pools, draft-token bound, buffers an
 which is what the envelope needs. The seams (each a :class:`Target` below):
 
 * ``EAGLEWorkerV2.__init__``: the launch is checked against the set before the worker takes memory, and the
-  worker gets stock's ``AdaptiveController`` with this package's policy, as stock gives it one under
+  worker gets stock's ``AdaptiveController`` with this package's policy (told the tree: it weighs the tree's
+  acceptance and cost apart from the chains'), as stock gives it one under
   ``--speculative-adaptive``; stock's ``init_cuda_graphs`` then registers the launch state (the tree) and builds
   the chains' and off's states with the worker's own ``build_adaptive_runtime_state``. The controller is keyed
   by steps, which name one shape each here (the tree's ``S`` is no chain's).
@@ -41,9 +42,9 @@ import importlib
 import sys
 from dataclasses import dataclass
 
-from sglang_eagle_ext import env
 from sglang_eagle_ext.sglang.compat import releases, runtime
 from sglang_eagle_ext.sglang.compat.patch import Target, require, wrap_method
+from sglang_eagle_ext.sglang.shape_policy import shape_name
 
 RELEASES = releases.ADAPTIVE_TREES.releases
 _WORKER = "sglang.srt.speculative.eagle_worker_v2"
@@ -122,12 +123,16 @@ class TreeSet:
     def topk_of(self, steps: int) -> int:
         return self.topk if steps == self.steps else 1
 
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        return self.steps, self.topk, self.draft_tokens
+
     def describe(self) -> str:
-        chains = ", ".join("off" if step == 0 else f"chain {step}/1/{step + 1}" for step in self.chains)
-        return f"tree {self.steps}/{self.topk}/{self.draft_tokens}" + (f" with {chains}" if chains else "")
+        chains = ", ".join(map(shape_name, self.chains))
+        return shape_name(self.steps, self.shape) + (f" with {chains}" if chains else "")
 
 
-def bind(worker_module, mode: str) -> str:
+def bind(worker_module) -> str:
     """Wrap the worker's seams (a launch at top-k 1 passes through them); the activation line's phrase."""
     release = releases.installed_release()
     if not releases.ADAPTIVE_TREES.holds(release):
@@ -135,7 +140,7 @@ def bind(worker_module, mode: str) -> str:
     for target in (LAUNCH, BUILD[2], SWITCH[0], *TOPK[:3]):
         require(hasattr(getattr(worker_module, target.name, None), target.member), target.path)
     worker, drafter = worker_module.EAGLEWorkerV2, worker_module.EagleDraftWorker
-    wrap_method(worker, LAUNCH.member, functools.partial(_launching, worker_module=worker_module, mode=mode))
+    wrap_method(worker, LAUNCH.member, functools.partial(_launching, worker_module=worker_module))
     wrap_method(worker, BUILD[2].member, _building_at_the_shapes_topk)
     wrap_method(worker, SWITCH[0].member, _switching_topk)
     for extend in TOPK[:2]:
@@ -144,23 +149,17 @@ def bind(worker_module, mode: str) -> str:
     return "trees: the launch shape where its top-k is above 1"
 
 
-def _launching(original, worker_module, mode: str):
+def _launching(original, worker_module):
     @functools.wraps(original)
     def __init__(self, server_args, *args, **kwargs):
         spec = runtime.module_attribute(runtime.GET_SPEC)()
         tree = policy = None
         if (spec.speculative_eagle_topk or 1) > 1:
-            if mode == "on":
-                from sglang_eagle_ext.sglang.compat.adaptive_shape import ENV_SWITCH  # it imports this module
-
-                raise env.SwitchError(f"{ENV_SWITCH}=1 with --speculative-eagle-topk {spec.speculative_eagle_topk}:"
-                                      " the cost policy does not weigh trees yet; use the test mode "
-                                      f"({ENV_SWITCH}=cycle) or top-k 1")
-            # the package's policy as adaptive_shape bound it, built as stock builds its own
-            policy = worker_module.AdaptiveSpeculativeParams(initial_steps=spec.speculative_num_steps,
-                                                             cfg_path=spec.speculative_adaptive_config)
-            tree = TreeSet.checked(spec.speculative_num_steps, spec.speculative_eagle_topk,
-                                   spec.speculative_num_draft_tokens, policy.candidate_steps)
+            shape = spec.speculative_num_steps, spec.speculative_eagle_topk, spec.speculative_num_draft_tokens
+            # the package's policy as adaptive_shape bound it, built as stock builds its own, told the tree
+            policy = worker_module.AdaptiveSpeculativeParams(initial_steps=shape[0],
+                                                             cfg_path=spec.speculative_adaptive_config, tree=shape)
+            tree = TreeSet.checked(*shape, policy.candidate_steps)
             _pin_reservation()
         original(self, server_args, *args, **kwargs)
         if tree is not None and self._hosts_draft:
