@@ -171,6 +171,11 @@ def load_candidates(cfg_path: str | None) -> dict[int, list[int]]:
     return keyed
 
 
+def all_candidates(by_key: dict[int, list[int]]) -> list[int]:
+    """Every candidate depth of :func:`load_candidates`' table, whatever the batch size, ascending."""
+    return sorted({steps for candidates in by_key.values() for steps in candidates})
+
+
 class ShapePolicy:
     """SGLang's ``AdaptiveSpecPolicy`` (``speculative/adaptive_runtime_state.py``, 0.5.21+), choosing the depth
     with the most accepted tokens per second for the running batch size. Constructed as SGLang constructs
@@ -212,7 +217,7 @@ class ShapePolicy:
 
     @property
     def candidate_steps(self) -> list[int]:
-        return sorted({steps for candidates in self._by_key.values() for steps in candidates})
+        return all_candidates(self._by_key)
 
     def set_cuda_graph_bs(self, cuda_graph_bs: list[int] | None) -> None:
         self._graph_bs = sorted(cuda_graph_bs) if cuda_graph_bs else None

@@ -487,11 +487,14 @@ def test_the_binding_puts_the_policy_where_sglangs_worker_constructs_it(monkeypa
 
     monkeypatch.setattr(worker.EAGLEWorkerV2, "forward_batch_generation", forward_batch_generation)
     # put back after the test: what the binding wraps (plain_off's verify, adaptive_trees' seams)
-    for owner, method in (("EAGLEWorkerV2", "verify"), ("EAGLEWorkerV2", "__init__"),
-                          ("EAGLEWorkerV2", "_override_worker_state"), ("EAGLEWorkerV2", "apply_runtime_state"),
-                          ("EagleDraftWorker", "_draft_extend_for_prefill"),
-                          ("EagleDraftWorker", "_draft_extend_for_decode"), ("EagleDraftWorker", "draft")):
-        monkeypatch.setattr(getattr(worker, owner), method, getattr(worker, owner).__dict__[method])
+    scheduler = pytest.importorskip("sglang.srt.managers.scheduler")
+    for owner, method in ((worker.EAGLEWorkerV2, "verify"), (worker.EAGLEWorkerV2, "__init__"),
+                          (worker.EAGLEWorkerV2, "_override_worker_state"),
+                          (worker.EAGLEWorkerV2, "apply_runtime_state"),
+                          (worker.EagleDraftWorker, "_draft_extend_for_prefill"),
+                          (worker.EagleDraftWorker, "_draft_extend_for_decode"), (worker.EagleDraftWorker, "draft"),
+                          (scheduler.Scheduler, "__init__")):
+        monkeypatch.setattr(owner, method, owner.__dict__[method])
     monkeypatch.setenv(adaptive_shape.ENV_SWITCH, value)
     monkeypatch.setenv(adaptive_shape.TRACE_SWITCH, str(tmp_path / "Trace"))
     phrase = adaptive_shape._bind_once_scheduler_loads(None)
@@ -508,6 +511,7 @@ def test_the_binding_puts_the_policy_where_sglangs_worker_constructs_it(monkeypa
     # a launch at top-k above 1 is the set's tree (test_adaptive_trees.py): the worker's seams are wrapped
     assert phrase.endswith("; trees: the launch shape where its top-k is above 1")
     assert getattr(worker.EagleDraftWorker.draft, "__eagle_ext_original__", None) is not None
+    assert getattr(scheduler.Scheduler.__init__, "__eagle_ext_original__", None) is not None
     # the worker's decode entry tells the policy the batch's kind before SGLang asks it for the depth, from
     # the requests (SGLang's is_all_greedy stays low once a sampled request joined); an idle batch keeps it
     this = SimpleNamespace(adaptive_controller=SimpleNamespace(params=policy))
@@ -603,12 +607,7 @@ def test_the_off_switch_selects_what_depth_zero_runs(monkeypatch, value, phrase)
     from sglang_eagle_ext.sglang.compat import plain_off
 
     worker = pytest.importorskip("sglang.srt.speculative.eagle_worker_v2")
-    # put back after the test: what the binding wraps (plain_off's verify, adaptive_trees' seams)
-    for owner, method in (("EAGLEWorkerV2", "verify"), ("EAGLEWorkerV2", "__init__"),
-                          ("EAGLEWorkerV2", "_override_worker_state"), ("EAGLEWorkerV2", "apply_runtime_state"),
-                          ("EagleDraftWorker", "_draft_extend_for_prefill"),
-                          ("EagleDraftWorker", "_draft_extend_for_decode"), ("EagleDraftWorker", "draft")):
-        monkeypatch.setattr(getattr(worker, owner), method, getattr(worker, owner).__dict__[method])
+    monkeypatch.setattr(worker.EAGLEWorkerV2, "verify", worker.EAGLEWorkerV2.verify)  # put back after the test
     stock = worker.EAGLEWorkerV2.verify
     monkeypatch.setenv(plain_off.OFF_SWITCH, value)
     assert phrase in plain_off.bind(worker, plain_off.selected())

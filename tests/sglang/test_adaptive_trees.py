@@ -11,6 +11,8 @@ tree's first (the argmax of the drafter's law, which every tree keeps); sampled:
 """
 
 import contextlib
+import functools
+import json
 from types import SimpleNamespace
 
 import pytest
@@ -87,6 +89,36 @@ def test_a_launch_that_is_not_the_sets_envelope_stops_start_up_naming_the_flag()
         TreeSet.checked(3, 4, 8, [0, 3, 5])
     with pytest.raises(ValueError, match=r"chain 4/1/5 .*--speculative-num-draft-tokens is 4.*Raise it to 5"):
         TreeSet.checked(5, 4, 4, [0, 4, 5])
+
+
+@pytest.mark.parametrize("topk, steps, config, error", [
+    (1, 3, None, None), (4, 5, None, None), (4, 3, {"1": {"candidate_steps": [0, 3, 5]}}, "must be its deepest")])
+def test_the_launch_is_checked_before_the_scheduler_takes_memory(monkeypatch, tmp_path, topk, steps, config, error):
+    """The scheduler's construction (which loads the models and sizes the pools) does not begin for a launch
+    that is not the set's envelope; a launch at top-k 1 is not looked at, and the reservation pinned only for
+    a tree (to its launch value)."""
+    from sglang_eagle_ext.sglang.compat import adaptive_trees
+
+    path = None
+    if config is not None:
+        path = tmp_path / "adaptive.json"
+        path.write_text(json.dumps(config))
+    spec = SimpleNamespace(speculative_num_steps=steps, speculative_eagle_topk=topk, speculative_num_draft_tokens=8,
+                           speculative_adaptive_config=path and str(path))
+    monkeypatch.setattr(adaptive_trees.runtime, "module_attribute", lambda target: lambda: spec)
+    sizing = pytest.importorskip(adaptive_trees._SIZING)
+    monkeypatch.setattr(sizing, "get_alloc_len_per_decode", lambda: 20)  # the launch's; put back after the test
+    constructed = []
+    init = adaptive_trees._checking_the_launch(lambda self, server_args: constructed.append(server_args))
+    if error:
+        with pytest.raises(ValueError, match=error):
+            init(None, "server args")
+        assert not constructed
+        return
+    init(None, "server args")
+    assert constructed == ["server args"]
+    assert isinstance(sizing.get_alloc_len_per_decode, functools.partial) == (topk > 1)
+    assert sizing.get_alloc_len_per_decode() == 20
 
 
 def _stand_ins(topk=4):

@@ -8,7 +8,8 @@ set's one tree and the envelope of the set; the other candidate steps of ``--spe
 it never looks: either way SGLang sizes its pools, draft-token bound, buffers and graphs for the launch shape,
 which is what the envelope needs. The seams (each a :class:`Target` below):
 
-* ``EAGLEWorkerV2.__init__``: the launch is checked against the set before the worker takes memory, and the
+* ``Scheduler.__init__``: the launch checked against the set (a launch that is not its envelope stops start-up
+  naming the flag), before the scheduler loads a model or sizes a pool. ``EAGLEWorkerV2.__init__``: the
   worker gets stock's ``AdaptiveController`` with this package's policy (told the tree: it weighs the tree's
   acceptance and cost apart from the chains'), as stock gives it one under
   ``--speculative-adaptive``; stock's ``init_cuda_graphs`` then registers the launch state (the tree) and builds
@@ -43,14 +44,17 @@ import sys
 from dataclasses import dataclass
 
 from sglang_eagle_ext.sglang.compat import releases, runtime
-from sglang_eagle_ext.sglang.compat.patch import Target, require, wrap_method
-from sglang_eagle_ext.sglang.shape_policy import shape_name
+from sglang_eagle_ext.sglang.compat.patch import SCHEDULER_MODULE, Target, require, wrap_method
+from sglang_eagle_ext.sglang.shape_policy import all_candidates, load_candidates, shape_name
 
 RELEASES = releases.ADAPTIVE_TREES.releases
 _WORKER = "sglang.srt.speculative.eagle_worker_v2"
 _SIZING = "sglang.srt.mem_cache.allocation_sizing"
 _ATTRIBUTE = "eagle_ext_tree_set"  # the worker's and its drafter's TreeSet, where a tree is in the set
 
+# the launch checked where the scheduler process has published its configuration and taken no memory yet
+CHECK = (Target(RELEASES, SCHEDULER_MODULE, "run_scheduler_process", reads=("publish", "Scheduler")),
+         Target(RELEASES, SCHEDULER_MODULE, "Scheduler", "__init__", params=("self", "server_args")))
 LAUNCH = Target(RELEASES, _WORKER, "EAGLEWorkerV2", "__init__",
                 params=("self", "server_args", "gpu_id", "nccl_port", "target_worker"),
                 reads=("self._hosts_draft", "self._draft_worker", "AdaptiveController", "self.adaptive_controller"))
@@ -137,9 +141,12 @@ def bind(worker_module) -> str:
     release = releases.installed_release()
     if not releases.ADAPTIVE_TREES.holds(release):
         return f"trees: not in the set (built for SGLang {RELEASES}; this is {release})"
+    scheduler_module = importlib.import_module(SCHEDULER_MODULE)  # imported: this binding runs after it
+    require(hasattr(getattr(scheduler_module, CHECK[1].name, None), CHECK[1].member), CHECK[1].path)
     for target in (LAUNCH, BUILD[2], SWITCH[0], *TOPK[:3]):
         require(hasattr(getattr(worker_module, target.name, None), target.member), target.path)
     worker, drafter = worker_module.EAGLEWorkerV2, worker_module.EagleDraftWorker
+    wrap_method(getattr(scheduler_module, CHECK[1].name), CHECK[1].member, _checking_the_launch)
     wrap_method(worker, LAUNCH.member, functools.partial(_launching, worker_module=worker_module))
     wrap_method(worker, BUILD[2].member, _building_at_the_shapes_topk)
     wrap_method(worker, SWITCH[0].member, _switching_topk)
@@ -149,18 +156,33 @@ def bind(worker_module) -> str:
     return "trees: the launch shape where its top-k is above 1"
 
 
+def _launch_shape():
+    """``(S, k, D)`` of a launch whose top-k is above 1 (the set's tree), else None; and the config file."""
+    spec = runtime.module_attribute(runtime.GET_SPEC)()
+    shape = spec.speculative_num_steps, spec.speculative_eagle_topk, spec.speculative_num_draft_tokens
+    return (shape if (spec.speculative_eagle_topk or 1) > 1 else None), spec.speculative_adaptive_config
+
+
+def _checking_the_launch(original):
+    @functools.wraps(original)
+    def __init__(self, server_args, *args, **kwargs):
+        shape, config = _launch_shape()
+        if shape is not None:  # before the scheduler loads a model or sizes a pool
+            TreeSet.checked(*shape, all_candidates(load_candidates(config)))
+            _pin_reservation()
+        original(self, server_args, *args, **kwargs)
+    return __init__
+
+
 def _launching(original, worker_module):
     @functools.wraps(original)
     def __init__(self, server_args, *args, **kwargs):
-        spec = runtime.module_attribute(runtime.GET_SPEC)()
+        shape, config = _launch_shape()
         tree = policy = None
-        if (spec.speculative_eagle_topk or 1) > 1:
-            shape = spec.speculative_num_steps, spec.speculative_eagle_topk, spec.speculative_num_draft_tokens
+        if shape is not None:
             # the package's policy as adaptive_shape bound it, built as stock builds its own, told the tree
-            policy = worker_module.AdaptiveSpeculativeParams(initial_steps=shape[0],
-                                                             cfg_path=spec.speculative_adaptive_config, tree=shape)
-            tree = TreeSet.checked(*shape, policy.candidate_steps)
-            _pin_reservation()
+            policy = worker_module.AdaptiveSpeculativeParams(initial_steps=shape[0], cfg_path=config, tree=shape)
+            tree = TreeSet.checked(*shape, policy.candidate_steps)  # as the scheduler checked it
         original(self, server_args, *args, **kwargs)
         if tree is not None and self._hosts_draft:
             self.adaptive_controller = worker_module.AdaptiveController(self, policy)
