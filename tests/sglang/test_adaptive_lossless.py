@@ -1,21 +1,27 @@
-"""Greedy and sampled decoding stay lossless while the drafting depth changes every step (issue 39 point 2),
-on a CPU server (or a GPU's, below).
+"""Greedy and sampled decoding stay lossless while the drafting shape changes every step (issue 39 point 2 and
+stage B), on a CPU server (or a GPU's, below).
 
-SGLang's ``--speculative-adaptive`` with this package's policy in its test mode switches the depth at every
-step (no speculation, chain 1, chain 3, chain 5, in turn). Each step's verify is SGLang's, but the state carried across
-a switch (the drafter's KV, its hidden rows, the drafted tokens) is what could go wrong, and a wrong draft
-that is then accepted by mistake biases the output towards the drafter. The check needs a target whose
+SGLang's ``--speculative-adaptive`` with this package's policy in its test mode switches the shape at every
+step (no speculation, chain 1/1/2, chain 3/1/4, tree 5/4/8, in turn). One server serves every check: it is
+launched at the tree 5/4/8, the set's envelope (``compat/adaptive_trees.py``: the launch at top-k above 1 is the
+set's one tree, the config's other steps chains and off), so that both the chains' switches and the tree's top-k
+carried across them (the drafter's next top-k computed at the tree's width, sliced for a chain) are judged on the
+same outputs. A launch at top-k 1 (chains only, the tree wrappers passed through) is served by
+``test_server_cpu``'s cycle test. Each step's verify is SGLang's, but the state carried across
+a switch (the drafter's KV, its hidden rows, the drafted tokens, their top-k width) is what could go wrong, and a
+wrong draft that is then accepted by mistake biases the output towards the drafter. The check needs a target whose
 next-token law is known exactly at every position: ``zipf_target``'s, written as files by
 ``benchmarks/gpu/zipf_checkpoint.py --smoke``, where the law after token t is ``softmax(logits[t mod 64] / T)``
 whatever came before (the logits read off the written weights by HF transformers), with its ``zipf_drafter``,
 which drafts that law (so drafts are accepted and every depth does work). The target's own KV cache is not
 judged here (its next token does not depend on the context): ``test_server_cpu``'s cycle test does that.
-Greedy, the output is the law's argmax chain and each step at depth d makes d + 1 tokens (the drafts are
-right), which a damaged drafter state would break. Each sampled token is mapped through the exact
-conditional law to its rank there (0: the most probable token); Pearson's chi-square compares the binned
-ranks with the counts that law expects (a drafter's bias shows as too many top ranks, a wrong temperature
-as a shifted spread). The same tokens judged under a neighbouring law (T 0.9 for 0.7) are rejected, so the
-test can fail.
+Greedy, the output is the law's argmax chain and each chain step at depth d makes d + 1 tokens (the drafts are
+right), a tree step at least 2 (its first draft is the drafter's argmax, which every tree keeps) and at most 6
+(the policy's trace counts each step's accepted drafts by shape), which a damaged drafter state would break.
+Each sampled token is mapped through the exact conditional law to its rank there (0: the most probable token);
+Pearson's chi-square compares the binned ranks with the counts that law expects (a drafter's bias shows as too
+many top ranks, a wrong temperature as a shifted spread). The same tokens judged under a neighbouring law
+(T 0.9 for 0.7) are rejected, so the test can fail.
 
 Where a GPU is present (``benchmarks/gpu/stage_package.sh`` on the GPU machine) the server is SGLang's GPU
 server: the overlap scheduler, CUDA graphs, Triton attention, and ``SGLANG_EAGLE_EXT_ADAPTIVE_OFF=eager`` so
@@ -24,7 +30,8 @@ The pair is built on the CPU either way, for a CPU server with ``--fewest-heads`
 the smoke geometry's: Triton's interpreter runs its attention a program per request and head, and the law does not
 read the heads); the GPU server runs the smoke geometry at SGLang's default dtype
 for a float32 config, float16, whose argmax chains and laws the tests judged as they stand (H100, commit
-``cd324a7``, where the pair was still drawn on the GPU).
+``cd324a7``, where the pair was still drawn on the GPU and the server launched at chain 3/1/4: the tree's
+launch, under graphs and the overlap scheduler, has not been run on a GPU).
 """
 
 import json
@@ -59,7 +66,14 @@ FALLBACK_REQUESTS, FALLBACK_TOKENS = 2, 24
 # batches of OFF_REQUESTS (17 or more) run at depth 0 only: the plain sampler's tokens alone (24 x 15 = 360 after
 # the prefill's), for the law test
 OFF_REQUESTS, OFF_TOKENS = 24, 16
-ADAPTIVE_CONFIG = {"1": {"candidate_steps": list(DEFAULT_STEPS)}, "17": {"candidate_steps": [0]}}
+# the set: off, chain 1/1/2, chain 3/1/4 and the launch's tree 5/4/8 (its envelope), switched in turn every step
+SET = DEFAULT_STEPS
+LAUNCH = {"speculative_num_steps": 5, "speculative_eagle_topk": 4, "speculative_num_draft_tokens": 8}
+TREE = tuple(LAUNCH.values())
+ADAPTIVE_CONFIG = {"1": {"candidate_steps": list(SET)}, "17": {"candidate_steps": [0]}}
+# tokens a tree step makes greedily: its first draft (the drafter's argmax, which every tree keeps) and the bonus
+# token at least, its deepest path's S drafts and the bonus token at most
+TREE_TOKENS = range(2, TREE[0] + 2)
 # how the server's log names each path a depth-0 step took
 STOCK_PENALTIES, STOCK_LOGPROBS = "stock's width-1 verify (penalties)", "stock's width-1 verify (log-probs)"
 RANK_BINS = (0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64, 128, 1 << 30)  # at least 5 tokens expected in each here
@@ -74,10 +88,9 @@ RUNS = (("greedy", {"temperature": 0.0, "max_new_tokens": GREEDY_TOKENS}, False,
         ("logprobs", {"temperature": 0.0, "max_new_tokens": FALLBACK_TOKENS}, True, FALLBACK_REQUESTS),
         # a batch size that allows only depth 0: every step after the prefill's is a plain one
         ("sampled-off", {"temperature": TEMPERATURE, "max_new_tokens": OFF_TOKENS}, False, OFF_REQUESTS))
-CHAIN_LAUNCH = {"speculative_num_steps": 3, "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 4}
 
 
-def engine_child(launch: dict = CHAIN_LAUNCH, config: dict = ADAPTIVE_CONFIG, runs: tuple = RUNS) -> None:
+def engine_child(launch: dict = LAUNCH, config: dict = ADAPTIVE_CONFIG, runs: tuple = RUNS) -> None:
     """Runs in a fresh process: one engine launched at the shape ``launch`` with the adaptive ``config``, the
     ``runs`` in turn, one RESULT line. Arguments: TARGET DRAFTER PROMPTS_JSON."""
     from sglang_eagle_ext.sglang.compat import cpu
@@ -126,15 +139,18 @@ def rank_test_p_value(previous: list[int], drawn: list[int], logits: torch.Tenso
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
-    """The zipf pair built, served in the test mode, its greedy and sampled outputs; the stderr."""
+    """The zipf pair built, served in the test mode at the tree's launch, its outputs by run; the stderr; the
+    policy's trace."""
     served = serve_zipf(tmp_path_factory, __name__)
-    assert f"round-robin (test mode) over depths {list(DEFAULT_STEPS)}" in served[3]
+    assert f"round-robin (test mode) over depths {list(SET)}" in served[3]
+    assert "adaptive set: tree 5/4/8 with off, chain 1/1/2, chain 3/1/4" in served[3]
     return served
 
 
 def serve_zipf(tmp_path_factory, child_module: str):
     """The zipf pair built and served by ``child_module``'s ``engine_child`` with the switch at ``cycle``:
-    the prompts, the child's results by run, the law (:func:`served_law`) and the server's stderr."""
+    the prompts, the child's results by run, the law (:func:`served_law`), the server's stderr and the policy's
+    trace rows (one a verify result: its bucket, traffic, depth, requests and accepted drafts), in order."""
     root = tmp_path_factory.mktemp("zipf")
     built = subprocess.run([sys.executable, "benchmarks/gpu/zipf_checkpoint.py", str(root), "--smoke",
                             *GEOMETRY_OPTIONS[DEVICE], "--device", "cpu"], cwd=ROOT, capture_output=True, text=True,
@@ -147,10 +163,11 @@ def serve_zipf(tmp_path_factory, child_module: str):
 
     from sglang_eagle_ext.demo.run import server_environment
     from sglang_eagle_ext.sglang.compat.adaptive_shape import ENV_SWITCH as ADAPTIVE_SWITCH
+    from sglang_eagle_ext.sglang.compat.adaptive_shape import TRACE_SWITCH
     from sglang_eagle_ext.sglang.compat.plain_off import OFF_SWITCH
     from sglang_eagle_ext.sglang.plugin import SWITCH as PLUGIN_SWITCH
 
-    env = {**server_environment(DEVICE), ADAPTIVE_SWITCH: "cycle"}
+    env = {**server_environment(DEVICE), ADAPTIVE_SWITCH: "cycle", TRACE_SWITCH: str(root / "trace")}
     env[OFF_SWITCH] = "eager" if DEVICE == "cuda" else "plain"  # on a GPU the plain step under graphs too
     # the checkout first, then what the environment had (on a CPU host the shims' folder)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
@@ -161,7 +178,10 @@ def serve_zipf(tmp_path_factory, child_module: str):
     results = [line for line in run.stdout.splitlines() if line.startswith("RESULT ")]
     assert run.returncode == 0 and results, run.stderr[-4000:]
     assert OFF_ACTIVATION[DEVICE] in run.stderr  # the activation line
-    return prompts, json.loads(results[0][len("RESULT "):]), served_law(target), run.stderr
+    # the scheduler's rows, written every 2 s while it runs (its last ones may be lost at the shutdown)
+    trace = [json.loads(line) for path in sorted(root.glob("trace.*.jsonl")) for line in path.read_text().splitlines()]
+    trace.sort(key=lambda row: row["t"])
+    return prompts, json.loads(results[0][len("RESULT "):]), served_law(target), run.stderr, trace
 
 
 def served_law(target: str) -> torch.Tensor:
@@ -176,19 +196,35 @@ def served_law(target: str) -> torch.Tensor:
 
 
 @needs_sglang
-def test_greedy_output_is_the_targets_argmax_chain_and_every_depth_is_accepted_whole(served):
-    """Greedy: each token is the argmax of the law after the one before. This drafter drafts the argmax chain, so a
-    step at depth d makes d + 1 tokens when the state carried across the switches is intact: the tokens after
-    the prefill's first take as many steps as the depths in turn need from some starting depth (5 or 6 for
-    15 tokens over 0, 1, 3, 5); a draft rejected after a switch would take more."""
-    prompts, results, law, _ = served
+def test_greedy_output_is_the_targets_argmax_chain_and_every_chains_drafts_are_accepted_whole(served):
+    """Greedy: each token is the argmax of the law after the one before, across chains, the tree and off. This
+    drafter drafts the argmax chain, so when the state carried across the switches is intact every step of the
+    greedy batch (8 requests) at chain depth d accepts d drafts a request, every tree step at least its first
+    (the drafter's argmax) and at most S, off none (the policy's trace, the batch's last step excepted: a request
+    reaching its length accepts fewer); and the tokens after the prefill's take as many verify steps as the
+    shapes in turn need from some starting shape with those tree steps (:func:`cycle_steps`); a draft rejected
+    after a switch, or a tree drafting from a chain's columns, would break one or the other. Tree steps were
+    taken and accepted drafts."""
+    prompts, results, law, _, trace = served
     prompts = prompts[:GREEDY_REQUESTS]
     top2 = law.topk(2, dim=-1).values
     assert (top2[:, 0] - top2[:, 1]).min() > 0.01  # no argmax here is a float32 rounding away from another
     argmax = law.argmax(-1)
     for prompt, output in zip(prompts, results["greedy"]):
         assert output["output_ids"] == argmax_chain(argmax, prompt[-1], GREEDY_TOKENS)
-    assert {output["verify"] for output in results["greedy"]} <= cycle_steps(GREEDY_TOKENS - 1)
+    verify = sorted(output["verify"] for output in results["greedy"])
+    print(f"{DEVICE}: verify steps for {GREEDY_TOKENS - 1} tokens: {verify}")
+    assert set(verify) <= cycle_steps(GREEDY_TOKENS - 1)
+    # the greedy run's steps: the only greedy batch of 8 requests (the penalized and log-prob ones have 2)
+    steps = [(row["depth"], row["accepted"]) for row in trace
+             if "accepted" in row and row["traffic"] == "greedy" and row["requests"] == GREEDY_REQUESTS][:-1]
+    print(f"{DEVICE}: the greedy batch's (depth, accepted drafts) but its last step: {steps}")
+    assert {depth for depth, _ in steps} == set(SET)  # every shape ran, the tree included
+    for depth, accepted in steps:
+        if depth == TREE[0]:
+            assert GREEDY_REQUESTS <= accepted <= GREEDY_REQUESTS * depth
+        else:
+            assert accepted == GREEDY_REQUESTS * depth
 
 
 def argmax_chain(argmax: torch.Tensor, token: int, length: int) -> list[int]:
@@ -212,7 +248,7 @@ def test_off_is_plain_decoding_except_where_stock_must_verify(served):
     the greedy and the law tests judge); a batch with a frequency penalty and one asking for log-probs took
     stock's width-1 verify at depth 0, and the one with log-probs still made the argmax chain (stock's path
     is as lossless after plain steps of other batches)."""
-    prompts, results, law, stderr = served
+    prompts, results, law, stderr, _ = served
     print(f"{DEVICE}: depth-0 steps by plain decoding {off_steps(stderr, PLAIN)}, by stock's verify "
           f"(penalties) {off_steps(stderr, STOCK_PENALTIES)}, (log-probs) {off_steps(stderr, STOCK_LOGPROBS)} "
           "(powers of two: the log's)")
@@ -224,27 +260,39 @@ def test_off_is_plain_decoding_except_where_stock_must_verify(served):
         assert output["output_ids"] == argmax_chain(argmax, prompt[-1], FALLBACK_TOKENS)
 
 
-def cycle_steps(tokens: int) -> set[int]:
-    """Verify steps that make ``tokens`` tokens when every draft is accepted and the depths come in turn,
-    for each depth the turn may start at."""
+def cycle_steps(tokens: int, tree_tokens=TREE_TOKENS) -> set[int]:
+    """Verify steps that make ``tokens`` tokens when the set's shapes come in turn, from each shape the turn may
+    start at, every chain's drafts are accepted whole (depth d: d + 1 tokens) and each tree step makes any of
+    ``tree_tokens``."""
     counts = set()
-    for start in range(len(DEFAULT_STEPS)):
-        made = steps = 0
-        while made < tokens:
-            made += DEFAULT_STEPS[(start + steps) % len(DEFAULT_STEPS)] + 1
-            steps += 1
-        counts.add(steps)
+
+    def walk(position: int, made: int, steps: int) -> None:
+        if made >= tokens:
+            counts.add(steps)
+            return
+        depth = SET[position % len(SET)]
+        for step_tokens in (tree_tokens if depth == TREE[0] else (depth + 1,)):
+            walk(position + 1, made + step_tokens, steps + 1)
+
+    for start in range(len(SET)):
+        walk(start, 0, 0)
     return counts
 
 
 @needs_sglang
-def test_sampled_tokens_follow_the_targets_law_while_depths_switch_every_step(served):
-    prompts, results, law, _ = served
+def test_sampled_tokens_follow_the_targets_law_while_shapes_switch_every_step(served):
+    """Sampled at T 0.7 across chains, the tree and off: the ranks pass the law's chi-square test and fail the
+    neighbouring law's; drafts were accepted, by the tree's steps too (the policy's trace)."""
+    prompts, results, law, _, trace = served
     prompts = prompts[:SAMPLED_REQUESTS]
     outputs = results["sampled"]
     assert all(len(o["output_ids"]) == SAMPLED_TOKENS for o in outputs)
     # drafts were accepted: fewer verify steps than tokens after the prefill's
     assert 0 < sum(o["verify"] for o in outputs) < SAMPLED_REQUESTS * (SAMPLED_TOKENS - 1)
+    # the sampled run's tree steps accepted drafts (the depth-0-only batch is the only other sampled one: 24
+    # requests, finishing together)
+    assert sum(row["accepted"] for row in trace if "accepted" in row and row["traffic"] == "sampled"
+               and row["depth"] == TREE[0] and row["requests"] <= SAMPLED_REQUESTS) > 0
     previous, drawn = [], []
     for prompt, output in zip(prompts, outputs):
         sequence = prompt[-1:] + output["output_ids"]
@@ -279,7 +327,7 @@ def test_tokens_of_plain_off_steps_alone_follow_the_targets_law(served):
     the plain off (the target's DECODE forward and SGLang's sampler), one a step; the ranks pass the law's
     chi-square test and fail a neighbouring law's (a plain path that took the argmax, or sampled at another
     temperature, fails here; the mixed run above has too few plain tokens to show it)."""
-    prompts, results, law, stderr = served
+    prompts, results, law, stderr, _ = served
     outputs = results["sampled-off"]
     assert all(len(o["output_ids"]) == OFF_TOKENS and o["verify"] == OFF_TOKENS - 1 for o in outputs)
     # the log counts plain steps at powers of two over the whole run: at least the one at or below this batch's 15

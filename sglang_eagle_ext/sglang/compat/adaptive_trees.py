@@ -32,7 +32,8 @@ which is what the envelope needs. The seams (each a :class:`Target` below):
   reserves a step's KV before the worker switches shape (``forward_batch_generation`` asks the controller),
   from the config's steps, which the last switch set: a chain's reserve is short of the tree's ``S * k``.
 
-Greedy and sampled outputs across switches are checked by ``tests/sglang/test_adaptive_trees.py`` (CPU).
+Greedy and sampled outputs across switches are checked by ``tests/sglang/test_adaptive_lossless.py`` (its CPU server
+is launched at a tree); the seams one at a time by ``tests/sglang/test_adaptive_trees.py``.
 """
 
 from __future__ import annotations
