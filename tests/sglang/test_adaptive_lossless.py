@@ -30,8 +30,8 @@ The pair is built on the CPU either way, for a CPU server with ``--fewest-heads`
 the smoke geometry's: Triton's interpreter runs its attention a program per request and head, and the law does not
 read the heads); the GPU server runs the smoke geometry at SGLang's default dtype
 for a float32 config, float16, whose argmax chains and laws the tests judged as they stand (H100, commit
-``cd324a7``, where the pair was still drawn on the GPU and the server launched at chain 3/1/4: the tree's
-launch, under graphs and the overlap scheduler, has not been run on a GPU).
+``cd324a7``, where the pair was still drawn on the GPU and the server launched at chain 3/1/4; the tree's launch
+on an H200, commit ``422ad6d``: ``benchmarks/results/gpu_tests/``).
 """
 
 import json
