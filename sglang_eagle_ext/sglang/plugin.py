@@ -7,9 +7,10 @@ as a fallback. ``SGLANG_EAGLE_EXT=0`` turns it off (stock SGLang then serves the
 SGLang logs and swallows any ``Exception`` a plugin raises, then silently serves the built-in
 class; a failure here therefore raises :class:`PluginActivationError`, which is not an
 ``Exception`` and stops the process with the original error attached; so does a switch set to a
-value it does not take (:mod:`sglang_eagle_ext.env`), with a one-line message. This module imports
-only the standard library (and :mod:`sglang_eagle_ext.env`, which does too) at import time so that
-the entry point itself always loads.
+value it does not take (:mod:`sglang_eagle_ext.env`), with a one-line message, as does a launch
+the package cannot serve as asked (:func:`not_started`: the adaptive set's tree, checked in the
+main process). This module imports only the standard library (and :mod:`sglang_eagle_ext.env`,
+which does too) at import time so that the entry point itself always loads.
 """
 
 from __future__ import annotations
@@ -119,7 +120,7 @@ def arm(release: Version, bound: list[str]) -> list[str]:
             continue
         if patch.switch is None:
             after_import(patch.module, patch.apply)
-            if patch.name not in names:
+            if patch.name not in names and patch.part_of is None:
                 names.append(patch.name)
             continue
         patch.switch(release)
@@ -137,9 +138,15 @@ def _on_bound(bound: list[str], phrase: str) -> None:
         _log(f"sglang-eagle-ext: (pid {os.getpid()}) {'; '.join(bound)}")
 
 
-def _bad_switch(exc: env.SwitchError) -> str:
+def _bad_switch(exc: object) -> str:
     # the user's setting, not our failure: say which and what it takes, without a traceback
     return f"sglang-eagle-ext: not started: {exc}"
+
+
+def not_started(reason: object) -> PluginActivationError:
+    """The stop for a launch whose settings the package cannot serve (the user's, not our failure): one line,
+    ``reason`` naming the setting and the fix, no traceback (a ``SystemExit``'s message)."""
+    return PluginActivationError(_bad_switch(reason))
 
 
 def _log(line: str) -> None:

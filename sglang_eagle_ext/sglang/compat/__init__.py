@@ -29,6 +29,8 @@ fused-verify                 all              binding, ``SGLANG_EAGLE_EXT_FUSED_
                                               sampled verify by the fused sampler
 adaptive-shape               0.5.21 -         binding, ``SGLANG_EAGLE_EXT_ADAPTIVE``: the drafting
                                               depth per step by cost under ``--speculative-adaptive``
+adaptive-tree-launch         0.5.23 -         part of adaptive-shape (not listed by name): a launch
+                                              at top-k above 1 checked in the main process
 ===========================  ===============  ===========================================
 
 Other release-dependent code: :mod:`.runtime` (accessors for the model class), :mod:`.cpu`
@@ -41,16 +43,17 @@ the wheels of the supported releases by ``tests/sglang/test_release_source.py``.
 
 from __future__ import annotations
 
-from sglang_eagle_ext.sglang.compat import (adaptive_shape, config_loading, extend_graph_width, fused_verify,
-                                            hidden_size_for, idle_input_width, prompt_token_range, stop_strings,
-                                            tree_kernels)
+from sglang_eagle_ext.sglang.compat import (adaptive_shape, adaptive_trees, config_loading, extend_graph_width,
+                                            fused_verify, hidden_size_for, idle_input_width, prompt_token_range,
+                                            stop_strings, tree_kernels)
 from sglang_eagle_ext.sglang.compat.patch import Patch
 from sglang_eagle_ext.sglang.compat.releases import SUPPORTED, installed_release
 
 # the bindings last, tree kernels first: the fused-verify dispatcher wraps the greedy op bound then
 PATCHES: tuple[Patch, ...] = (config_loading.PATCH, *config_loading.CAPTURE_IDS_PATCHES, extend_graph_width.PATCH,
                               *idle_input_width.PATCHES, hidden_size_for.PATCH, prompt_token_range.PATCH,
-                              stop_strings.PATCH, tree_kernels.PATCH, fused_verify.PATCH, adaptive_shape.PATCH)
+                              stop_strings.PATCH, tree_kernels.PATCH, fused_verify.PATCH, adaptive_shape.PATCH,
+                              adaptive_trees.LAUNCH_CHECK)
 BINDINGS: tuple[Patch, ...] = tuple(patch for patch in PATCHES if patch.switch is not None)
 
 __all__ = ["BINDINGS", "PATCHES", "SUPPORTED", "installed_release"]

@@ -8,10 +8,14 @@ set's one tree and the envelope of the set; the other candidate steps of ``--spe
 it never looks: either way SGLang sizes its pools, draft-token bound, buffers and graphs for the launch shape,
 which is what the envelope needs. The seams (each a :class:`Target` below):
 
-* ``Scheduler.__init__``: the launch checked against the set (a launch that is not its envelope stops start-up
-  naming the flag), before the scheduler loads a model or sizes a pool. ``EAGLEWorkerV2.__init__``: the
-  worker gets stock's ``AdaptiveController`` with this package's policy (told the tree: it weighs the tree's
-  acceptance and cost apart from the chains'), as stock gives it one under
+* ``Engine._launch_subprocesses`` (:data:`LAUNCH_CHECK`, armed at activation): the launch checked against the
+  set in the main process, before SGLang starts a process, loads a model or sizes a pool; a launch that is not
+  its envelope stops start-up with the package's one line (``sglang-eagle-ext: not started: ...``) naming the
+  flag and the fix. ``sglang.Engine`` and the HTTP server (``http_server.launch_server``, which ``sglang serve``
+  and ``python -m sglang.launch_server`` run) both launch through it, as does the gRPC server (an ``Engine``).
+  ``Scheduler.__init__``: the KV reservation pinned (below) in the scheduler process, before it sizes a pool.
+  ``EAGLEWorkerV2.__init__``: the worker gets stock's ``AdaptiveController`` with this package's policy (told
+  the tree: it weighs the tree's acceptance and cost apart from the chains'), as stock gives it one under
   ``--speculative-adaptive``; stock's ``init_cuda_graphs`` then registers the launch state (the tree) and builds
   the chains' and off's states with the worker's own ``build_adaptive_runtime_state``. The controller is keyed
   by steps, which name one shape each here (the tree's ``S`` is no chain's).
@@ -45,17 +49,28 @@ import sys
 from dataclasses import dataclass
 
 from sglang_eagle_ext.sglang.compat import releases, runtime
-from sglang_eagle_ext.sglang.compat.patch import SCHEDULER_MODULE, Target, require, wrap_method
+from sglang_eagle_ext.sglang.compat.patch import (SCHEDULER_MODULE, Patch, Target, require, required_class,
+                                                  wrap_method)
 from sglang_eagle_ext.sglang.shape_policy import all_candidates, load_candidates, shape_name
 
 RELEASES = releases.ADAPTIVE_TREES.releases
 _WORKER = "sglang.srt.speculative.eagle_worker_v2"
 _SIZING = "sglang.srt.mem_cache.allocation_sizing"
+_ENGINE = "sglang.srt.entrypoints.engine"
 _ATTRIBUTE = "eagle_ext_tree_set"  # the worker's and its drafter's TreeSet, where a tree is in the set
 
-# the launch checked where the scheduler process has published its configuration and taken no memory yet
-CHECK = (Target(RELEASES, SCHEDULER_MODULE, "run_scheduler_process", reads=("publish", "Scheduler")),
-         Target(RELEASES, SCHEDULER_MODULE, "Scheduler", "__init__", params=("self", "server_args")))
+# the launch checked in the main process before SGLang starts any other: every launch goes through
+# Engine._launch_subprocesses (the HTTP server's launch_server calls it too), whose first acts are configuring
+# the logger and resolving the record (both idempotent); the check does them first, then reads the resolved shape
+CHECK = (Target(RELEASES, _ENGINE, "Engine", "_launch_subprocesses", params=("cls", "server_args"),
+                reads=("configure_logger", "server_args.resolve_once", "cls._launch_scheduler_processes")),
+         Target(RELEASES, _ENGINE, "configure_logger", params=("server_args",)),
+         Target(RELEASES, "sglang.srt.entrypoints.http_server", "launch_server", params=("server_args",),
+                reads=("Engine._launch_subprocesses",)),
+         Target(RELEASES, "sglang.srt.arg_groups.overrides", "resolving_view", params=("server_args",)))
+# the reservation pinned where the scheduler process has published its configuration and taken no memory yet
+PIN = (Target(RELEASES, SCHEDULER_MODULE, "run_scheduler_process", reads=("publish", "Scheduler")),
+       Target(RELEASES, SCHEDULER_MODULE, "Scheduler", "__init__", params=("self", "server_args")))
 LAUNCH = Target(RELEASES, _WORKER, "EAGLEWorkerV2", "__init__",
                 params=("self", "server_args", "gpu_id", "nccl_port", "target_worker"),
                 reads=("self._hosts_draft", "self._draft_worker", "AdaptiveController", "self.adaptive_controller"))
@@ -109,20 +124,25 @@ class TreeSet:
     @classmethod
     def checked(cls, steps: int, topk: int, draft_tokens: int, candidates: list[int]) -> "TreeSet":
         """The set a launch at ``steps/topk/draft_tokens`` serves among the adaptive config's candidate steps;
-        a launch that is not the set's envelope stops start-up with the flag to change."""
+        a launch that is not the set's envelope raises, naming every flag to change (both fixes at once where
+        both are needed, so that the launch they give is the envelope)."""
         from sglang_eagle_ext.sglang.compat.adaptive_shape import ENV_SWITCH  # it imports this module
 
         where = "the candidate_steps of --speculative-adaptive-config (default: those of the package's policy)"
-        if steps not in candidates or steps != max(candidates):
-            raise ValueError(f"{ENV_SWITCH} with --speculative-eagle-topk {topk}: the launch shape {steps}/{topk}/"
-                             f"{draft_tokens} is the set's tree and must be its deepest; {where} are {candidates}. "
-                             f"Set --speculative-num-steps to {max(candidates)} or change the candidates")
-        chains = tuple(step for step in candidates if step != steps)
-        if chains and max(chains) + 1 > draft_tokens:
-            raise ValueError(f"{ENV_SWITCH} with --speculative-eagle-topk {topk}: the chain {max(chains)}/1/"
-                             f"{max(chains) + 1} of {where} needs {max(chains) + 1} draft tokens; "
-                             f"--speculative-num-draft-tokens is {draft_tokens} (SGLang sizes for the launch "
-                             f"shape). Raise it to {max(chains) + 1} or drop that candidate")
+        deepest = max(candidates)
+        chains = tuple(step for step in candidates if step != deepest)
+        needed = max(chains) + 1 if chains else 0
+        problems = []
+        if steps != deepest:
+            problems.append(f"the launch shape {steps}/{topk}/{draft_tokens} is the set's tree and must be its "
+                            f"deepest; {where} are {candidates}. Set --speculative-num-steps to {deepest} or "
+                            f"change the candidates")
+        if needed > draft_tokens:
+            problems.append(f"the chain {needed - 1}/1/{needed} of {where} needs {needed} draft tokens; "
+                            f"--speculative-num-draft-tokens is {draft_tokens} (SGLang sizes for the launch "
+                            f"shape). Raise it to {needed} or drop that candidate")
+        if problems:
+            raise ValueError(f"{ENV_SWITCH} with --speculative-eagle-topk {topk}: " + "; and ".join(problems))
         return cls(steps, topk, draft_tokens, chains)
 
     def topk_of(self, steps: int) -> int:
@@ -143,11 +163,11 @@ def bind(worker_module) -> str:
     if not releases.ADAPTIVE_TREES.holds(release):
         return f"trees: not in the set (built for SGLang {RELEASES}; this is {release})"
     scheduler_module = importlib.import_module(SCHEDULER_MODULE)  # imported: this binding runs after it
-    require(hasattr(getattr(scheduler_module, CHECK[1].name, None), CHECK[1].member), CHECK[1].path)
+    require(hasattr(getattr(scheduler_module, PIN[1].name, None), PIN[1].member), PIN[1].path)
     for target in (LAUNCH, BUILD[2], SWITCH[0], *TOPK[:3]):
         require(hasattr(getattr(worker_module, target.name, None), target.member), target.path)
     worker, drafter = worker_module.EAGLEWorkerV2, worker_module.EagleDraftWorker
-    wrap_method(getattr(scheduler_module, CHECK[1].name), CHECK[1].member, _checking_the_launch)
+    wrap_method(getattr(scheduler_module, PIN[1].name), PIN[1].member, _pinning_the_reservation)
     wrap_method(worker, LAUNCH.member, functools.partial(_launching, worker_module=worker_module))
     wrap_method(worker, BUILD[2].member, _building_at_the_shapes_topk)
     wrap_method(worker, SWITCH[0].member, _switching_topk)
@@ -164,12 +184,59 @@ def _launch_shape():
     return (shape if (spec.speculative_eagle_topk or 1) > 1 else None), spec.speculative_adaptive_config
 
 
+def _bind_the_launch_check(engine_module) -> None:
+    """Wrap ``Engine._launch_subprocesses`` where the adaptive switch is on (off: stock's launch untouched)."""
+    from sglang_eagle_ext.sglang.compat.adaptive_shape import selected  # it imports this module
+
+    if selected(releases.installed_release()) == "off":
+        return
+    engine = required_class(engine_module, CHECK[0].name, CHECK[0].member)
+    wrap_method(engine, CHECK[0].member, _checking_the_launch)
+
+
 def _checking_the_launch(original):
     @functools.wraps(original)
+    def _launch_subprocesses(cls, server_args, *args, **kwargs):
+        check_the_launch(server_args)
+        return original(cls, server_args, *args, **kwargs)
+    return _launch_subprocesses
+
+
+def check_the_launch(server_args) -> None:
+    """Stop start-up (:func:`~sglang_eagle_ext.sglang.plugin.not_started`, one line) where the launch, at top-k
+    above 1, is not the set's envelope. Runs in the main process before SGLang starts any other: it configures
+    the logger and resolves the record as stock's launch does first (each once: stock's calls then find them
+    done), and reads the shape resolution gave (SGLang may choose the steps, top-k and draft tokens)."""
+    from sglang_eagle_ext.sglang.plugin import not_started
+
+    runtime.module_attribute(CHECK[1])(server_args)
+    server_args.resolve_once()
+    view = runtime.module_attribute(CHECK[3])(server_args)
+    if (view.speculative_eagle_topk or 1) <= 1:
+        return
+    config = view.speculative_adaptive_config
+    try:
+        candidates = all_candidates(load_candidates(config))
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise not_started(f"--speculative-adaptive-config {config}: not SGLang's adaptive config ({exc}); "
+                          "fix the file or leave the flag out") from None
+    try:
+        TreeSet.checked(view.speculative_num_steps, view.speculative_eagle_topk, view.speculative_num_draft_tokens,
+                        candidates)
+    except ValueError as exc:
+        raise not_started(exc) from None
+
+
+# armed at activation (an engine imported after the scheduler, whose import binds the worker's seams, would be
+# only half imported there)
+LAUNCH_CHECK = Patch("adaptive-tree-launch", RELEASES, _ENGINE, _bind_the_launch_check, CHECK,
+                     part_of="adaptive-shape")
+
+
+def _pinning_the_reservation(original):
+    @functools.wraps(original)
     def __init__(self, server_args, *args, **kwargs):
-        shape, config = _launch_shape()
-        if shape is not None:  # before the scheduler loads a model or sizes a pool
-            TreeSet.checked(*shape, all_candidates(load_candidates(config)))
+        if _launch_shape()[0] is not None:  # a tree, checked at launch: before the scheduler sizes a pool
             _pin_reservation()
         original(self, server_args, *args, **kwargs)
     return __init__
@@ -183,7 +250,7 @@ def _launching(original, worker_module):
         if shape is not None:
             # the package's policy as adaptive_shape bound it, built as stock builds its own, told the tree
             policy = worker_module.AdaptiveSpeculativeParams(initial_steps=shape[0], cfg_path=config, tree=shape)
-            tree = TreeSet.checked(*shape, policy.candidate_steps)  # as the scheduler checked it
+            tree = TreeSet.checked(*shape, policy.candidate_steps)  # as the launch was checked
         original(self, server_args, *args, **kwargs)
         if tree is not None and self._hosts_draft:
             self.adaptive_controller = worker_module.AdaptiveController(self, policy)

@@ -88,7 +88,9 @@ class Patch:
 
     A fix (no ``switch``) is listed by name in the activation log line. A binding selected by an
     environment switch has ``switch(release)``, read when the patch is armed so that a bad value
-    stops start-up with its own message; its ``apply`` returns its phrase of the log line."""
+    stops start-up with its own message; its ``apply`` returns its phrase of the log line. A fix
+    ``part_of`` a binding (the binding's name) is that binding's work in another module, armed at
+    activation like a fix and said by the binding's phrase, not listed by name."""
 
     name: str
     releases: SpecifierSet
@@ -96,6 +98,7 @@ class Patch:
     apply: Callable[[Any], str | None]
     targets: tuple[Target, ...]
     switch: Callable[[Version], object] | None = None
+    part_of: str | None = None
 
     def needed(self, release: Version) -> bool:
         return self.releases.contains(release, prereleases=True)
