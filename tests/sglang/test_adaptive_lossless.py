@@ -90,9 +90,9 @@ RUNS = (("greedy", {"temperature": 0.0, "max_new_tokens": GREEDY_TOKENS}, False,
         ("sampled-off", {"temperature": TEMPERATURE, "max_new_tokens": OFF_TOKENS}, False, OFF_REQUESTS))
 
 
-def engine_child(launch: dict = LAUNCH, config: dict = ADAPTIVE_CONFIG, runs: tuple = RUNS) -> None:
-    """Runs in a fresh process: one engine launched at the shape ``launch`` with the adaptive ``config``, the
-    ``runs`` in turn, one RESULT line. Arguments: TARGET DRAFTER PROMPTS_JSON."""
+def engine_child() -> None:
+    """Runs in a fresh process: one engine launched at :data:`LAUNCH` with :data:`ADAPTIVE_CONFIG`, the
+    :data:`RUNS` in turn, one RESULT line. Arguments: TARGET DRAFTER PROMPTS_JSON."""
     from sglang_eagle_ext.sglang.compat import cpu
 
     if DEVICE == "cpu":
@@ -106,14 +106,14 @@ def engine_child(launch: dict = LAUNCH, config: dict = ADAPTIVE_CONFIG, runs: tu
     device_options = cpu.engine_options(installed_release()) if DEVICE == "cpu" else {"attention_backend": "triton"}
     config_path = os.path.join(os.path.dirname(target), "adaptive.json")
     with open(config_path, "w", encoding="utf-8") as handle:
-        json.dump(config, handle)
+        json.dump(ADAPTIVE_CONFIG, handle)
     engine = sglang.Engine(speculative_adaptive_config=config_path,
                            model_path=target, skip_tokenizer_init=True, max_total_tokens=8192, context_length=256,
                            log_level="error", random_seed=7, speculative_algorithm="EAGLE3",
-                           speculative_draft_model_path=drafter, speculative_adaptive=True, **launch, **device_options)
+                           speculative_draft_model_path=drafter, speculative_adaptive=True, **LAUNCH, **device_options)
     results = {}
     try:
-        for mode, params, logprobs, count in runs:
+        for mode, params, logprobs, count in RUNS:
             outputs = engine.generate(input_ids=prompts[:count], sampling_params={**params, "ignore_eos": True},
                                       return_logprob=logprobs)
             results[mode] = [{"output_ids": o["output_ids"], "verify": o["meta_info"].get("spec_verify_ct")}
@@ -139,18 +139,10 @@ def rank_test_p_value(previous: list[int], drawn: list[int], logits: torch.Tenso
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
-    """The zipf pair built, served in the test mode at the tree's launch, its outputs by run; the stderr; the
-    policy's trace."""
-    served = serve_zipf(tmp_path_factory, __name__)
-    assert f"round-robin (test mode) over depths {list(SET)}" in served[3]
-    assert "adaptive set: tree 5/4/8 with off, chain 1/1/2, chain 3/1/4" in served[3]
-    return served
-
-
-def serve_zipf(tmp_path_factory, child_module: str):
-    """The zipf pair built and served by ``child_module``'s ``engine_child`` with the switch at ``cycle``:
-    the prompts, the child's results by run, the law (:func:`served_law`), the server's stderr and the policy's
-    trace rows (one a verify result: its bucket, traffic, depth, requests and accepted drafts), in order."""
+    """The zipf pair built and served by :func:`engine_child` with the switch at ``cycle`` (the test mode, at
+    the tree's launch): the prompts, the child's results by run, the law (:func:`served_law`), the server's
+    stderr and the policy's trace rows (one a verify result: its bucket, traffic, depth, requests and accepted
+    drafts), in order."""
     root = tmp_path_factory.mktemp("zipf")
     built = subprocess.run([sys.executable, "benchmarks/gpu/zipf_checkpoint.py", str(root), "--smoke",
                             *GEOMETRY_OPTIONS[DEVICE], "--device", "cpu"], cwd=ROOT, capture_output=True, text=True,
@@ -172,12 +164,14 @@ def serve_zipf(tmp_path_factory, child_module: str):
     # the checkout first, then what the environment had (on a CPU host the shims' folder)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     env.pop(PLUGIN_SWITCH, None)  # the plugin at its default: on
-    run = subprocess.run([sys.executable, "-c", f"from {child_module} import engine_child; engine_child()",
+    run = subprocess.run([sys.executable, "-c", f"from {__name__} import engine_child; engine_child()",
                           target, drafter, json.dumps(prompts)],
                          cwd=ROOT, capture_output=True, text=True, env=env, timeout=900)
     results = [line for line in run.stdout.splitlines() if line.startswith("RESULT ")]
     assert run.returncode == 0 and results, run.stderr[-4000:]
     assert OFF_ACTIVATION[DEVICE] in run.stderr  # the activation line
+    assert f"round-robin (test mode) over depths {list(SET)}" in run.stderr
+    assert "adaptive set: tree 5/4/8 with off, chain 1/1/2, chain 3/1/4" in run.stderr
     # the scheduler's rows, written every 2 s while it runs (its last ones may be lost at the shutdown)
     trace = [json.loads(line) for path in sorted(root.glob("trace.*.jsonl")) for line in path.read_text().splitlines()]
     trace.sort(key=lambda row: row["t"])
