@@ -80,6 +80,36 @@ def test_the_launch_is_checked_on_the_resolved_record_with_one_line(monkeypatch,
     assert done == ["logger", "resolved"]
 
 
+@pytest.mark.parametrize("value", ["0", "1", "cycle"])
+def test_the_check_is_armed_at_activation_and_wraps_the_engines_launch_where_the_switch_is_on(monkeypatch, value):
+    """Armed with the plugin's fixes (the engine may be half imported when the scheduler's binding runs), not
+    listed by name (the adaptive binding's phrase says it); the launch wrapped only with the switch on, and kept
+    a classmethod (the HTTP server calls it on the class)."""
+    import inspect
+
+    from packaging.version import Version
+
+    from sglang_eagle_ext.sglang import plugin
+    from sglang_eagle_ext.sglang.compat import adaptive_trees
+    from sglang_eagle_ext.sglang.compat.adaptive_shape import ENV_SWITCH
+
+    armed = []
+    monkeypatch.setattr("sglang_eagle_ext.sglang.compat.patch.after_import", lambda name, hook: armed.append(hook))
+    monkeypatch.setenv(ENV_SWITCH, value)
+    assert adaptive_trees.LAUNCH_CHECK.name not in plugin.arm(Version("0.5.23"), [])
+    assert adaptive_trees.LAUNCH_CHECK.apply in armed
+    armed.clear()
+    plugin.arm(Version("0.5.21"), [])  # no tree in the set before 0.5.23
+    assert adaptive_trees.LAUNCH_CHECK.apply not in armed
+    engine = pytest.importorskip(adaptive_trees._ENGINE)
+    stock = engine.Engine.__dict__["_launch_subprocesses"]
+    monkeypatch.setattr(engine.Engine, "_launch_subprocesses", stock)  # put back after the test
+    adaptive_trees.LAUNCH_CHECK.apply(engine)
+    launch = inspect.getattr_static(engine.Engine, "_launch_subprocesses")
+    assert isinstance(launch, classmethod)
+    assert (getattr(launch.__func__, "__eagle_ext_original__", None) is stock.__func__) == (value != "0")
+
+
 @pytest.mark.parametrize("topk", [1, 4])
 def test_the_reservation_is_pinned_before_the_scheduler_takes_memory(monkeypatch, topk):
     """In the scheduler process, before its construction (which sizes the pools): the reservation pinned for a
