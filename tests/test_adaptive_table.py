@@ -72,3 +72,24 @@ def test_page_lists_every_cell_with_its_verdict():
 def test_committed_page_holds_the_tables_its_run_generates(page, run_file, drafter):
     results = json.loads((RESULTS / run_file).read_text())
     assert adaptive_table.markdown(results, drafter) in (RESULTS / page).read_text()
+
+
+def test_diagnostic_arms_are_no_fixed_shape_and_the_overhead_table_sets_them_beside_the_chain():
+    """serve_bench's diagnostics (each policy pinned to chain 3/1/4) would otherwise pass for fixed shapes and
+    could be taken as the best one; the overhead table gives each against the fixed chain's tok/s."""
+    results = run()
+    for name, values in {"d/pin3-cost/plugin": (150, 150, 150), "d/pin3-stock/plugin": (297, 300, 303),
+                         "d/pin3-cost-untraced/plugin": (1000, 1000, 1000)}.items():
+        results["arms"][name] = {"arm": name, "cells": {"batch1/greedy": {**cell(*values), "accept_length": 4.0}}}
+    results["arms"]["d/chain/plugin"]["cells"]["batch1/greedy"].update(tok_s=[280, 300, 308], accept_length=4.0)
+    one = adaptive_table.verdict(results, "d", "batch1/greedy")
+    assert one["fixed"] == {"chain": 300, "tree": 250} and one["best_fixed"] == "chain"  # not pin3-cost-untraced
+    text = adaptive_table.overhead(results, "d")
+    heads = "| cell | chain 3/1/4 | spread | stock's pinned | ours pinned | ours pinned, no trace | " \
+            "adaptive (this package) | stock's adaptive |"
+    assert heads in text
+    assert ("| batch1/greedy | 300 (4.00) | 9% | 300 (x1.00, 4.00) | 150 (x0.50, 4.00) | 1,000 (x3.33, 4.00) | "
+            "290 (x0.97, 0.00) | 280 (x0.93, 0.00) |") in text
+    assert "| batch64/greedy | 700 (0.00) | 0% | - | - | - | 850 (x1.21, 0.00) | 900 (x1.29, 0.00) |" in text
+    del results["arms"]["d/chain/plugin"]
+    assert adaptive_table.overhead(results, "d").startswith("no chain arm of drafter d")

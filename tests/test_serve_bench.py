@@ -2,6 +2,7 @@
 which arms exist, what each asks of SGLang and of this package's switch, and how the drift cell's batch falls."""
 
 import json
+import os
 from types import SimpleNamespace
 
 import pytest
@@ -12,6 +13,7 @@ from tests.script_module import load_siblings
 
 # serve_bench imports engines and the GPU folder's results_file by bare name
 engines, serve_bench = load_siblings("benchmarks/real_target", "engines", "serve_bench")
+_, adaptive_table = load_siblings("benchmarks/real_target", "table", "adaptive_table")
 
 
 def test_depth_policies_run_with_this_plugin_only():
@@ -93,3 +95,60 @@ def test_a_refused_arm_is_noted_and_a_later_call_that_measures_it_takes_the_note
     assert set(later["not_run"]) == {"d/tree/plugin"}
     assert serve_bench.skip_or_note(later, "d/tree/plugin", serve_bench.ArmClock(None, 1.0)) is False
     assert "not_run" not in later
+
+
+def test_the_diagnostics_pin_each_policy_to_the_fixed_chain_and_are_left_out_of_the_default_arms():
+    """The arms that isolate what an adaptive engine's step costs (issue 39's H200 run: the cost policy's engine
+    stepped slower at every depth than the fixed and stock-adaptive engines): each policy with chain 3/1/4 as its
+    only candidate, at every batch size, this package's with and without its trace."""
+    chain = serve_bench.SHAPES["chain"]
+    pinned = {name: serve_bench.DIAGNOSTICS[name] for name in ("pin3-stock", "pin3-cost", "pin3-cost-untraced")}
+    for shape in pinned.values():
+        assert (shape.steps, shape.topk, shape.draft_tokens) == (chain.steps, chain.topk, chain.draft_tokens)
+        assert shape.adaptive_config() == {"1": {"candidate_steps": [3]}}
+        assert engines.speculative("D", shape)["speculative_adaptive"] is True
+    assert pinned["pin3-stock"].environment()[ENV_SWITCH] in env.OFF
+    assert pinned["pin3-cost"].environment()[ENV_SWITCH] in env.ON and pinned["pin3-cost"].trace
+    assert not pinned["pin3-cost-untraced"].trace
+    untraced = serve_bench.DIAGNOSTICS["adaptive-untraced"]
+    assert untraced.adaptive_config() is None and not untraced.trace  # the policy's own candidates
+    assert chain.adaptive_config() is None and serve_bench.SHAPES["adaptive"].adaptive_config() is None
+    assert not set(serve_bench.DIAGNOSTICS) & set(serve_bench.SHAPES)  # --shapes' default: no diagnostic
+    assert set(adaptive_table.DIAGNOSTICS) == set(serve_bench.DIAGNOSTICS)  # its verdict leaves them all out
+    assert serve_bench.arm_names(["d"], ["pin3-stock", "pin3-cost"]) == ["plain", "d/pin3-stock/plugin",
+                                                                        "d/pin3-cost/plugin"]
+    with pytest.raises(ValueError, match=r"candidates \[1\] need a policy and the launch depth 3"):
+        engines.Shape("off-launch", 3, 1, 4, policy="cost", candidates=(1,))
+    with pytest.raises(ValueError, match="need a policy"):
+        engines.Shape("no-policy", 3, 1, 4, candidates=(3,))
+
+
+@pytest.mark.parametrize("shape, switch, config, traced", [
+    ("chain", None, None, False), ("adaptive", "1", None, True), ("pin3-stock", "0", [3], False),
+    ("pin3-cost", "1", [3], True), ("pin3-cost-untraced", "1", [3], False), ("adaptive-untraced", "1", None, False)])
+def test_the_hosted_engine_gets_the_shapes_switch_trace_and_candidates_file(shape, switch, config, traced, tmp_path,
+                                                                            monkeypatch):
+    """What serve_bench.host hands an arm's engine (engines.start stubbed): the policy switch, the trace prefix
+    beside the arm's log for this package's traced policy only, and a candidates file in SGLang's format."""
+    for name in (engines.PLUGIN_SWITCH, ENV_SWITCH, serve_bench.TRACE_SWITCH):
+        monkeypatch.setenv(name, "")  # recorded as it was (host sets them in this process), then unset
+        monkeypatch.delenv(name)
+    monkeypatch.setattr(serve_bench.os, "dup2", lambda *_: None)  # host's output to its log: not pytest's
+    monkeypatch.setattr(serve_bench.engines, "prepare_process", lambda: "cpu")
+    seen = {}
+
+    def start(target, where, drafter, shape_, **extra):
+        seen.update(extra=extra, switch=os.environ.get(ENV_SWITCH), trace=os.environ.get(serve_bench.TRACE_SWITCH))
+        raise RuntimeError("stubbed")
+
+    monkeypatch.setattr(serve_bench.engines, "start", start)
+    sent = []
+    log = tmp_path / "d_arm.log"
+    serve_bench.host(SimpleNamespace(send=sent.append), "T", "D", shape, True, str(log), (1,), 512, False, "triton")
+    assert sent == [{"failed": "RuntimeError: stubbed"}]
+    assert seen["switch"] == switch and seen["trace"] == (str(tmp_path / "d_arm.trace") if traced else None)
+    path = seen["extra"].get("speculative_adaptive_config")
+    assert (path is None) == (config is None)
+    if config is not None:
+        assert path == str(tmp_path / "d_arm.adaptive.json")
+        assert json.loads((tmp_path / "d_arm.adaptive.json").read_text()) == {"1": {"candidate_steps": config}}

@@ -13,10 +13,16 @@ sizes and, with ``--drift``, in a cell whose batch falls from 64 to 1. Per cell 
   decoding, beyond the spread; in the drift cell ahead of every fixed shape and of stock's adaptive. A
   ratio counts as below only past ``1 - spread`` and as ahead only past ``1 + spread``.
 
+``serve_bench.py``'s diagnostic arms (:data:`DIAGNOSTICS`: each policy pinned to chain 3/1/4, this package's
+without its trace) are no fixed shape and no policy under test: the verdict leaves them out, and ``overhead``
+sets them, with the two policies, beside the fixed ``chain`` 3/1/4 (:func:`overhead`): what the adaptive path
+costs a step where the shape does not change.
+
 usage::
 
     python3 benchmarks/real_target/adaptive_table.py markdown RUN.json DRAFTER   # the page
     python3 benchmarks/real_target/adaptive_table.py plot RUN.json DRAFTER OUT.png   # needs matplotlib
+    python3 benchmarks/real_target/adaptive_table.py overhead RUN.json DRAFTER   # the diagnostics' table
 """
 
 from __future__ import annotations
@@ -30,6 +36,10 @@ from table import NOISE_FLOOR, spread
 MODES = {"greedy": "greedy", "sampled": "T 0.7, top-p 0.9"}
 POLICIES = {"adaptive": "adaptive (this package)", "stock-adaptive": "stock's adaptive"}
 DEFAULT_SHAPE = "tree"  # SGLang's own choice for a Llama target when no shape is given (5/4/8)
+# serve_bench.DIAGNOSTICS' arms, as the overhead table heads them; the fixed shape they run is OVERHEAD_REFERENCE
+DIAGNOSTICS = {"pin3-stock": "stock's pinned", "pin3-cost": "ours pinned",
+               "pin3-cost-untraced": "ours pinned, no trace", "adaptive-untraced": "adaptive, no trace"}
+OVERHEAD_REFERENCE = "chain"
 
 
 def cell_keys(results: dict, mode: str) -> list[str]:
@@ -57,7 +67,7 @@ def verdict(results: dict, drafter: str, key: str) -> dict | None:
     if plain is None or adaptive is None:
         return None
     fixed = {shape: arm["cells"][key]["tok_s_median"] for shape, arm in arms.items()
-             if shape not in POLICIES and key in arm["cells"]}
+             if shape not in POLICIES and shape not in DIAGNOSTICS and key in arm["cells"]}
     stock = arms.get("stock-adaptive", {}).get("cells", {}).get(key)
     noise = max(NOISE_FLOOR, spread(plain["tok_s"]))
     ours = adaptive["tok_s_median"]
@@ -109,6 +119,36 @@ def markdown(results: dict, drafter: str) -> str:
     return "\n".join(lines)
 
 
+def overhead(results: dict, drafter: str) -> str:
+    """Per cell and mode, the fixed chain 3/1/4's tok/s and, for each policy and diagnostic arm measured, its tok/s,
+    its ratio to the chain's and its acceptance length: the pinned arms run the chain's shape at every step (their
+    acceptance lengths should match the chain's), so a ratio below 1 beyond the spread of the chain's own rounds
+    is what the adaptive path costs (``pin3-stock``: stock's path; ``pin3-cost``: this package's policy and
+    wrappers; ``pin3-cost-untraced``: without the trace file), and ``adaptive`` against ``pin3-cost`` is what its
+    choice of depths gains or loses."""
+    arms = arms_by_shape(results, drafter)
+    reference = arms.get(OVERHEAD_REFERENCE)
+    if reference is None:
+        return f"no {OVERHEAD_REFERENCE} arm of drafter {drafter}: nothing to set the diagnostics beside"
+    columns = [shape for shape in (*DIAGNOSTICS, *POLICIES) if shape in arms]
+    heads = {**DIAGNOSTICS, **POLICIES}
+    lines = [f"{results['device']}, SGLang {results['sglang']} (commit {results['commit']}), {results['date']}; "
+             f"drafter {drafter}; output tok/s (the median of {results['rounds']} rounds), then x {OVERHEAD_REFERENCE} "
+             f"3/1/4's and the acceptance length. Spread: the {OVERHEAD_REFERENCE} arm's own rounds.", "",
+             "| cell | chain 3/1/4 | spread | " + " | ".join(heads[shape] for shape in columns) + " |",
+             "|" + "---|" * (3 + len(columns))]
+    for key, base in reference["cells"].items():
+        values = []
+        for shape in columns:
+            arm_cell = arms[shape]["cells"].get(key)
+            values.append("-" if arm_cell is None else
+                          f"{arm_cell['tok_s_median']:,.0f} (x{arm_cell['tok_s_median'] / base['tok_s_median']:.2f}, "
+                          f"{arm_cell.get('accept_length', 0):.2f})")
+        lines.append(f"| {key} | {base['tok_s_median']:,.0f} ({base.get('accept_length', 0):.2f}) | "
+                     f"{spread(base['tok_s']):.0%} | " + " | ".join(values) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def plot(results: dict, drafter: str, path: str) -> None:
     """Output tok/s over plain decoding's per batch size, a line per arm, one panel per mode."""
     import matplotlib
@@ -121,6 +161,8 @@ def plot(results: dict, drafter: str, path: str) -> None:
         keys = [key for key in cell_keys(results, mode) if not key.startswith("drift/")]
         batches = [int(key.split("/")[0][len("batch"):]) for key in keys]
         for shape, arm in arms_by_shape(results, drafter).items():
+            if shape in DIAGNOSTICS:
+                continue
             points = [(b, arm["cells"][k]["tok_s_median"] / results["arms"]["plain"]["cells"][k]["tok_s_median"])
                       for b, k in zip(batches, keys) if k in arm["cells"]]
             axis.plot([b for b, _ in points], [r for _, r in points], marker="o",
@@ -140,11 +182,11 @@ def plot(results: dict, drafter: str, path: str) -> None:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) in (3, 4) and argv[0] in ("markdown", "plot"):
+    if len(argv) in (3, 4) and argv[0] in ("markdown", "plot", "overhead"):
         with open(argv[1], encoding="utf-8") as handle:
             results = json.load(handle)
-        if argv[0] == "markdown" and len(argv) == 3:
-            print(markdown(results, argv[2]), end="")
+        if argv[0] in ("markdown", "overhead") and len(argv) == 3:
+            print((markdown if argv[0] == "markdown" else overhead)(results, argv[2]), end="")
             return 0
         if argv[0] == "plot" and len(argv) == 4:
             plot(results, argv[2], argv[3])

@@ -30,17 +30,26 @@ POLICY_SWITCH_VALUES = {"cost": "1", "stock": "0"}  # a depth policy -> ADAPTIVE
 class Shape:
     """A drafting shape: SGLang's --speculative-num-steps / -eagle-topk / -num-draft-tokens; with ``policy``,
     the deepest of the depths SGLang's --speculative-adaptive switches between per step, chosen by this
-    package's cost policy (``"cost"``, SGLANG_EAGLE_EXT_ADAPTIVE=1) or by stock's (``"stock"``)."""
+    package's cost policy (``"cost"``, SGLANG_EAGLE_EXT_ADAPTIVE=1) or by stock's (``"stock"``). ``candidates``:
+    the depths the policy may choose at every batch size (:meth:`adaptive_config`; empty: the policy's own
+    defaults); one depth pins it, so that the adaptive engine runs one shape as a fixed engine does and the two
+    differ only by the adaptive path's per-step work. ``trace``: this package's policy writes its record of
+    every step (``SGLANG_EAGLE_EXT_ADAPTIVE_TRACE``)."""
 
     name: str
     steps: int
     topk: int
     draft_tokens: int
     policy: str | None = None
+    candidates: tuple[int, ...] = ()
+    trace: bool = True
 
     def __post_init__(self) -> None:
         if self.policy is not None and self.policy not in POLICY_SWITCH_VALUES:
             raise ValueError(f"shape {self.name}: policy {self.policy!r} is not one of {sorted(POLICY_SWITCH_VALUES)}")
+        if self.candidates and (self.policy is None or self.steps not in self.candidates):
+            raise ValueError(f"shape {self.name}: candidates {list(self.candidates)} need a policy and the launch "
+                             f"depth {self.steps} among them (SGLang's --speculative-adaptive refuses it otherwise)")
 
     def label(self) -> str:
         return f"{self.name} {self.steps}/{self.topk}/{self.draft_tokens}"
@@ -48,6 +57,11 @@ class Shape:
     def environment(self) -> dict:
         """The switch of the depth policy this shape runs under (none for a fixed shape)."""
         return {} if self.policy is None else {ADAPTIVE_SWITCH: POLICY_SWITCH_VALUES[self.policy]}
+
+    def adaptive_config(self) -> dict | None:
+        """SGLang's ``--speculative-adaptive-config`` for ``candidates`` (its file format, which this package's
+        policy reads too: one batch-size key, so every batch size): None for the policy's own defaults."""
+        return {"1": {"candidate_steps": list(self.candidates)}} if self.candidates else None
 
 
 def device() -> str:

@@ -14,7 +14,8 @@ Shapes: chain 3/1/4, SGLang's default tree for Llama (5 steps, top-k 4, 8 tokens
 (``chain5``, vLLM's 5); and two depth
 policies under SGLang's ``--speculative-adaptive`` (no speculation or a chain depth chosen per step):
 ``adaptive``, this package's cost policy (``SGLANG_EAGLE_EXT_ADAPTIVE=1``), and ``stock-adaptive``, stock's
-own policy, both over this plugin's class (issue 39). Cells:
+own policy, both over this plugin's class (issue 39); named in ``--arms`` or ``--shapes`` only, the
+diagnostics (:data:`DIAGNOSTICS`: each policy pinned to chain 3/1/4, this package's without its trace). Cells:
 batch 1 (the first ``--single`` MT-bench first turns, one request at a time), 16 and 64 (the first 32
 and 64 prompts, in requests of 16 and 64 sent together), greedy and temperature 0.7 / top-p 0.9,
 ``--new-tokens`` each (``ignore_eos``: every request decodes the same number of tokens, so the batch
@@ -65,6 +66,18 @@ SHAPES = {shape.name: shape for shape in (engines.Shape("chain", 3, 1, 4), engin
                                           engines.Shape("chain5", 5, 1, 6),
                                           engines.Shape("adaptive", 3, 1, 4, policy="cost"),
                                           engines.Shape("stock-adaptive", 3, 1, 4, policy="stock"))}
+# What an adaptive engine's step costs beside a fixed one's at the same shape (issue 39: on an H200 the cost
+# policy's engine stepped 2-3 ms slower at batch 1 at every depth than the fixed chain 3/1/4 and stock's adaptive
+# engines): each policy pinned to chain 3/1/4 by its candidates, so that "chain", "pin3-stock", "pin3-cost" and
+# "pin3-cost-untraced" differ only by the adaptive path's per-step work, this package's policy and its trace;
+# "adaptive-untraced" is "adaptive" without the trace. Not in --shapes' default; adaptive_table.py's
+# "overhead" tabulates them against "chain".
+DIAGNOSTICS = {shape.name: shape for shape in (
+    engines.Shape("pin3-stock", 3, 1, 4, policy="stock", candidates=(3,)),
+    engines.Shape("pin3-cost", 3, 1, 4, policy="cost", candidates=(3,)),
+    engines.Shape("pin3-cost-untraced", 3, 1, 4, policy="cost", candidates=(3,), trace=False),
+    engines.Shape("adaptive-untraced", 3, 1, 4, policy="cost", trace=False))}
+ALL_SHAPES = {**SHAPES, **DIAGNOSTICS}
 DRIFT_REQUESTS = 64
 BATCHES = (1, 16, 64)
 MODES = {"greedy": {"temperature": 0.0}, "sampled": {"temperature": 0.7, "top_p": 0.9}}
@@ -78,7 +91,7 @@ def arm_names(drafters: list[str], shapes: list[str]) -> list[str]:
     names = ["plain"]
     for drafter in drafters:
         for shape in shapes:
-            names += [f"{drafter}/{shape}/plugin"] + ([] if SHAPES[shape].policy else [f"{drafter}/{shape}/stock"])
+            names += [f"{drafter}/{shape}/plugin"] + ([] if ALL_SHAPES[shape].policy else [f"{drafter}/{shape}/stock"])
     return names
 
 
@@ -173,15 +186,19 @@ def host(connection, target: str, drafter: str | None, shape_name: str | None, p
     os.dup2(log, 1)
     os.dup2(log, 2)
     os.environ[engines.PLUGIN_SWITCH] = "1" if plugin else "0"
-    shape = SHAPES[shape_name] if shape_name else None
+    shape = ALL_SHAPES[shape_name] if shape_name else None
     os.environ.update(shape.environment() if shape else {})  # the depth policy, read by the engine's processes
-    if shape is not None and shape.policy == "cost":  # its record of every step, beside the arm's log
+    if shape is not None and shape.policy == "cost" and shape.trace:  # its record of every step, beside the log
         os.environ[TRACE_SWITCH] = log_path.removesuffix(".log") + ".trace"
+    extra = {"skip_tokenizer_init": True} if skip_tokenizer else {}
+    if shape is not None and shape.adaptive_config() is not None:  # the policy's candidates, beside the log
+        extra["speculative_adaptive_config"] = log_path.removesuffix(".log") + ".adaptive.json"
+        with open(extra["speculative_adaptive_config"], "w", encoding="utf-8") as handle:
+            json.dump(shape.adaptive_config(), handle)
     try:
         where = engines.prepare_process()
         engine = engines.start(target, where, drafter, shape, graph_bs=batches, max_running=max(batches),
-                               context_length=context_length, random_seed=SEED, attention_backend=backend,
-                               **({"skip_tokenizer_init": True} if skip_tokenizer else {}))
+                               context_length=context_length, random_seed=SEED, attention_backend=backend, **extra)
     except BaseException as exc:  # SGLang raises or exits when the draft cannot be loaded
         traceback.print_exc()
         connection.send({"failed": f"{type(exc).__name__}: {exc}"[:600]})
@@ -239,7 +256,8 @@ def agreement(outputs: list[list[int]], reference: list[list[int]], top2: list |
 
 def measure_arm(name: str, args, ids, drafters: dict, plain: dict | None) -> dict:
     drafter_name, shape_name, side = name.split("/") if name != "plain" else (None, None, "plugin")
-    record = {"arm": name, "drafter": drafter_name, "shape": None if shape_name is None else SHAPES[shape_name].label(),
+    record = {"arm": name, "drafter": drafter_name,
+              "shape": None if shape_name is None else ALL_SHAPES[shape_name].label(),
               "plugin": side == "plugin"}
     drafter = drafters.get(drafter_name)
     if side == "stock-edit":
@@ -282,8 +300,12 @@ def measure_arm(name: str, args, ids, drafters: dict, plain: dict | None) -> dic
         time_rounds(parent, cells, "drift", waves, lengths, args.rounds)
         if name == "plain":
             add_reference_top2(parent, cells["drift/greedy"], waves, lengths)
+    # what ran beside the engine, which slows a host-bound step (a small target's): the host's load over the arm's
+    # last minute (1, 5, 15 min averages), and whether the engine's process ended, or runs on beside the next arm
+    record["load_average"] = [round(load, 2) for load in os.getloadavg()]
     parent.send(None)
     process.join(timeout=60)
+    record["engine_exited"] = process.exitcode is not None
     for cell in cells.values():
         cell["tok_s_median"] = round(statistics.median(cell["tok_s"]), 1)
         if cell.get("ttft_ms"):
@@ -408,7 +430,8 @@ def run_record(path: str, args, drafters: dict, environment: dict, **extra) -> d
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_run_arguments(parser)
-    parser.add_argument("--shapes", default=",".join(SHAPES), help=f"of {', '.join(SHAPES)}")
+    parser.add_argument("--shapes", default=",".join(SHAPES), help=f"of {', '.join(ALL_SHAPES)} (default: all but "
+                        f"the diagnostics {', '.join(DIAGNOSTICS)})")
     parser.add_argument("--drift", type=int, nargs="?", const=DRIFT_REQUESTS, default=0, metavar="REQUESTS",
                         help=f"also a drift cell per mode: REQUESTS (default {DRIFT_REQUESTS}) sent together whose new "
                              "tokens run from a quarter to four times --new-tokens, so the batch drifts down to 1")
