@@ -51,8 +51,10 @@ is decided before the last result arrives); the first step after the worker's de
 carries the switch). An idle batch (size 0, attention DP) keeps the running depth and is not counted. Each
 choice that changes a bucket's depth is logged, at most once per :data:`LOG_INTERVAL_S` per bucket, with its
 reason, and every :data:`SUMMARY_INTERVAL_S` or so one line says how many steps each bucket ran at each depth.
-Given a ``trace`` callable, every verify result (bucket, kind, depth, accepted drafts, the period timed or not)
-and every switch (with its reason) is handed to it as a row: the whole record of a run.
+Given a ``trace`` callable, every verify result (bucket, kind, depth, accepted drafts, the period timed or not,
+and the CPU time the scheduler's process spent over that period: a period much longer than its CPU time waited,
+on the GPU or for a core another process held, where one about as long was the host's own work) and every switch
+(with its reason) is handed to it as a row: the whole record of a run.
 
 A set may hold one tree (stage B, :mod:`.compat.adaptive_trees`: the launch shape ``S/k/D`` at top-k above 1,
 ``tree=`` here): its candidate depth ``S`` is that tree, whose acceptance is kept apart from the chains' (its
@@ -183,7 +185,8 @@ class ShapePolicy:
 
     def __init__(self, initial_steps: int, cfg_path: str | None = None, *, cycle: bool = False,
                  clock: Callable[[], float] = time.perf_counter, log: Callable[[str], None] | None = None,
-                 trace: Callable[[dict], None] | None = None, tree: tuple[int, int, int] | None = None):
+                 trace: Callable[[dict], None] | None = None, tree: tuple[int, int, int] | None = None,
+                 cpu_clock: Callable[[], float] = time.process_time):
         self._by_key = load_candidates(cfg_path)
         self._keys = sorted(self._by_key)
         self._initial = initial_steps
@@ -203,6 +206,8 @@ class ShapePolicy:
         # switch); under the overlap scheduler the next decision is made before the last result arrives
         self._pending: deque = deque(maxlen=PENDING)
         self._last_result: float | None = None
+        self._cpu_clock = cpu_clock  # read only where a trace is kept
+        self._last_cpu: float | None = None
         self._running = initial_steps  # the depth last handed to SGLang: a change of it is a switch
         self._last_summary: float | None = None
         # every verify result and every switch as a row (time since construction, seconds), when given: what
@@ -263,6 +268,9 @@ class ShapePolicy:
         never asks for a switch (``None``)."""
         now = self._clock()
         previous, self._last_result = self._last_result, now
+        cpu_before = self._last_cpu
+        if self._trace is not None:  # beside the period, over the same span
+            self._last_cpu = self._cpu_clock()
         if not self._pending:  # a result without a decision: nothing to attribute it to
             return None
         key, traffic, steps, switched = self._pending.popleft()
@@ -275,7 +283,9 @@ class ShapePolicy:
         if self._trace is not None:
             self._trace({"t": round(now - self._started, 6), "bucket": key, "traffic": traffic, "depth": steps,
                          "requests": len(num_correct_drafts_per_req), "accepted": sum(num_correct_drafts_per_req),
-                         "period_ms": round(1e3 * (now - previous), 4) if timed else None})
+                         "period_ms": round(1e3 * (now - previous), 4) if timed else None,
+                         "cpu_ms": (round(1e3 * (self._last_cpu - cpu_before), 4)
+                                    if timed and cpu_before is not None else None)})
         return None
 
     # -- the choice --

@@ -365,9 +365,10 @@ def test_the_trace_holds_every_step_with_its_depth_and_period():
     """The trace's rows against the simulated server's own record: one result row per step, in order, at the
     depth that step ran; each timed period equal to that step's simulated cost (under the overlap scheduler a
     result arrives as its step ends); untimed exactly the first step and each step that changed the worker's
-    depth; every switch with its reason."""
+    depth; each timed row's CPU time the process clock's advance over the same span (here a quarter of the fake
+    wall clock's); every switch with its reason. Without a trace the process clock is never read."""
     server, rows = Server(cost, seed=21), []
-    policy = policy_on(server, trace=rows.append)
+    policy = policy_on(server, trace=rows.append, cpu_clock=lambda: 0.25 * server.now)
     _, chosen = server.run(policy, [(1, 300), (64, 64 * 40), (4, 4 * 200)])
     results = [row for row in rows if "depth" in row]
     switches = [row for row in rows if "to" in row]
@@ -378,9 +379,18 @@ def test_the_trace_holds_every_step_with_its_depth_and_period():
     for row in results:
         if row["period_ms"] is not None:
             assert row["period_ms"] == pytest.approx(1e3 * cost(row["depth"], row["requests"]), abs=1e-3)
+            assert row["cpu_ms"] == pytest.approx(0.25 * row["period_ms"], abs=1e-3)
+        else:
+            assert row["cpu_ms"] is None
     assert switches and all(row["from"] != row["to"] and row["reason"] for row in switches)
     assert [row["t"] for row in rows] == sorted(row["t"] for row in rows)
     json.dumps(rows)  # the rows are JSON as they are
+
+    def unread():
+        raise AssertionError("the process clock read without a trace")
+
+    untraced = Server(cost, seed=21)
+    untraced.run(policy_on(untraced, cpu_clock=unread), [(1, 300)])  # raises if the clock is read
 
 
 def test_the_trace_file_appends_json_lines_in_batches(tmp_path, monkeypatch):
