@@ -191,10 +191,10 @@ def host(connection, target: str, drafter: str | None, shape_name: str | None, p
     if shape is not None and shape.policy == "cost" and shape.trace:  # its record of every step, beside the log
         os.environ[TRACE_SWITCH] = log_path.removesuffix(".log") + ".trace"
     extra = {"skip_tokenizer_init": True} if skip_tokenizer else {}
-    if shape is not None and shape.adaptive_config() is not None:  # the policy's candidates, beside the log
+    config = shape.adaptive_config() if shape is not None else None
+    if config is not None:  # the policy's candidates, beside the log
         extra["speculative_adaptive_config"] = log_path.removesuffix(".log") + ".adaptive.json"
-        with open(extra["speculative_adaptive_config"], "w", encoding="utf-8") as handle:
-            json.dump(shape.adaptive_config(), handle)
+        save_json(extra["speculative_adaptive_config"], config)
     try:
         where = engines.prepare_process()
         engine = engines.start(target, where, drafter, shape, graph_bs=batches, max_running=max(batches),

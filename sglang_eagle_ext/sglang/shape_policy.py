@@ -435,8 +435,8 @@ class ShapePolicy:
             return
         state.last_log = now
         rates = "/".join(f"{rate:.2f}" for rate in self.acceptance[traffic].rates()) or "-"
-        costs = ", ".join(f"{self.name(s)} {1e3 * self.step_time(key, s):.2f} ms" for s in self.candidate_steps
-                          if self.step_time(key, s) is not None) or "-"
+        costs = ", ".join(f"{self.name(s)} {1e3 * period:.2f} ms" for s in self.candidate_steps
+                          if (period := self.step_time(key, s)) is not None) or "-"
         self._log(f"sglang-eagle-ext: adaptive shape: batch {key}+ {traffic} -> {self.name(steps)} "
                   f"(was {self.name(previous)}): {reason} (accepted tokens per ms per request); "
                   f"acceptance by depth {rates}; step {costs}")
