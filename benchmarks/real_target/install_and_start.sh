@@ -10,8 +10,12 @@
 # issue 38 names, the least needed last). RT_PHASES (default "setup serve vllm"): without vllm, vLLM is not
 # installed (its bundles need not be on the machine) and RT_VLLM_SHARE defaults to 0; RT_SERVE_EXTRA adds
 # serve_bench.py arguments (issue 39's real-target run: "--batches 1,16,64 --drift").
+# RT_LEASE_START: the epoch LEFT was read at (default: this call's start). The lease's first call can write its
+# end time to a file and the install call, sent in the same batch as the carrying calls, count from it; the
+# lease's end (START + LEFT) goes to /tmp/lease_end for the `wait` calls to size themselves by.
 set -uo pipefail
 START=$(date +%s); LEFT="$1"; COMMIT="$2"
+LEASE_END=$(( ${RT_LEASE_START:-$START} + LEFT )); echo "$LEASE_END" > /tmp/lease_end
 PHASES="${RT_PHASES:-setup serve vllm}"
 case " $PHASES " in *" vllm "*) VLLM_SHARE="${RT_VLLM_SHARE:-690}" ;; *) VLLM_SHARE="${RT_VLLM_SHARE:-0}" ;; esac
 SERVE_ARMS="${RT_SERVE_ARMS:-plain,specforge/chain1/plugin,speculators/chain1/plugin,specforge/chain/plugin,speculators/chain/plugin,speculators/wide/plugin,specforge/wide/plugin}"
@@ -31,7 +35,7 @@ case " $PHASES " in *" vllm "*)
 rm -rf /tmp/src && mkdir /tmp/src \
   && tar cf - --exclude=./whb50 --exclude=./whfa3 --exclude=./gpu_carry --exclude=./wvb . | tar xf - -C /tmp/src
 cd /tmp/src || exit 1
-END=$(( START + LEFT - ${RT_TAIL:-45} ))
+END=$(( LEASE_END - ${RT_TAIL:-45} ))
 echo "run starts $(( $(date +%s) - START )) s into the call; the last arm's deadline in $(( END - $(date +%s) )) s"
 CARRY=/tmp/rtc E2E_COMMIT="$COMMIT" RT_PHASES="$PHASES" \
   RT_SERVE_ARGS="--rounds 2 --attention-backend fa3 --arms $SERVE_ARMS --deadline $(( END - VLLM_SHARE )) ${RT_SERVE_EXTRA:-}" \
