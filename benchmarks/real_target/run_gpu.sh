@@ -13,6 +13,8 @@
 #   specforge   train_specforge.py -> ROOT/drafters/specforge (SpecForge's trainer and export)
 #   speculators train_speculators.py -> ROOT/drafters/speculators (speculators' trainer, RT_LAYERS layers)
 #   serve       serve_bench.py: plain, plugin and stock arms on MT-bench first turns -> ROOT/serve
+#   adaptive    serve_bench.py again, into ROOT/adaptive, with RT_ADAPTIVE_ARGS (issue 39's diagnostic arms after
+#               issue 38's, on the same machine: docs/adaptive-shape.md section 14)
 #   profile     step_profile.py on the target with the SpecForge drafter, this plugin's class and stock's
 #               -> ROOT/profile
 #   demo        `sglang-eagle demo --target` with the speculators drafter -> ROOT/demo.log
@@ -23,7 +25,9 @@
 #               CARRY/smolcfg: SmolLM2's) with the zipf drafter -> ROOT/serve8b
 #   vllm8b      vllm_bench.py on the same -> ROOT/vllm8b
 # RT_GPU_<PHASE> sets a phase's CUDA_VISIBLE_DEVICES: on a two-GPU machine "vllm+serve" with RT_GPU_VLLM=1
-# RT_GPU_SERVE=0 runs the engines side by side (they share the host's CPU; see README.md).
+# RT_GPU_SERVE=0 runs the engines side by side (they share the host; see README.md). RT_CPUS_<PHASE> pins a phase,
+# and every process it starts, to a CPU list (taskset's, e.g. 0-15), so two engines side by side do not take each
+# other's cores.
 # Each phase's limit is RT_LIMIT_<PHASE> seconds; its process group is ended after it. A phase whose
 # output exists is skipped (a run continued on the same machine).
 set -uo pipefail
@@ -44,7 +48,7 @@ phase_command() {
     regen) echo "python3 $HERE/regenerate.py --target $ROOT/target --prompts $CARRY/data/sharegpt.jsonl --out $ROOT/data.jsonl --count \${RT_COUNT:-3000} --max-new-tokens \${RT_ANSWER_TOKENS:-512}" ;;
     specforge) echo "python3 $HERE/train_specforge.py --target $ROOT/target --data $ROOT/data.jsonl --out $ROOT/drafters/specforge --device cuda \${RT_SPECFORGE_ARGS:-}" ;;
     speculators) echo "python3 $HERE/train_speculators.py --target $ROOT/target --data $ROOT/data.jsonl --out $ROOT/drafters/speculators --num-layers \${RT_LAYERS:-2} --device cuda \${RT_SPECULATORS_ARGS:-}" ;;
-    serve) echo "python3 $HERE/serve_bench.py $ROOT/serve --target $ROOT/target --prompts $CARRY/data/mtbench.jsonl --drafter specforge=$ROOT/drafters/specforge --drafter speculators=$ROOT/drafters/speculators \${RT_SERVE_ARGS:-}" ;;
+    serve|adaptive) echo "python3 $HERE/serve_bench.py $ROOT/$1 --target $ROOT/target --prompts $CARRY/data/mtbench.jsonl --drafter specforge=$ROOT/drafters/specforge --drafter speculators=$ROOT/drafters/speculators \${RT_${1^^}_ARGS:-}" ;;
     profile) echo "python3 benchmarks/gpu/step_profile.py $ROOT/profile --target $ROOT/target --drafter $ROOT/drafters/\${RT_PROFILE_DRAFTER:-specforge} --trees 0,1 --classes plugin,stock --rounds 2" ;;
     demo) echo "python3 -m sglang_eagle_ext demo --target $ROOT/target --drafter $ROOT/drafters/speculators --attention-backend triton \${RT_DEMO_ARGS:-}" ;;
     # vLLM's site first (its env sources the SGLang kit's env beneath it); serve_bench's cells and rules
@@ -66,7 +70,7 @@ done_marker() {  # a phase's output: present means done
   case "$1" in
     setup) echo "$ROOT/target/config.json" ;; regen) echo "$ROOT/data.jsonl" ;;
     specforge|speculators) echo "$ROOT/drafters/$1/config.json" ;;
-    serve) echo "$ROOT/serve.done" ;; profile) echo "$ROOT/profile.done" ;; demo) echo "$ROOT/demo.done" ;;
+    serve|adaptive) echo "$ROOT/$1.done" ;; profile) echo "$ROOT/profile.done" ;; demo) echo "$ROOT/demo.done" ;;
     vllm) echo "$ROOT/vllm.done" ;; serve8b) echo "$ROOT/serve8b.done" ;; vllm8b) echo "$ROOT/vllm8b.done" ;;
     zipf) echo "$ROOT/zipf/models/target/model.safetensors.index.json" ;;
   esac
@@ -74,7 +78,7 @@ done_marker() {  # a phase's output: present means done
 
 limit_of() {
   local default; case "$1" in setup) default=240;; regen) default=400;; specforge|speculators) default=480;;
-    serve) default=1500;; profile) default=500;; demo) default=300;; vllm) default=1500;; zipf) default=400;;
+    serve|adaptive) default=1500;; profile) default=500;; demo) default=300;; vllm) default=1500;; zipf) default=400;;
     serve8b|vllm8b) default=1500;; esac
   local var="RT_LIMIT_${1^^}"; echo "${!var:-$default}"
 }
@@ -85,15 +89,17 @@ run_phase() {
   command=$(phase_command "$name") || return 1
   local gpu="RT_GPU_${name^^}"  # a phase on one GPU of a several-GPU machine (phases side by side, "a+b")
   [ -n "${!gpu:-}" ] && command="export CUDA_VISIBLE_DEVICES=${!gpu}; $command"
+  local cpus="RT_CPUS_${name^^}"  # the phase's shell pinned: what it starts inherits the CPU list
+  [ -n "${!cpus:-}" ] && command="taskset -pc ${!cpus} \$\$ > /dev/null && $command"
   run_phase_command "$name" "$command" "$(limit_of "$name")"; rc=$?
-  case "$name" in serve|profile|demo|vllm|serve8b|vllm8b) [ "$rc" = 0 ] && touch "$ROOT/$name.done" ;; esac
+  case "$name" in serve|adaptive|profile|demo|vllm|serve8b|vllm8b) [ "$rc" = 0 ] && touch "$ROOT/$name.done" ;; esac
   return "$rc"
 }
 
 pack() {  # results and logs into $OUT; the trained drafters' pieces not yet sent
   OUT="${OUT:-/tmp/rt_out}"; mkdir -p "$OUT"
   (cd "$ROOT" && tar czf "$OUT/results.tgz" --exclude='*.safetensors' --exclude=target --exclude=data.jsonl \
-     --exclude='drafters/*/checkpoints' status.txt device.txt ./*.log data.jsonl.summary.json serve profile vllm serve8b vllm8b drafters 2>/dev/null)
+     --exclude='drafters/*/checkpoints' status.txt device.txt ./*.log data.jsonl.summary.json serve adaptive profile vllm serve8b vllm8b drafters 2>/dev/null)
   ship_back
   ls -l "$OUT"
 }
@@ -135,6 +141,7 @@ case "$MODE" in
     export PYTHONPATH="$PYTHONPATH:/tmp/extra"  # after the kit: the carried wheels never shadow it
     nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv,noheader | tee "$ROOT/device.txt"
     python3 -c "import sglang, torch, transformers; print('sglang', sglang.__version__, 'torch', torch.__version__, 'transformers', transformers.__version__)" | tee -a "$ROOT/device.txt"
+    { echo "cores $(nproc)"; nvidia-smi topo -m; } >> "$ROOT/device.txt" 2>&1  # which cores sit near which GPU
     echo "# $(date -u +%FT%TZ) commit $E2E_COMMIT phases: $PHASES" | tee -a "$ROOT/status.txt"
     run_phases "$PHASES" ;;
   wait)
