@@ -17,10 +17,11 @@
 # it: RT_VLLM_SHARE (default 690 s, vLLM's five arms, when vLLM runs after SGLang) and RT_ADAPTIVE_SHARE
 # (default 480 s). Arms: RT_SERVE_ARMS, RT_VLLM_ARMS, RT_ADAPTIVE_ARMS (defaults: every arm the issues name, the
 # least needed last); RT_SERVE_EXTRA adds serve_bench.py arguments (issue 39's real-target run: "--batches
-# 1,16,64 --drift").
+# 1,16,64 --drift"). RT_DRY_RUN=1 prints each phase's deadline (seconds from now), GPU, CPU list and arms, and
+# stops there.
 set -uo pipefail
 START=$(date +%s); LEFT="$1"; COMMIT="$2"
-LEASE_END=$(( ${RT_LEASE_START:-$START} + LEFT )); echo "$LEASE_END" > /tmp/lease_end
+LEASE_END=$(( ${RT_LEASE_START:-$START} + LEFT )); END=$(( LEASE_END - ${RT_TAIL:-45} ))
 PHASES="${RT_PHASES:-setup serve vllm}"
 has_phase() { [[ " ${PHASES//+/ } " == *" $1 "* ]]; }
 side_by_side() { [[ " $PHASES " == *" vllm+serve "* || " $PHASES " == *" serve+vllm "* ]]; }
@@ -39,6 +40,17 @@ SERVE_ARMS="${RT_SERVE_ARMS:-plain,speculators/chain1/plugin,speculators/chain/p
 VLLM_ARMS="${RT_VLLM_ARMS:-plain,speculators/k3/vllm,speculators/k1/vllm,specforge/k1/vllm,specforge/k3/vllm}"
 # section 14's order: the reference first, the arms that decide next, plain decoding (for the verdict page) last
 ADAPTIVE_ARMS="${RT_ADAPTIVE_ARMS:-speculators/chain/plugin,speculators/pin3-cost/plugin,speculators/pin3-stock/plugin,speculators/pin3-cost-untraced/plugin,speculators/adaptive/plugin,speculators/stock-adaptive/plugin,speculators/adaptive-untraced/plugin,plain}"
+SERVE_END=$(( END - ADAPTIVE_SHARE - VLLM_SHARE )); VLLM_END=$(( END - ADAPTIVE_SHARE ))
+if [ -n "${RT_DRY_RUN:-}" ]; then
+  for phase in serve vllm adaptive; do
+    has_phase "$phase" || continue
+    deadline="${phase^^}_END"; [ "$phase" = adaptive ] && deadline=END
+    arms="${phase^^}_ARMS"; gpu="RT_GPU_${phase^^}"; cpus="RT_CPUS_${phase^^}"
+    echo "$phase deadline=$(( ${!deadline} - START )) gpu=${!gpu:-} cpus=${!cpus:-} arms=${!arms}"
+  done
+  exit 0
+fi
+echo "$LEASE_END" > /tmp/lease_end
 cp whb50/b10/* /tmp/wh_b/ && cp whfa3/p3/* /tmp/fa3p/ && cp -r gpu_carry/wheels gpu_carry/data /tmp/rtc/ \
   && cp gpu_carry/back/drafters.tgz.partag gpu_carry/back/data.jsonl.gz gpu_carry/back/SHA256SUMS /tmp/rtc/back/ \
   || exit 1
@@ -59,10 +71,9 @@ if side_by_side; then  # vLLM's phase begins with setup's end: its install first
   tail -1 /tmp/instv.log
 fi
 cd /tmp/src || exit 1
-END=$(( LEASE_END - ${RT_TAIL:-45} ))
 echo "run starts $(( $(date +%s) - START )) s into the call; the last arm's deadline in $(( END - $(date +%s) )) s"
 CARRY=/tmp/rtc E2E_COMMIT="$COMMIT" RT_PHASES="$PHASES" \
-  RT_SERVE_ARGS="--rounds 2 --attention-backend fa3 --arms $SERVE_ARMS --deadline $(( END - ADAPTIVE_SHARE - VLLM_SHARE )) ${RT_SERVE_EXTRA:-}" \
-  RT_VLLM_ARGS="--rounds 2 --arms $VLLM_ARMS --deadline $(( END - ADAPTIVE_SHARE ))" \
+  RT_SERVE_ARGS="--rounds 2 --attention-backend fa3 --arms $SERVE_ARMS --deadline $SERVE_END ${RT_SERVE_EXTRA:-}" \
+  RT_VLLM_ARGS="--rounds 2 --arms $VLLM_ARMS --deadline $VLLM_END" \
   RT_ADAPTIVE_ARGS="--rounds 3 --batches 1,64 --attention-backend fa3 --arms $ADAPTIVE_ARMS --deadline $END" \
   bash benchmarks/real_target/run_gpu.sh start /tmp/rt

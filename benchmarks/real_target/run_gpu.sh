@@ -32,7 +32,7 @@
 # output exists is skipped (a run continued on the same machine).
 set -uo pipefail
 MODE="$1"; ROOT="$2"
-HERE="$(cd "$(dirname "$0")" && pwd)"
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 source "$HERE/../gpu/phases.sh"
 CARRY="${CARRY:-gpu_carry}"
 PHASES="${RT_PHASES:-setup regen specforge+speculators serve profile demo}"
@@ -127,6 +127,8 @@ ship_back() {
     cp "$piece" "$OUT/" && basename "$piece" >> "$back/sent"; used=$(( used + size ))
   done
 }
+
+[[ "${BASH_SOURCE[0]}" != "$0" ]] && return 0  # sourced (a test): the functions only
 
 case "$MODE" in
   start)

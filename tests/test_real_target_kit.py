@@ -1,0 +1,123 @@
+"""benchmarks/real_target's device-call scripts on a CPU: what install_and_start.sh gives each phase (its
+RT_DRY_RUN line: deadline, GPU, CPU list, arms) for the phase plans its README names, that every default arm is
+one the benchmarks know, and that run_gpu.sh runs a phase on the CPU list RT_CPUS_<PHASE> names.
+
+A GPU lease is lost with an arm name mistyped or a deadline past its end; these are checked here instead."""
+
+import os
+import subprocess
+
+import pytest
+
+from tests.script_module import ROOT, load_siblings
+
+engines, serve_bench = load_siblings("benchmarks/real_target", "engines", "serve_bench")
+(vllm_bench,) = load_siblings("benchmarks/real_target", "vllm_bench")
+KIT = ROOT / "benchmarks" / "real_target"
+DRAFTERS = ["specforge", "speculators"]
+LEFT, TAIL = 1700, 45
+
+
+def dry_run(phases: str, **environment: str) -> dict[str, dict[str, str]]:
+    """Each phase's line of ``install_and_start.sh``'s dry run: {phase: {deadline, gpu, cpus, arms}}."""
+    result = subprocess.run(["bash", str(KIT / "install_and_start.sh"), str(LEFT), "abc1234"],
+                            env={**os.environ, "RT_DRY_RUN": "1", "RT_PHASES": phases, **environment},
+                            capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+    phases_out = {}
+    for line in result.stdout.splitlines():
+        phase, *fields = line.split(" ")
+        phases_out[phase] = dict(field.split("=", 1) for field in fields)
+    return phases_out
+
+
+def cpu_set(text: str) -> set[int]:
+    """A taskset CPU list ("0-15", "3", "0-1,4") as a set."""
+    cpus = set()
+    for part in text.split(","):
+        low, _, high = part.partition("-")
+        cpus.update(range(int(low), int(high or low) + 1))
+    return cpus
+
+
+def test_one_gpu_runs_the_engines_one_after_the_other_sglang_first_with_vllms_share_left():
+    plan = dry_run("setup serve vllm")
+    assert set(plan) == {"serve", "vllm"}
+    # the deadlines count from the call's start (no RT_LEASE_START): within a second of LEFT - TAIL
+    assert abs(int(plan["vllm"]["deadline"]) - (LEFT - TAIL)) <= 1
+    assert int(plan["vllm"]["deadline"]) - int(plan["serve"]["deadline"]) == 690
+    assert plan["serve"]["cpus"] == plan["vllm"]["cpus"] == ""
+
+
+def test_two_gpus_run_the_engines_side_by_side_on_disjoint_cores_then_the_diagnostics():
+    plan = dry_run("setup vllm+serve adaptive")
+    serve, vllm, adaptive = plan["serve"], plan["vllm"], plan["adaptive"]
+    assert serve["deadline"] == vllm["deadline"]  # side by side: neither waits for the other
+    assert int(adaptive["deadline"]) - int(serve["deadline"]) == 480
+    assert (serve["gpu"], vllm["gpu"]) == ("0", "1")
+    cores = os.cpu_count()
+    assert cpu_set(serve["cpus"]).isdisjoint(cpu_set(vllm["cpus"]))
+    assert cpu_set(serve["cpus"]) | cpu_set(vllm["cpus"]) == set(range(cores))
+    assert adaptive["cpus"] == ""  # the engines have ended: the whole host
+    # a share given is taken from the engines' deadline, not added past the lease
+    shifted = dry_run("setup vllm+serve adaptive", RT_ADAPTIVE_SHARE="300")
+    assert int(shifted["adaptive"]["deadline"]) - int(shifted["serve"]["deadline"]) == 300
+    assert abs(int(shifted["adaptive"]["deadline"]) - int(adaptive["deadline"])) <= 1
+
+
+def test_the_lease_counts_from_its_first_call_when_told():
+    import time
+
+    earlier = int(time.time()) - 200
+    plan = dry_run("setup serve", RT_LEASE_START=str(earlier))
+    assert abs(int(plan["serve"]["deadline"]) - (LEFT - TAIL - 200)) <= 1
+
+
+def test_every_default_arm_is_one_the_benchmarks_know():
+    plan = dry_run("setup vllm+serve adaptive")
+    known = set(serve_bench.arm_names(DRAFTERS, list(serve_bench.ALL_SHAPES)))
+    for phase in ("serve", "adaptive"):
+        arms = plan[phase]["arms"].split(",")
+        assert set(arms) <= known, set(arms) - known
+        assert len(arms) == len(set(arms))
+    vllm_arms = plan["vllm"]["arms"].split(",")
+    for name in vllm_arms:
+        drafter, _ = vllm_bench.parse_arm(name)
+        assert drafter in (None, *DRAFTERS)
+    # issue 38's arms: each engine's plain decoding, chains 1 and 3 of both drafters, SGLang's wide tree of each
+    assert set(plan["serve"]["arms"].split(",")) == {"plain"} | {
+        f"{drafter}/{shape}/plugin" for drafter in DRAFTERS for shape in ("chain1", "chain", "wide")}
+    assert set(vllm_arms) == {"plain"} | {f"{drafter}/k{k}/vllm" for drafter in DRAFTERS for k in (1, 3)}
+    # section 14's diagnostics: the pinned arms and the fixed chain they are set against, plain decoding last
+    adaptive = plan["adaptive"]["arms"].split(",")
+    assert adaptive[0] == "speculators/chain/plugin" and adaptive[-1] == "plain"
+    assert {f"speculators/{name}/plugin" for name in serve_bench.DIAGNOSTICS} <= set(adaptive)
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="needs Linux CPU affinity")
+def test_a_phase_runs_on_its_cpu_list_and_reads_its_own_arguments(tmp_path):
+    """run_gpu.sh's run_phase, sourced (its functions only), with a phase command that reports where it runs
+    and the phase's arguments as the real command would expand them."""
+    allowed = sorted(os.sched_getaffinity(0))
+    if len(allowed) < 2:
+        pytest.skip("one CPU allowed: a pinned phase would run where an unpinned one does")
+    cpu = allowed[-1]
+    script = f"""
+        set -- run {tmp_path}
+        source {KIT / 'run_gpu.sh'}
+        echo "$(phase_command adaptive)" > {tmp_path}/command.txt
+        phase_command() {{
+          echo 'python3 -c "import os; print(sorted(os.sched_getaffinity(0)))"; echo "$RT_ADAPTIVE_ARGS"'; }}
+        RT_CPUS_ADAPTIVE={cpu} RT_ADAPTIVE_ARGS="--arms plain" run_phase adaptive
+    """
+    # into a file, not a pipe: the phase's watchdog (a sleep of RT_LIMIT_ADAPTIVE seconds) outlives the call
+    with open(tmp_path / "bash.out", "w") as out:
+        returncode = subprocess.run(["bash", "-c", script], stdout=out, stderr=subprocess.STDOUT, timeout=60,
+                                    cwd=ROOT, env={**os.environ, "RT_LIMIT_ADAPTIVE": "30"}).returncode
+    assert returncode == 0, (tmp_path / "bash.out").read_text()
+    log = (tmp_path / "adaptive.log").read_text().splitlines()
+    assert log == [f"[{cpu}]", "--arms plain"]
+    assert (tmp_path / "adaptive.done").exists()
+    # the real phase: serve_bench into ROOT/adaptive, its arguments from RT_ADAPTIVE_ARGS, not serve's
+    command = (tmp_path / "command.txt").read_text()
+    assert f"serve_bench.py {tmp_path}/adaptive " in command and command.strip().endswith("${RT_ADAPTIVE_ARGS:-}")
