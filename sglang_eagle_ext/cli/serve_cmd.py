@@ -30,6 +30,7 @@ from sglang_eagle_ext.errors import DrafterError, counted
 from sglang_eagle_ext.sglang.compat import SUPPORTED, cpu, launcher, releases
 from sglang_eagle_ext.sglang.compat.adaptive_shape import ENV_SWITCH as ADAPTIVE_SWITCH
 from sglang_eagle_ext.sglang.compat.adaptive_shape import RELEASES as ADAPTIVE_RELEASES
+from sglang_eagle_ext.sglang.compat.adaptive_trees import RELEASES as TREE_RELEASES
 from sglang_eagle_ext.sglang.shape_policy import DEFAULT_STEPS
 
 _CHAINS = [str(steps) for steps in DEFAULT_STEPS if steps > 0]
@@ -55,8 +56,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--adaptive", action="store_true",
                         help="choose the drafting depth per decode step, per batch size, from measured step "
                              f"costs and live acceptance: no speculation or a chain of {_DEPTHS} steps (SGLang "
-                             f"0.5.21+, --topk 1, --num-steps one of those; adds --speculative-adaptive and "
-                             f"{ADAPTIVE_SWITCH}=1)")
+                             f"0.5.21+, --topk 1, --num-steps one of those), or, with --topk above 1 (SGLang "
+                             f"{TREE_RELEASES}), that tree too, launched as the deepest: --num-steps "
+                             f"{max(DEFAULT_STEPS)} and at least {max(DEFAULT_STEPS[:-1]) + 1} draft tokens; adds "
+                             f"--speculative-adaptive and {ADAPTIVE_SWITCH}=1")
     parser.add_argument("--device", choices=SERVING_DEVICES, default="auto",
                         help="auto: the GPU when one is visible, else the CPU (float32, Triton's "
                              "interpreter, SGLang's CPU flags added unless given after --)")
@@ -97,9 +100,13 @@ def serving_release():
         return releases.NEWEST
 
 
+def draft_tokens_of(args) -> int:
+    """Verified tokens per step: ``--num-draft-tokens``, else every token the shape drafts and the bonus."""
+    return args.num_draft_tokens or (args.num_steps + 1 if args.topk == 1 else args.topk * args.num_steps + 1)
+
+
 def build_command(args, model_dir: str, device: str) -> list[str]:
-    draft_tokens = args.num_draft_tokens or (
-        args.num_steps + 1 if args.topk == 1 else args.topk * args.num_steps + 1)
+    draft_tokens = draft_tokens_of(args)
     release = serving_release()
     installed = importlib.util.find_spec("sglang") is not None
     command = [*launcher.server_command(installed), "--model-path", args.target,
@@ -125,9 +132,28 @@ def adaptive_problem(args) -> str | None:
     release = serving_release()
     if release not in ADAPTIVE_RELEASES:
         return f"needs SGLang 0.5.21 or later (its --speculative-adaptive takes a policy); this is {release}"
-    if args.topk != 1 or args.num_steps not in DEFAULT_STEPS or args.num_draft_tokens not in (None, args.num_steps + 1):
+    if cpu.flag_given("--speculative-adaptive-config", args.extra):
+        return None  # other depths than the policy's: the plugin checks the launch against that file at start-up
+    if args.topk > 1:
+        return adaptive_tree_problem(args, release)
+    if args.num_steps not in DEFAULT_STEPS or args.num_draft_tokens not in (None, args.num_steps + 1):
         return (f"chooses among chains (top-k 1) of {_DEPTHS} steps and no speculation: start it at one of them "
                 f"(--topk 1 --num-steps {max(DEFAULT_STEPS)}, no --num-draft-tokens)")
+    return None
+
+
+def adaptive_tree_problem(args, release) -> str | None:
+    """Why ``--adaptive`` with ``--topk`` above 1 cannot launch, else None. The launch shape is the set's tree and
+    its envelope (``sglang/compat/adaptive_trees.py``): the deepest of the policy's depths, with draft tokens for
+    its deepest chain; said here in this command's options (the plugin's own stop names SGLang's flags)."""
+    if release not in TREE_RELEASES:
+        return f"with --topk {args.topk} (a tree in the set) needs SGLang {TREE_RELEASES}; this is {release}"
+    deepest, chain = max(DEFAULT_STEPS), max(DEFAULT_STEPS[:-1])
+    if args.num_steps != deepest or draft_tokens_of(args) < chain + 1:
+        return (f"with --topk {args.topk} launches the set's tree as its deepest shape, beside no speculation and "
+                f"chains of {', '.join(_CHAINS[:-1])} steps: --num-steps {deepest} and --num-draft-tokens of at "
+                f"least {chain + 1} (chain {chain} verifies {chain + 1} tokens; SGLang's default Llama tree is "
+                f"--topk 4 --num-steps 5 --num-draft-tokens 8)")
     return None
 
 

@@ -274,8 +274,7 @@ def test_adaptive_adds_sglangs_flag_and_this_packages_switch(tmp_path, target, m
     assert command[command.index("--speculative-num-draft-tokens") + 1] == "4"
 
 
-@pytest.mark.parametrize("options", [["--topk", "2"], ["--num-steps", "2"], ["--num-steps", "3", "--num-draft-tokens",
-                                                                             "6"]])
+@pytest.mark.parametrize("options", [["--num-steps", "2"], ["--num-steps", "3", "--num-draft-tokens", "6"]])
 def test_adaptive_refuses_a_shape_it_cannot_start_from(tmp_path, target, capsys, options):
     draft = fixtures.build("F7-speculators-2-layers", str(tmp_path / "d"))
     assert main(["serve", "--target", target, "--draft", draft, "--adaptive", "--print-only", *options]) == 2
@@ -291,3 +290,62 @@ def test_adaptive_needs_a_release_with_sglangs_policy(tmp_path, target, capsys, 
     monkeypatch.setattr(serve_cmd, "serving_release", lambda: Version("0.5.16"))
     assert main(["serve", "--target", target, "--draft", draft, "--adaptive", "--print-only"]) == 2
     assert "needs SGLang 0.5.21 or later" in capsys.readouterr().err
+
+
+def test_adaptive_launches_a_tree_as_the_sets_deepest_shape(tmp_path, target, monkeypatch):
+    draft = fixtures.build("F7-speculators-2-layers", str(tmp_path / "d"))
+    seen = []
+    monkeypatch.delenv("SGLANG_EAGLE_EXT_ADAPTIVE", raising=False)
+    monkeypatch.setattr(serve_cmd, "launch", lambda command, env=None: seen.append((command, env)) or 0)
+    assert main(["serve", "--target", target, "--draft", draft, "--adaptive", "--device", "cpu",
+                 "--topk", "4", "--num-steps", "5", "--num-draft-tokens", "8"]) == 0
+    command, env = seen[0]
+    assert "--speculative-adaptive" in command and env["SGLANG_EAGLE_EXT_ADAPTIVE"] == "1"
+    shape = [command[command.index(flag) + 1] for flag in
+             ("--speculative-num-steps", "--speculative-eagle-topk", "--speculative-num-draft-tokens")]
+    assert shape == ["5", "4", "8"]
+
+
+@pytest.mark.parametrize("steps, topk, draft_tokens", [(5, 4, 8), (5, 2, None), (5, 2, 4), (5, 4, 3), (3, 2, None),
+                                                         (4, 4, 8), (7, 4, 16)])
+def test_adaptive_tree_refusals_are_the_plugins_own(tmp_path, target, capsys, steps, topk, draft_tokens):
+    """This command refuses a tree launch exactly where the plugin's launch check (``TreeSet.checked``, run by the
+    server at start-up on the policy's depths) would stop it, and its hint is a launch that check accepts."""
+    from sglang_eagle_ext.sglang.compat.adaptive_trees import TreeSet
+    from sglang_eagle_ext.sglang.shape_policy import DEFAULT_STEPS
+
+    draft = fixtures.build("F7-speculators-2-layers", str(tmp_path / "d"))
+    options = ["--topk", str(topk), "--num-steps", str(steps)]
+    options += ["--num-draft-tokens", str(draft_tokens)] if draft_tokens else []
+    code = main(["serve", "--target", target, "--draft", draft, "--adaptive", "--print-only", *options])
+    try:
+        TreeSet.checked(steps, topk, draft_tokens or topk * steps + 1, list(DEFAULT_STEPS))
+        plugin_accepts = True
+    except ValueError:
+        plugin_accepts = False
+    assert code == (0 if plugin_accepts else 2)
+    if not plugin_accepts:
+        error = capsys.readouterr().err
+        assert error.startswith(f"serve: --adaptive with --topk {topk} launches the set's tree as its deepest")
+        assert "--num-steps 5 and --num-draft-tokens of at least 4" in error
+        TreeSet.checked(5, 4, 8, list(DEFAULT_STEPS))  # the example it gives
+
+
+def test_adaptive_tree_needs_the_release_with_trees_in_the_set(tmp_path, target, capsys, monkeypatch):
+    from packaging.version import Version
+
+    draft = fixtures.build("F7-speculators-2-layers", str(tmp_path / "d"))
+    monkeypatch.setattr(serve_cmd, "serving_release", lambda: Version("0.5.21"))
+    assert main(["serve", "--target", target, "--draft", draft, "--adaptive", "--print-only",
+                 "--topk", "4", "--num-steps", "5", "--num-draft-tokens", "8"]) == 2
+    assert "with --topk 4 (a tree in the set) needs SGLang >=0.5.23; this is 0.5.21" in capsys.readouterr().err
+
+
+def test_adaptive_leaves_a_launch_with_its_own_depths_to_the_server(tmp_path, target, capsys):
+    """With ``--speculative-adaptive-config`` after ``--`` the depths are that file's: this command does not judge
+    the launch by the policy's default depths."""
+    draft = fixtures.build("F7-speculators-2-layers", str(tmp_path / "d"))
+    config = tmp_path / "adaptive.json"
+    config.write_text('{"1": {"candidate_steps": [0, 2]}}')
+    assert main(["serve", "--target", target, "--draft", draft, "--adaptive", "--print-only", "--num-steps", "2",
+                 "--", "--speculative-adaptive-config", str(config)]) == 0
