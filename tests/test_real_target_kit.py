@@ -47,6 +47,11 @@ def test_one_gpu_runs_the_engines_one_after_the_other_sglang_first_with_vllms_sh
     assert abs(int(plan["vllm"]["deadline"]) - (LEFT - TAIL)) <= 1
     assert int(plan["vllm"]["deadline"]) - int(plan["serve"]["deadline"]) == 690
     assert plan["serve"]["cpus"] == plan["vllm"]["cpus"] == ""
+    # vLLM's share is kept after SGLang's arms: the other order is refused, not given the wrong deadlines
+    refused = subprocess.run(["bash", str(KIT / "install_and_start.sh"), str(LEFT), "abc1234"], capture_output=True,
+                             text=True, timeout=60, cwd=ROOT,
+                             env={**os.environ, "RT_DRY_RUN": "1", "RT_PHASES": "setup vllm serve"})
+    assert refused.returncode == 2 and "serve must come before vllm" in refused.stderr
 
 
 def test_two_gpus_run_the_engines_side_by_side_on_disjoint_cores_then_the_diagnostics():
@@ -55,9 +60,9 @@ def test_two_gpus_run_the_engines_side_by_side_on_disjoint_cores_then_the_diagno
     assert serve["deadline"] == vllm["deadline"]  # side by side: neither waits for the other
     assert int(adaptive["deadline"]) - int(serve["deadline"]) == 480
     assert (serve["gpu"], vllm["gpu"]) == ("0", "1")
-    cores = os.cpu_count()
+    # the CPUs this process may use, halved (a container's need not start at 0 nor be all the host's)
     assert cpu_set(serve["cpus"]).isdisjoint(cpu_set(vllm["cpus"]))
-    assert cpu_set(serve["cpus"]) | cpu_set(vllm["cpus"]) == set(range(cores))
+    assert cpu_set(serve["cpus"]) | cpu_set(vllm["cpus"]) == os.sched_getaffinity(0)
     assert adaptive["cpus"] == ""  # the engines have ended: the whole host
     # a share given is taken from the engines' deadline, not added past the lease
     shifted = dry_run("setup vllm+serve adaptive", RT_ADAPTIVE_SHARE="300")
@@ -121,3 +126,16 @@ def test_a_phase_runs_on_its_cpu_list_and_reads_its_own_arguments(tmp_path):
     # the real phase: serve_bench into ROOT/adaptive, its arguments from RT_ADAPTIVE_ARGS, not serve's
     command = (tmp_path / "command.txt").read_text()
     assert f"serve_bench.py {tmp_path}/adaptive " in command and command.strip().endswith("${RT_ADAPTIVE_ARGS:-}")
+    # a CPU list the phase cannot have stops it: its engine never runs unpinned, nor on every GPU
+    (tmp_path / "adaptive.done").unlink()
+    with open(tmp_path / "bash.out", "w") as out:
+        returncode = subprocess.run(["bash", "-c", script.replace(f"RT_CPUS_ADAPTIVE={cpu}", "RT_CPUS_ADAPTIVE=99999")],
+                                    stdout=out, stderr=subprocess.STDOUT, timeout=60, cwd=ROOT,
+                                    env={**os.environ, "RT_LIMIT_ADAPTIVE": "30"}).returncode
+    assert returncode == 97
+    assert (tmp_path / "adaptive.log").read_text().strip().endswith("not pinned to CPUs 99999")
+    assert not (tmp_path / "adaptive.done").exists()
+    # a wait where no run was started returns at once (a failed install call must not spend the lease waiting)
+    waited = subprocess.run(["bash", str(KIT / "run_gpu.sh"), "wait", str(tmp_path / "none"), "30"],
+                            capture_output=True, text=True, timeout=20, cwd=ROOT)
+    assert waited.returncode == 1 and "no run in" in waited.stdout

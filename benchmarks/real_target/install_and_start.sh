@@ -18,7 +18,8 @@
 # (default 480 s). Arms: RT_SERVE_ARMS, RT_VLLM_ARMS, RT_ADAPTIVE_ARMS (defaults: every arm the issues name, the
 # least needed last); RT_SERVE_EXTRA adds serve_bench.py arguments (issue 39's real-target run: "--batches
 # 1,16,64 --drift"). RT_DRY_RUN=1 prints each phase's deadline (seconds from now), GPU, CPU list and arms, and
-# stops there.
+# stops there. Run one after the other, serve must come before vllm (refused otherwise); a phase whose deadline is
+# less than 120 s away is warned about (its arms will not start).
 set -uo pipefail
 START=$(date +%s); LEFT="$1"; COMMIT="$2"
 LEASE_END=$(( ${RT_LEASE_START:-$START} + LEFT )); END=$(( LEASE_END - ${RT_TAIL:-45} ))
@@ -28,10 +29,14 @@ side_by_side() { [[ " $PHASES " == *" vllm+serve "* || " $PHASES " == *" serve+v
 VLLM_SHARE=0; ADAPTIVE_SHARE=0
 has_phase vllm && ! side_by_side && VLLM_SHARE="${RT_VLLM_SHARE:-690}"
 has_phase adaptive && ADAPTIVE_SHARE="${RT_ADAPTIVE_SHARE:-480}"
-if side_by_side; then
-  CORES=$(nproc)
+if has_phase serve && has_phase vllm && ! side_by_side && [[ " $PHASES " != *" serve "*"vllm "* ]]; then
+  echo "RT_PHASES=\"$PHASES\": vLLM's share is kept after SGLang's arms, so serve must come before vllm" >&2; exit 2
+fi
+if side_by_side; then  # the CPUs this process may use (a container's may not start at 0), in two halves
+  read -r FIRST_HALF SECOND_HALF < <(python3 -c 'import os; c = sorted(os.sched_getaffinity(0)); h = len(c) // 2
+print(",".join(map(str, c[:h])), ",".join(map(str, c[h:])))')
   export RT_GPU_SERVE="${RT_GPU_SERVE:-0}" RT_GPU_VLLM="${RT_GPU_VLLM:-1}" \
-    RT_CPUS_SERVE="${RT_CPUS_SERVE:-0-$(( CORES / 2 - 1 ))}" RT_CPUS_VLLM="${RT_CPUS_VLLM:-$(( CORES / 2 ))-$(( CORES - 1 ))}"
+    RT_CPUS_SERVE="${RT_CPUS_SERVE:-$FIRST_HALF}" RT_CPUS_VLLM="${RT_CPUS_VLLM:-$SECOND_HALF}"
 fi
 export RT_GPU_ADAPTIVE="${RT_GPU_ADAPTIVE:-0}"
 # the speculators drafter's arms first (the issue's first drafter; vLLM's chain 3 was its best shape for it in 5 of
@@ -40,16 +45,15 @@ SERVE_ARMS="${RT_SERVE_ARMS:-plain,speculators/chain1/plugin,speculators/chain/p
 VLLM_ARMS="${RT_VLLM_ARMS:-plain,speculators/k3/vllm,speculators/k1/vllm,specforge/k1/vllm,specforge/k3/vllm}"
 # section 14's order: the reference first, the arms that decide next, plain decoding (for the verdict page) last
 ADAPTIVE_ARMS="${RT_ADAPTIVE_ARMS:-speculators/chain/plugin,speculators/pin3-cost/plugin,speculators/pin3-stock/plugin,speculators/pin3-cost-untraced/plugin,speculators/adaptive/plugin,speculators/stock-adaptive/plugin,speculators/adaptive-untraced/plugin,plain}"
-SERVE_END=$(( END - ADAPTIVE_SHARE - VLLM_SHARE )); VLLM_END=$(( END - ADAPTIVE_SHARE ))
-if [ -n "${RT_DRY_RUN:-}" ]; then
-  for phase in serve vllm adaptive; do
-    has_phase "$phase" || continue
-    deadline="${phase^^}_END"; [ "$phase" = adaptive ] && deadline=END
-    arms="${phase^^}_ARMS"; gpu="RT_GPU_${phase^^}"; cpus="RT_CPUS_${phase^^}"
-    echo "$phase deadline=$(( ${!deadline} - START )) gpu=${!gpu:-} cpus=${!cpus:-} arms=${!arms}"
-  done
-  exit 0
-fi
+SERVE_END=$(( END - ADAPTIVE_SHARE - VLLM_SHARE )); VLLM_END=$(( END - ADAPTIVE_SHARE )); ADAPTIVE_END=$END
+for phase in serve vllm adaptive; do
+  has_phase "$phase" || continue
+  deadline="${phase^^}_END"; arms="${phase^^}_ARMS"; gpu="RT_GPU_${phase^^}"; cpus="RT_CPUS_${phase^^}"
+  [ "${!deadline}" -le $(( START + 120 )) ] && \
+    echo "warning: $phase's last arm must end $(( ${!deadline} - START )) s from now: its arms will not start" >&2
+  [ -n "${RT_DRY_RUN:-}" ] && echo "$phase deadline=$(( ${!deadline} - START )) gpu=${!gpu:-} cpus=${!cpus:-} arms=${!arms}"
+done
+[ -n "${RT_DRY_RUN:-}" ] && exit 0
 echo "$LEASE_END" > /tmp/lease_end
 cp whb50/b10/* /tmp/wh_b/ && cp whfa3/p3/* /tmp/fa3p/ && cp -r gpu_carry/wheels gpu_carry/data /tmp/rtc/ \
   && cp gpu_carry/back/drafters.tgz.partag gpu_carry/back/data.jsonl.gz gpu_carry/back/SHA256SUMS /tmp/rtc/back/ \
@@ -66,8 +70,8 @@ fi
 # later calls' checkouts lack what this one carried, and the run reads its scripts all along
 rm -rf /tmp/src && mkdir /tmp/src \
   && tar cf - --exclude=./whb50 --exclude=./whfa3 --exclude=./gpu_carry --exclude=./wvb . | tar xf - -C /tmp/src
-if side_by_side; then  # vLLM's phase begins with setup's end: its install first
-  while ! grep -q "vLLM install exit" /tmp/instv.log 2>/dev/null; do sleep 2; done
+if side_by_side; then  # vLLM's phase begins with setup's end: its install first (about 60 s; at most 300)
+  for _ in $(seq 150); do grep -q "vLLM install exit" /tmp/instv.log 2>/dev/null && break; sleep 2; done
   tail -1 /tmp/instv.log
 fi
 cd /tmp/src || exit 1
@@ -75,5 +79,5 @@ echo "run starts $(( $(date +%s) - START )) s into the call; the last arm's dead
 CARRY=/tmp/rtc E2E_COMMIT="$COMMIT" RT_PHASES="$PHASES" \
   RT_SERVE_ARGS="--rounds 2 --attention-backend fa3 --arms $SERVE_ARMS --deadline $SERVE_END ${RT_SERVE_EXTRA:-}" \
   RT_VLLM_ARGS="--rounds 2 --arms $VLLM_ARMS --deadline $VLLM_END" \
-  RT_ADAPTIVE_ARGS="--rounds 3 --batches 1,64 --attention-backend fa3 --arms $ADAPTIVE_ARMS --deadline $END" \
+  RT_ADAPTIVE_ARGS="--rounds 3 --batches 1,64 --attention-backend fa3 --arms $ADAPTIVE_ARMS --deadline $ADAPTIVE_END" \
   bash benchmarks/real_target/run_gpu.sh start /tmp/rt

@@ -90,7 +90,7 @@ run_phase() {
   local gpu="RT_GPU_${name^^}"  # a phase on one GPU of a several-GPU machine (phases side by side, "a+b")
   [ -n "${!gpu:-}" ] && command="export CUDA_VISIBLE_DEVICES=${!gpu}; $command"
   local cpus="RT_CPUS_${name^^}"  # the phase's shell pinned: what it starts inherits the CPU list
-  [ -n "${!cpus:-}" ] && command="taskset -pc ${!cpus} \$\$ > /dev/null && $command"
+  [ -n "${!cpus:-}" ] && command="taskset -pc ${!cpus} \$\$ > /dev/null || { echo 'not pinned to CPUs ${!cpus}' >&2; exit 97; }; $command"
   run_phase_command "$name" "$command" "$(limit_of "$name")"; rc=$?
   case "$name" in serve|adaptive|profile|demo|vllm|serve8b|vllm8b) [ "$rc" = 0 ] && touch "$ROOT/$name.done" ;; esac
   return "$rc"
@@ -147,6 +147,8 @@ case "$MODE" in
     echo "# $(date -u +%FT%TZ) commit $E2E_COMMIT phases: $PHASES" | tee -a "$ROOT/status.txt"
     run_phases "$PHASES" ;;
   wait)
+    # no run was started here (an install call that failed): nothing to wait for, and the lease is spent waiting
+    [ -e "$ROOT/driver.log" ] || { echo "no run in $ROOT (run_gpu.sh start never ran)"; exit 1; }
     wait_until_done "${3:-500}"
     for log in "$ROOT"/*.log; do echo "== $log"; grep -vE "it/s\]|s/it\]" "$log" | tail -n 6 | cut -c1-300; done
     pack ;;

@@ -31,7 +31,8 @@ from sglang_eagle_ext.sglang.compat import SUPPORTED, cpu, launcher, releases
 from sglang_eagle_ext.sglang.compat.adaptive_shape import ENV_SWITCH as ADAPTIVE_SWITCH
 from sglang_eagle_ext.sglang.compat.adaptive_shape import RELEASES as ADAPTIVE_RELEASES
 from sglang_eagle_ext.sglang.compat.adaptive_trees import RELEASES as TREE_RELEASES
-from sglang_eagle_ext.sglang.shape_policy import DEFAULT_STEPS
+from sglang_eagle_ext.sglang.compat.adaptive_trees import TreeSet
+from sglang_eagle_ext.sglang.shape_policy import DEFAULT_STEPS, all_candidates, load_candidates
 
 _CHAINS = [str(steps) for steps in DEFAULT_STEPS if steps > 0]
 _DEPTHS = ", ".join(_CHAINS[:-1]) + " or " + _CHAINS[-1]
@@ -132,24 +133,28 @@ def adaptive_problem(args) -> str | None:
     release = serving_release()
     if release not in ADAPTIVE_RELEASES:
         return f"needs SGLang 0.5.21 or later (its --speculative-adaptive takes a policy); this is {release}"
+    if args.topk > 1 and not releases.ADAPTIVE_TREES.holds(release):  # else stock serves the tree fixed, warned
+        return f"with --topk {args.topk} (a tree in the set) needs SGLang {TREE_RELEASES}; this is {release}"
     if cpu.flag_given("--speculative-adaptive-config", args.extra):
         return None  # other depths than the policy's: the plugin checks the launch against that file at start-up
     if args.topk > 1:
-        return adaptive_tree_problem(args, release)
+        return adaptive_tree_problem(args)
     if args.num_steps not in DEFAULT_STEPS or args.num_draft_tokens not in (None, args.num_steps + 1):
         return (f"chooses among chains (top-k 1) of {_DEPTHS} steps and no speculation: start it at one of them "
                 f"(--topk 1 --num-steps {max(DEFAULT_STEPS)}, no --num-draft-tokens)")
     return None
 
 
-def adaptive_tree_problem(args, release) -> str | None:
-    """Why ``--adaptive`` with ``--topk`` above 1 cannot launch, else None. The launch shape is the set's tree and
-    its envelope (``sglang/compat/adaptive_trees.py``): the deepest of the policy's depths, with draft tokens for
-    its deepest chain; said here in this command's options (the plugin's own stop names SGLang's flags)."""
-    if release not in TREE_RELEASES:
-        return f"with --topk {args.topk} (a tree in the set) needs SGLang {TREE_RELEASES}; this is {release}"
-    deepest, chain = max(DEFAULT_STEPS), max(DEFAULT_STEPS[:-1])
-    if args.num_steps != deepest or draft_tokens_of(args) < chain + 1:
+def adaptive_tree_problem(args) -> str | None:
+    """Why ``--adaptive`` with ``--topk`` above 1 cannot launch, else None: the plugin's own launch check
+    (``TreeSet.checked``: the launch is the set's tree and envelope, the deepest of the policy's depths with draft
+    tokens for its deepest chain), its refusal said in this command's options (the plugin's names SGLang's flags)."""
+    depths = all_candidates(load_candidates(None))
+    try:
+        TreeSet.checked(args.num_steps, args.topk, draft_tokens_of(args), depths)
+    except ValueError:
+        deepest = depths[-1]
+        chain = max(steps for steps in depths if steps != deepest)
         return (f"with --topk {args.topk} launches the set's tree as its deepest shape, beside no speculation and "
                 f"chains of {', '.join(_CHAINS[:-1])} steps: --num-steps {deepest} and --num-draft-tokens of at "
                 f"least {chain + 1} (chain {chain} verifies {chain + 1} tokens; SGLang's default Llama tree is "

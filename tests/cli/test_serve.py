@@ -6,6 +6,7 @@ import os
 import signal
 import sys
 import threading
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -319,7 +320,9 @@ def test_adaptive_tree_refusals_are_the_plugins_own(tmp_path, target, capsys, st
     options += ["--num-draft-tokens", str(draft_tokens)] if draft_tokens else []
     code = main(["serve", "--target", target, "--draft", draft, "--adaptive", "--print-only", *options])
     try:
-        TreeSet.checked(steps, topk, draft_tokens or topk * steps + 1, list(DEFAULT_STEPS))
+        # the draft tokens this command passes to SGLang, with --num-draft-tokens or without
+        passed = serve_cmd.draft_tokens_of(SimpleNamespace(num_draft_tokens=draft_tokens, num_steps=steps, topk=topk))
+        TreeSet.checked(steps, topk, passed, list(DEFAULT_STEPS))
         plugin_accepts = True
     except ValueError:
         plugin_accepts = False
@@ -339,6 +342,12 @@ def test_adaptive_tree_needs_the_release_with_trees_in_the_set(tmp_path, target,
     assert main(["serve", "--target", target, "--draft", draft, "--adaptive", "--print-only",
                  "--topk", "4", "--num-steps", "5", "--num-draft-tokens", "8"]) == 2
     assert "with --topk 4 (a tree in the set) needs SGLang >=0.5.23; this is 0.5.21" in capsys.readouterr().err
+    # its own depths do not change that: 0.5.21's stock would serve the tree as a fixed shape, with a warning
+    config = tmp_path / "adaptive.json"
+    config.write_text('{"1": {"candidate_steps": [0, 1, 5]}}')
+    assert main(["serve", "--target", target, "--draft", draft, "--adaptive", "--print-only", "--topk", "4",
+                 "--num-steps", "5", "--num-draft-tokens", "8",
+                 "--", "--speculative-adaptive-config", str(config)]) == 2
 
 
 def test_adaptive_leaves_a_launch_with_its_own_depths_to_the_server(tmp_path, target, capsys):
