@@ -18,11 +18,16 @@ DRAFTERS = ["specforge", "speculators"]
 LEFT, TAIL = 1700, 45
 
 
+def planned(phases: str, **environment: str) -> subprocess.CompletedProcess:
+    """``install_and_start.sh``'s dry run for ``phases``."""
+    return subprocess.run(["bash", str(KIT / "install_and_start.sh"), str(LEFT), "abc1234"],
+                          env={**os.environ, "RT_DRY_RUN": "1", "RT_PHASES": phases, **environment},
+                          capture_output=True, text=True, timeout=60, cwd=ROOT)
+
+
 def dry_run(phases: str, **environment: str) -> dict[str, dict[str, str]]:
     """Each phase's line of ``install_and_start.sh``'s dry run: {phase: {deadline, gpu, cpus, arms}}."""
-    result = subprocess.run(["bash", str(KIT / "install_and_start.sh"), str(LEFT), "abc1234"],
-                            env={**os.environ, "RT_DRY_RUN": "1", "RT_PHASES": phases, **environment},
-                            capture_output=True, text=True, timeout=60, cwd=ROOT)
+    result = planned(phases, **environment)
     assert result.returncode == 0, result.stderr
     phases_out = {}
     for line in result.stdout.splitlines():
@@ -48,9 +53,7 @@ def test_one_gpu_runs_the_engines_one_after_the_other_sglang_first_with_vllms_sh
     assert int(plan["vllm"]["deadline"]) - int(plan["serve"]["deadline"]) == 690
     assert plan["serve"]["cpus"] == plan["vllm"]["cpus"] == ""
     # vLLM's share is kept after SGLang's arms: the other order is refused, not given the wrong deadlines
-    refused = subprocess.run(["bash", str(KIT / "install_and_start.sh"), str(LEFT), "abc1234"], capture_output=True,
-                             text=True, timeout=60, cwd=ROOT,
-                             env={**os.environ, "RT_DRY_RUN": "1", "RT_PHASES": "setup vllm serve"})
+    refused = planned("setup vllm serve")
     assert refused.returncode == 2 and "serve must come before vllm" in refused.stderr
 
 
@@ -107,19 +110,22 @@ def test_a_phase_runs_on_its_cpu_list_and_reads_its_own_arguments(tmp_path):
     if len(allowed) < 2:
         pytest.skip("one CPU allowed: a pinned phase would run where an unpinned one does")
     cpu = allowed[-1]
-    script = f"""
-        set -- run {tmp_path}
-        source {KIT / 'run_gpu.sh'}
-        echo "$(phase_command adaptive)" > {tmp_path}/command.txt
-        phase_command() {{
-          echo 'python3 -c "import os; print(sorted(os.sched_getaffinity(0)))"; echo "$RT_ADAPTIVE_ARGS"'; }}
-        RT_CPUS_ADAPTIVE={cpu} RT_ADAPTIVE_ARGS="--arms plain" run_phase adaptive
-    """
-    # into a file, not a pipe: the phase's watchdog (a sleep of RT_LIMIT_ADAPTIVE seconds) outlives the call
-    with open(tmp_path / "bash.out", "w") as out:
-        returncode = subprocess.run(["bash", "-c", script], stdout=out, stderr=subprocess.STDOUT, timeout=60,
-                                    cwd=ROOT, env={**os.environ, "RT_LIMIT_ADAPTIVE": "30"}).returncode
-    assert returncode == 0, (tmp_path / "bash.out").read_text()
+
+    def run_phase(cpus: str) -> int:
+        script = f"""
+            set -- run {tmp_path}
+            source {KIT / 'run_gpu.sh'}
+            echo "$(phase_command adaptive)" > {tmp_path}/command.txt
+            phase_command() {{
+              echo 'python3 -c "import os; print(sorted(os.sched_getaffinity(0)))"; echo "$RT_ADAPTIVE_ARGS"'; }}
+            RT_CPUS_ADAPTIVE={cpus} RT_ADAPTIVE_ARGS="--arms plain" run_phase adaptive
+        """
+        # into a file, not a pipe: the phase's watchdog (a sleep of RT_LIMIT_ADAPTIVE seconds) outlives the call
+        with open(tmp_path / "bash.out", "w") as out:
+            return subprocess.run(["bash", "-c", script], stdout=out, stderr=subprocess.STDOUT, timeout=60,
+                                  cwd=ROOT, env={**os.environ, "RT_LIMIT_ADAPTIVE": "30"}).returncode
+
+    assert run_phase(str(cpu)) == 0, (tmp_path / "bash.out").read_text()
     log = (tmp_path / "adaptive.log").read_text().splitlines()
     assert log == [f"[{cpu}]", "--arms plain"]
     assert (tmp_path / "adaptive.done").exists()
@@ -128,11 +134,7 @@ def test_a_phase_runs_on_its_cpu_list_and_reads_its_own_arguments(tmp_path):
     assert f"serve_bench.py {tmp_path}/adaptive " in command and command.strip().endswith("${RT_ADAPTIVE_ARGS:-}")
     # a CPU list the phase cannot have stops it: its engine never runs unpinned, nor on every GPU
     (tmp_path / "adaptive.done").unlink()
-    with open(tmp_path / "bash.out", "w") as out:
-        returncode = subprocess.run(["bash", "-c", script.replace(f"RT_CPUS_ADAPTIVE={cpu}", "RT_CPUS_ADAPTIVE=99999")],
-                                    stdout=out, stderr=subprocess.STDOUT, timeout=60, cwd=ROOT,
-                                    env={**os.environ, "RT_LIMIT_ADAPTIVE": "30"}).returncode
-    assert returncode == 97
+    assert run_phase("99999") == 97
     assert (tmp_path / "adaptive.log").read_text().strip().endswith("not pinned to CPUs 99999")
     assert not (tmp_path / "adaptive.done").exists()
     # a wait where no run was started returns at once (a failed install call must not spend the lease waiting)

@@ -32,10 +32,14 @@ from sglang_eagle_ext.sglang.compat.adaptive_shape import ENV_SWITCH as ADAPTIVE
 from sglang_eagle_ext.sglang.compat.adaptive_shape import RELEASES as ADAPTIVE_RELEASES
 from sglang_eagle_ext.sglang.compat.adaptive_trees import RELEASES as TREE_RELEASES
 from sglang_eagle_ext.sglang.compat.adaptive_trees import TreeSet
-from sglang_eagle_ext.sglang.shape_policy import DEFAULT_STEPS, all_candidates, load_candidates
+from sglang_eagle_ext.sglang.shape_policy import DEFAULT_STEPS
 
 _CHAINS = [str(steps) for steps in DEFAULT_STEPS if steps > 0]
 _DEPTHS = ", ".join(_CHAINS[:-1]) + " or " + _CHAINS[-1]
+# a tree in the set is launched as its envelope: the deepest of the policy's depths, with the draft tokens its
+# deepest chain verifies (what adaptive_trees.TreeSet.checked asks of a launch on these depths)
+_TREE_STEPS = max(DEFAULT_STEPS)
+_TREE_MIN_DRAFT_TOKENS = max(steps for steps in DEFAULT_STEPS if steps != _TREE_STEPS) + 1
 
 INSTALL_HINT = ("SGLang is not installed in this Python environment. With a GPU:\n"
                 f"    pip install 'sglang{SUPPORTED}'\n"
@@ -59,7 +63,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              f"costs and live acceptance: no speculation or a chain of {_DEPTHS} steps (SGLang "
                              f"0.5.21+, --topk 1, --num-steps one of those), or, with --topk above 1 (SGLang "
                              f"{TREE_RELEASES}), that tree too, launched as the deepest: --num-steps "
-                             f"{max(DEFAULT_STEPS)} and at least {max(DEFAULT_STEPS[:-1]) + 1} draft tokens; adds "
+                             f"{_TREE_STEPS} and at least {_TREE_MIN_DRAFT_TOKENS} draft tokens; adds "
                              f"--speculative-adaptive and {ADAPTIVE_SWITCH}=1")
     parser.add_argument("--device", choices=SERVING_DEVICES, default="auto",
                         help="auto: the GPU when one is visible, else the CPU (float32, Triton's "
@@ -149,16 +153,14 @@ def adaptive_tree_problem(args) -> str | None:
     """Why ``--adaptive`` with ``--topk`` above 1 cannot launch, else None: the plugin's own launch check
     (``TreeSet.checked``: the launch is the set's tree and envelope, the deepest of the policy's depths with draft
     tokens for its deepest chain), its refusal said in this command's options (the plugin's names SGLang's flags)."""
-    depths = all_candidates(load_candidates(None))
     try:
-        TreeSet.checked(args.num_steps, args.topk, draft_tokens_of(args), depths)
+        TreeSet.checked(args.num_steps, args.topk, draft_tokens_of(args), sorted(DEFAULT_STEPS))
     except ValueError:
-        deepest = depths[-1]
-        chain = max(steps for steps in depths if steps != deepest)
         return (f"with --topk {args.topk} launches the set's tree as its deepest shape, beside no speculation and "
-                f"chains of {', '.join(_CHAINS[:-1])} steps: --num-steps {deepest} and --num-draft-tokens of at "
-                f"least {chain + 1} (chain {chain} verifies {chain + 1} tokens; SGLang's default Llama tree is "
-                f"--topk 4 --num-steps 5 --num-draft-tokens 8)")
+                f"chains of {', '.join(_CHAINS[:-1])} steps: --num-steps {_TREE_STEPS} and --num-draft-tokens of "
+                f"at least {_TREE_MIN_DRAFT_TOKENS} (chain {_TREE_MIN_DRAFT_TOKENS - 1} verifies "
+                f"{_TREE_MIN_DRAFT_TOKENS} tokens; SGLang's default Llama tree is --topk 4 --num-steps 5 "
+                f"--num-draft-tokens 8)")
     return None
 
 
