@@ -26,7 +26,7 @@ def planned(phases: str, **environment: str) -> subprocess.CompletedProcess:
 
 
 def dry_run(phases: str, **environment: str) -> dict[str, dict[str, str]]:
-    """Each phase's line of ``install_and_start.sh``'s dry run: {phase: {deadline, gpu, cpus, arms}}."""
+    """``install_and_start.sh``'s dry run: {phase: {deadline, gpu, cpus, arms}} and {"run": {phases, drafters}}."""
     result = planned(phases, **environment)
     assert result.returncode == 0, result.stderr
     phases_out = {}
@@ -47,7 +47,7 @@ def cpu_set(text: str) -> set[int]:
 
 def test_one_gpu_runs_the_engines_one_after_the_other_sglang_first_with_vllms_share_left():
     plan = dry_run("setup serve vllm")
-    assert set(plan) == {"serve", "vllm"}
+    assert set(plan) == {"run", "serve", "vllm"}
     # the deadlines count from the call's start (no RT_LEASE_START): within a second of LEFT - TAIL
     assert abs(int(plan["vllm"]["deadline"]) - (LEFT - TAIL)) <= 1
     assert int(plan["vllm"]["deadline"]) - int(plan["serve"]["deadline"]) == 690
@@ -79,6 +79,14 @@ def test_the_lease_counts_from_its_first_call_when_told():
     earlier = int(time.time()) - 200
     plan = dry_run("setup serve", RT_LEASE_START=str(earlier))
     assert abs(int(plan["serve"]["deadline"]) - (LEFT - TAIL - 200)) <= 1
+
+
+def test_a_machine_without_the_drafters_trains_them_after_setup_and_one_with_them_does_not(tmp_path):
+    trained = dry_run("setup serve adaptive", RT_BACK=str(tmp_path))["run"]
+    assert trained == {"phases": "setup,regen,specforge+speculators,serve,adaptive", "drafters": "trained"}
+    (tmp_path / "SHA256SUMS").write_text("0" * 64 + "  data.jsonl.gz\n")
+    carried = dry_run("setup serve adaptive", RT_BACK=str(tmp_path))["run"]
+    assert carried == {"phases": "setup,serve,adaptive", "drafters": "carried"}
 
 
 def test_every_default_arm_is_one_the_benchmarks_know():

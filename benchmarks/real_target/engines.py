@@ -99,8 +99,10 @@ ATTENTION_BACKEND = "triton"  # on a GPU unless told otherwise: the GPU kit has 
 
 
 def options(where: str, graph_bs=(1,), context_length: int = 2048, max_running: int = 64,
-            kv_tokens: int | None = None, attention_backend: str = ATTENTION_BACKEND, **extra) -> dict:
-    """``sglang.Engine`` keywords on ``where``: only the fields this release's ServerArgs has."""
+            kv_tokens: int | None = None, attention_backend: str = ATTENTION_BACKEND, log_level: str = "error",
+            **extra) -> dict:
+    """``sglang.Engine`` keywords on ``where``: only the fields this release's ServerArgs has. ``log_level``
+    "info" puts SGLang's start-up stages (weights, KV pool, each CUDA graph capture) with their times in the log."""
     from sglang_eagle_ext.sglang.compat import releases
     from sglang_eagle_ext.sglang.compat.runtime import decode_graph_options, server_option_names
 
@@ -115,7 +117,7 @@ def options(where: str, graph_bs=(1,), context_length: int = 2048, max_running: 
         if kv_tokens:
             wanted["max_total_tokens"] = kv_tokens
     wanted.update(context_length=context_length, max_running_requests=max_running, disable_radix_cache=True,
-                  log_level="error", **extra)
+                  log_level=log_level, **extra)
     fields = server_option_names()
     return {name: value for name, value in wanted.items() if name in fields}
 

@@ -17,13 +17,20 @@
 # it: RT_VLLM_SHARE (default 690 s, vLLM's five arms, when vLLM runs after SGLang) and RT_ADAPTIVE_SHARE
 # (default 480 s). Arms: RT_SERVE_ARMS, RT_VLLM_ARMS, RT_ADAPTIVE_ARMS (defaults: every arm the issues name, the
 # least needed last); RT_SERVE_EXTRA adds serve_bench.py arguments (issue 39's real-target run: "--batches
-# 1,16,64 --drift"). RT_DRY_RUN=1 prints each phase's deadline (seconds from now), GPU, CPU list and arms, and
-# stops there. Run one after the other, serve must come before vllm (refused otherwise); a phase whose deadline is
-# less than 120 s away is warned about (its arms will not start).
+# 1,16,64 --drift"), RT_ADAPTIVE_EXTRA the adaptive phase's. RT_DRY_RUN=1 prints the phases, each phase's deadline
+# (seconds from now), GPU, CPU list and arms, and stops there. Run one after the other, serve must come before vllm
+# (refused otherwise); a phase whose deadline is less than 120 s away is warned about (its arms will not start).
+# The drafters and their data come from RT_BACK (default gpu_carry/back, what an earlier machine sent back; its
+# last pieces travel in this call). Without them the machine trains them first: "regen specforge+speculators" goes
+# after setup (about 500 s of the lease before any arm) and the first `wait` after the trainers sends them back.
 set -uo pipefail
 START=$(date +%s); LEFT="$1"; COMMIT="$2"
 LEASE_END=$(( ${RT_LEASE_START:-$START} + LEFT )); END=$(( LEASE_END - ${RT_TAIL:-45} ))
 PHASES="${RT_PHASES:-setup serve vllm}"
+BACK="${RT_BACK:-gpu_carry/back}"
+if [ -e "$BACK/SHA256SUMS" ]; then DRAFTERS=carried
+else DRAFTERS=trained; [[ " $PHASES " == *" regen "* ]] || PHASES="${PHASES/setup/setup regen specforge+speculators}"
+fi
 has_phase() { [[ " ${PHASES//+/ } " == *" $1 "* ]]; }
 side_by_side() { [[ " $PHASES " == *" vllm+serve "* || " $PHASES " == *" serve+vllm "* ]]; }
 VLLM_SHARE=0; ADAPTIVE_SHARE=0
@@ -53,12 +60,13 @@ for phase in serve vllm adaptive; do
     echo "warning: $phase's last arm must end $(( ${!deadline} - START )) s from now: its arms will not start" >&2
   [ -n "${RT_DRY_RUN:-}" ] && echo "$phase deadline=$(( ${!deadline} - START )) gpu=${!gpu:-} cpus=${!cpus:-} arms=${!arms}"
 done
-[ -n "${RT_DRY_RUN:-}" ] && exit 0
+[ -n "${RT_DRY_RUN:-}" ] && { echo "run phases=${PHASES// /,} drafters=$DRAFTERS"; exit 0; }
 echo "$LEASE_END" > /tmp/lease_end
-cp whb50/b10/* /tmp/wh_b/ && cp whfa3/p3/* /tmp/fa3p/ && cp -r gpu_carry/wheels gpu_carry/data /tmp/rtc/ \
-  && cp gpu_carry/back/drafters.tgz.partag gpu_carry/back/data.jsonl.gz gpu_carry/back/SHA256SUMS /tmp/rtc/back/ \
-  || exit 1
-(cd /tmp/rtc/back && sha256sum -c --quiet SHA256SUMS) || exit 1
+cp whb50/b10/* /tmp/wh_b/ && cp whfa3/p3/* /tmp/fa3p/ && cp -r gpu_carry/wheels gpu_carry/data /tmp/rtc/ || exit 1
+if [ "$DRAFTERS" = carried ]; then
+  mkdir -p /tmp/rtc/back && cp "$BACK"/drafters.tgz.partag "$BACK"/data.jsonl.gz "$BACK"/SHA256SUMS /tmp/rtc/back/ \
+    && (cd /tmp/rtc/back && sha256sum -c --quiet SHA256SUMS) || exit 1
+fi
 (cd /tmp/wh_b && SKIP_SMOKE=1 bash install_on_gpu.sh /tmp/site > /tmp/inst.log 2>&1) || { tail -20 /tmp/inst.log; exit 1; }
 echo "SGLang kit installed after $(( $(date +%s) - START )) s"
 # vLLM's install needs the kit's site only; run one after the other, the run reaches its vLLM phase minutes later
@@ -79,5 +87,5 @@ echo "run starts $(( $(date +%s) - START )) s into the call; the last arm's dead
 CARRY=/tmp/rtc E2E_COMMIT="$COMMIT" RT_PHASES="$PHASES" \
   RT_SERVE_ARGS="--rounds 2 --attention-backend fa3 --arms $SERVE_ARMS --deadline $SERVE_END ${RT_SERVE_EXTRA:-}" \
   RT_VLLM_ARGS="--rounds 2 --arms $VLLM_ARMS --deadline $VLLM_END" \
-  RT_ADAPTIVE_ARGS="--rounds 3 --batches 1,64 --attention-backend fa3 --arms $ADAPTIVE_ARMS --deadline $ADAPTIVE_END" \
+  RT_ADAPTIVE_ARGS="--rounds 3 --batches 1,64 --attention-backend fa3 --arms $ADAPTIVE_ARMS --deadline $ADAPTIVE_END ${RT_ADAPTIVE_EXTRA:-}" \
   bash benchmarks/real_target/run_gpu.sh start /tmp/rt

@@ -179,7 +179,8 @@ def first_token_requests(waves: list[list[list[int]]], rounds: int) -> list[tupl
 
 
 def host(connection, target: str, drafter: str | None, shape_name: str | None, plugin: bool, log_path: str,
-         batches: tuple[int, ...], context_length: int, skip_tokenizer: bool, backend: str) -> None:
+         batches: tuple[int, ...], context_length: int, skip_tokenizer: bool, backend: str,
+         log_level: str = "error") -> None:
     """Child process hosting one engine; answers (batch, mode, waves, top2) with one measurement."""
     entered = time.perf_counter()  # after the spawned interpreter's imports
     log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
@@ -198,7 +199,8 @@ def host(connection, target: str, drafter: str | None, shape_name: str | None, p
     try:
         where = engines.prepare_process()
         engine = engines.start(target, where, drafter, shape, graph_bs=batches, max_running=max(batches),
-                               context_length=context_length, random_seed=SEED, attention_backend=backend, **extra)
+                               context_length=context_length, random_seed=SEED, attention_backend=backend,
+                               log_level=log_level, **extra)
     except BaseException as exc:  # SGLang raises or exits when the draft cannot be loaded
         traceback.print_exc()
         connection.send({"failed": f"{type(exc).__name__}: {exc}"[:600]})
@@ -271,7 +273,7 @@ def measure_arm(name: str, args, ids, drafters: dict, plain: dict | None) -> dic
                                                   side == "plugin", log_path,
                                                   engine_batch_sizes(args.batches, args.drift),
                                                   args.context_length, args.tokenizer is not None,
-                                                  args.attention_backend))
+                                                  args.attention_backend, args.engine_log_level))
     started = time.perf_counter()
     process.start()
     if not parent.poll(args.start_timeout):
@@ -440,6 +442,9 @@ def main() -> int:
                              "kernels benchmarks/gpu/fa3_ops.py carries; ignored on a CPU)")
     parser.add_argument("--start-timeout", type=int, default=START_TIMEOUT_S,
                         help="seconds an engine may take to start and warm up (a CPU check needs more)")
+    parser.add_argument("--engine-log-level", default="error", choices=("error", "warning", "info"),
+                        help="SGLang's log level in each arm's log; info adds its start-up stages and their times "
+                             "(where an arm's start goes) and a line per 40 decode steps")
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
     drafters = dict(item.split("=", 1) for item in args.drafter)
