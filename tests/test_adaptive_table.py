@@ -74,6 +74,12 @@ def test_committed_page_holds_the_tables_its_run_generates(page, run_file, draft
     assert adaptive_table.markdown(results, drafter) in (RESULTS / page).read_text()
 
 
+def test_committed_diagnostics_page_holds_the_overhead_table_its_run_generates():
+    results = json.loads((RESULTS / "adaptive/diagnostics_real-target_h200-fa3_sglang-0.5.23.json").read_text())
+    page = (RESULTS / "adaptive/diagnostics_real-target_h200-fa3.md").read_text()
+    assert adaptive_table.overhead(results, "speculators") in page
+
+
 def test_diagnostic_arms_are_no_fixed_shape_and_the_overhead_table_sets_them_beside_the_chain():
     """serve_bench's diagnostics (each policy pinned to chain 3/1/4) would otherwise pass for fixed shapes and
     could be taken as the best one; the overhead table gives each against the fixed chain's tok/s."""

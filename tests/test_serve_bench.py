@@ -9,6 +9,7 @@ import pytest
 
 from sglang_eagle_ext import env
 from sglang_eagle_ext.sglang.compat.adaptive_shape import ENV_SWITCH
+from tests.conftest import needs_sglang
 from tests.script_module import load_siblings
 
 # serve_bench imports engines and the GPU folder's results_file by bare name
@@ -144,11 +145,41 @@ def test_the_hosted_engine_gets_the_shapes_switch_trace_and_candidates_file(shap
     monkeypatch.setattr(serve_bench.engines, "start", start)
     sent = []
     log = tmp_path / "d_arm.log"
-    serve_bench.host(SimpleNamespace(send=sent.append), "T", "D", shape, True, str(log), (1,), 512, False, "triton")
+    serve_bench.host(SimpleNamespace(send=sent.append), "T", "D", shape, True, str(log), (1,), 512, False, "triton",
+                     "info")
     assert sent == [{"failed": "RuntimeError: stubbed"}]
+    assert seen["extra"]["log_level"] == "info"  # what the arm's log holds: SGLang's own level
     assert seen["switch"] == switch and seen["trace"] == (str(tmp_path / "d_arm.trace") if traced else None)
     path = seen["extra"].get("speculative_adaptive_config")
     assert (path is None) == (config is None)
     if config is not None:
         assert path == str(tmp_path / "d_arm.adaptive.json")
         assert json.loads((tmp_path / "d_arm.adaptive.json").read_text()) == {"1": {"candidate_steps": config}}
+
+
+@needs_sglang
+def test_an_arm_records_the_triton_compilations_sglang_logged_in_its_timed_cells_only(tmp_path):
+    import logging
+
+    from sglang.srt.utils import triton_load_watch  # SGLang's own warning, written by its own hook
+
+    log_path = tmp_path / "arm.log"
+    handler = logging.FileHandler(log_path)
+    triton_load_watch.logger.addHandler(handler)
+
+    def compiled(kernel: str, seconds: float) -> None:
+        triton_load_watch._on_compilation(src=SimpleNamespace(name=kernel), metadata=None, metadata_group=None,
+                                          times=SimpleNamespace(total=seconds * 1e6), cache_hit=False)
+
+    try:
+        triton_load_watch.mark_serving_started()
+        compiled("_chunk_pass_kernel", 1.13)  # the untimed warm-up's
+        handler.stream.write(serve_bench.start_parts(0.0, 0.0) + "\n")
+        compiled("_walk_kernel", 2.38)
+        compiled("_chunk_pass_kernel", 1.25)
+    finally:
+        triton_load_watch._serving_started = False  # as it was: the hook is armed by SGLang's engine only
+        triton_load_watch.logger.removeHandler(handler)
+        handler.close()
+    assert serve_bench.serving_compiles(str(log_path)) == [{"kernel": "_walk_kernel", "seconds": 2.38},
+                                                           {"kernel": "_chunk_pass_kernel", "seconds": 1.25}]

@@ -45,6 +45,7 @@ import contextlib
 import json
 import multiprocessing
 import os
+import re
 import statistics
 import sys
 import time
@@ -180,7 +181,7 @@ def first_token_requests(waves: list[list[list[int]]], rounds: int) -> list[tupl
 
 def host(connection, target: str, drafter: str | None, shape_name: str | None, plugin: bool, log_path: str,
          batches: tuple[int, ...], context_length: int, skip_tokenizer: bool, backend: str,
-         log_level: str = "error") -> None:
+         log_level: str) -> None:
     """Child process hosting one engine; answers (batch, mode, waves, top2) with one measurement."""
     entered = time.perf_counter()  # after the spawned interpreter's imports
     log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
@@ -235,6 +236,18 @@ def start_parts(entered: float, built: float) -> str:
     """The arm log's line saying where an engine's start went (the record's ``start_s`` is their sum with the
     spawned interpreter's start and imports): building the engine, then the untimed warm-up."""
     return f"start: engine built in {built - entered:.1f} s, warm-up {time.perf_counter() - built:.1f} s"
+
+
+SERVING_COMPILE = re.compile(r"Triton kernel '(\w+)' took ([\d.]+) s to compile after serving started")
+
+
+def serving_compiles(log_path: str) -> list[dict]:
+    """The Triton compilations SGLang (0.5.23: ``utils/triton_load_watch.py``, at warning level, those of a
+    second or more) logged in the arm's timed cells, after its untimed warm-up: each stalled the engine."""
+    with open(log_path, encoding="utf-8", errors="replace") as handle:
+        lines = handle.read().split("\nstart: engine built", 1)
+    return [{"kernel": kernel, "seconds": float(seconds)}
+            for kernel, seconds in SERVING_COMPILE.findall(lines[1] if len(lines) == 2 else "")]
 
 
 def agreement(outputs: list[list[int]], reference: list[list[int]], top2: list | None) -> dict:
@@ -308,6 +321,7 @@ def measure_arm(name: str, args, ids, drafters: dict, plain: dict | None) -> dic
     parent.send(None)
     process.join(timeout=60)
     record["engine_exited"] = process.exitcode is not None
+    record["serving_compiles"] = serving_compiles(log_path)
     for cell in cells.values():
         cell["tok_s_median"] = round(statistics.median(cell["tok_s"]), 1)
         if cell.get("ttft_ms"):
@@ -442,9 +456,10 @@ def main() -> int:
                              "kernels benchmarks/gpu/fa3_ops.py carries; ignored on a CPU)")
     parser.add_argument("--start-timeout", type=int, default=START_TIMEOUT_S,
                         help="seconds an engine may take to start and warm up (a CPU check needs more)")
-    parser.add_argument("--engine-log-level", default="error", choices=("error", "warning", "info"),
-                        help="SGLang's log level in each arm's log; info adds its start-up stages and their times "
-                             "(where an arm's start goes) and a line per 40 decode steps")
+    parser.add_argument("--engine-log-level", default="warning", choices=("error", "warning", "info"),
+                        help="SGLang's log level in each arm's log (default warning: the Triton compilations that "
+                             "stall a timed cell, recorded as the arm's serving_compiles); info adds its start-up "
+                             "stages and their times (where an arm's start goes) and a line per 40 decode steps")
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
     drafters = dict(item.split("=", 1) for item in args.drafter)

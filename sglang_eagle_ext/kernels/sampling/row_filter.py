@@ -97,7 +97,9 @@ def _shortlist_filter(stats_ptr, shortlist_ptr, first_record, num_chunks, scale,
     return row_max, row_mass, floor_key, total, ~filtered | in_shortlists, in_shortlists
 
 
-@triton.jit
+# Not specialised on values: they follow the drafting shape, which an adaptive server changes per step, and
+# each new specialisation (a 1, a multiple of 16) compiles mid-serving: 1.1-2.6 s stalls (H200, 2026-11-29).
+@triton.jit(do_not_specialize=["n"])
 def _row_filter_kernel(scratch_ptr, temperatures_ptr, top_ks_ptr, top_ps_ptr, n, vocab,
                        num_chunks, select_max, CHUNKS: tl.constexpr, SLOTS: tl.constexpr):
     """The shortlist filter of every row at once (one program per row) into the row's filter

@@ -78,7 +78,9 @@ def _floor_of_rank(keys, rank, ROUNDS: tl.constexpr = 3, FANOUT: tl.constexpr = 
     return order_key32(low)
 
 
-@triton.jit
+# Not specialised on values: they follow the drafting shape, which an adaptive server changes per step, and
+# each new specialisation (a 1, a multiple of 16) compiles mid-serving: 1.1-2.6 s stalls (H200, 2026-11-29).
+@triton.jit(do_not_specialize=["n"])
 def _chunk_pass_kernel(logits_ptr, stride_row, temperatures_ptr, top_ks_ptr, top_ps_ptr, scratch_ptr, n, vocab,
                        num_chunks, select_max,
                        CHUNK: tl.constexpr, TILE: tl.constexpr, SEGMENT: tl.constexpr, GROUPS: tl.constexpr,

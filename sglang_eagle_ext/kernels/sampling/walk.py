@@ -94,7 +94,9 @@ def _draw_from_shortlists(shortlist_ptr, stats_ptr, first_record, num_chunks, ro
     return drawn_token(sampled, last_positive, vocab)
 
 
-@triton.jit
+# Not specialised on values: they follow the drafting shape, which an adaptive server changes per step, and
+# each new specialisation (a 1, a multiple of 16) compiles mid-serving: 1.1-2.6 s stalls (H200, 2026-11-29).
+@triton.jit(do_not_specialize=["n", "max_accepts"])
 def _walk_kernel(predicts_ptr, accept_index_ptr, accept_num_ptr, cand_ptr, retrive_index_ptr, next_token_ptr,
                  next_sibling_ptr, coins_ptr, final_coins_ptr, logits_ptr, stride_row, temperatures_ptr, top_ks_ptr,
                  top_ps_ptr, scratch_ptr, threshold_single, threshold_acc, n, max_accepts, vocab,

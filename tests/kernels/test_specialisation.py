@@ -1,0 +1,75 @@
+"""The fused sampler's kernels take no new specialisation from the integers a drafting shape sets.
+
+Triton compiles a kernel per specialisation of its integer arguments (a 1, a multiple of 16). The
+rows per request (``n``) and the deepest acceptance (``max_accepts``) follow the drafting shape,
+which an adaptive server changes per step: specialised, the first sampled step at chain 1 compiled
+the walk anew mid-serving (2.61 s on an H200, 2026-11-29, ``docs/adaptive-shape.md`` section 15).
+Judged by Triton's own binder (the function ``JITFunction.run`` computes its cache key from), for
+a Hopper target, on a CPU: the binder needs no GPU."""
+
+import pytest
+import torch
+
+from sglang_eagle_ext.kernels.sampling import row_filter, row_pass, walk
+
+jit = pytest.importorskip("triton.runtime.jit")
+compiler = pytest.importorskip("triton.compiler")
+backends = pytest.importorskip("triton.backends.compiler")
+
+# kernel -> the arguments a drafting shape sets (this test's own list, not the decorators')
+SHAPE_ARGUMENTS = {
+    row_pass._chunk_pass_kernel: ("n",),
+    row_filter._row_filter_kernel: ("n",),
+    walk._walk_kernel: ("n", "max_accepts"),
+}
+# what a chain 0-7 or a tree up to 64 draft tokens gives them, at any batch size
+SHAPE_VALUES = (1, 2, 3, 4, 6, 8, 16, 32, 64)
+
+
+def binder_of(kernel, unspecialised_off: bool = False):
+    """Triton's binder for ``kernel`` as ``triton.jit`` builds it without the interpreter (the tests
+    run under it); ``unspecialised_off`` drops the kernel's ``do_not_specialize`` (the control)."""
+    if not hasattr(jit, "create_function_from_signature") or not hasattr(compiler, "make_backend"):
+        pytest.skip("not checked: this Triton has no create_function_from_signature / make_backend")
+    fn = getattr(kernel, "fn", kernel)
+    options = dict(getattr(kernel, "kwargs", {}))
+    if isinstance(kernel, jit.JITFunction):
+        options = {"do_not_specialize": kernel.do_not_specialize}
+    if unspecialised_off:
+        options.pop("do_not_specialize", None)
+    function = jit.JITFunction(fn, **{key: value for key, value in options.items()
+                                      if key in ("do_not_specialize", "do_not_specialize_on_alignment")})
+    backend = compiler.make_backend(backends.GPUTarget("cuda", 90, 32))
+    return jit.create_function_from_signature(function.signature, function.params, backend), function
+
+
+def specialisation(kernel, unspecialised_off: bool = False, **values) -> list:
+    """Triton's specialisation of a call of ``kernel``: every pointer a float32 tensor, every other
+    runtime argument 4096 (a float for the thresholds), every constexpr 16, ``values`` over them."""
+    binder, function = binder_of(kernel, unspecialised_off)
+    arguments = {}
+    for param in function.params:
+        name = param.name
+        if param.is_constexpr:
+            arguments[name] = 16
+        elif name.endswith("_ptr"):
+            arguments[name] = torch.ones(64, dtype=torch.float32)
+        elif name.startswith("threshold"):
+            arguments[name] = 0.5
+        else:
+            arguments[name] = 4096
+    arguments.update(values)
+    _, specialised, _ = binder(**arguments)
+    return specialised
+
+
+@pytest.mark.parametrize("kernel", list(SHAPE_ARGUMENTS), ids=lambda kernel: getattr(kernel, "fn", kernel).__name__)
+def test_no_drafting_shape_gives_the_fused_sampler_a_new_specialisation(kernel):
+    for name in SHAPE_ARGUMENTS[kernel]:
+        keys = {str(specialisation(kernel, **{name: value})) for value in SHAPE_VALUES}
+        assert len(keys) == 1, (name, keys)
+        # the control: Triton's default would have compiled anew for a 1 or a multiple of 16
+        defaults = {str(specialisation(kernel, unspecialised_off=True, **{name: value})) for value in SHAPE_VALUES}
+        assert len(defaults) > 1, name
+    # what one server keeps (its vocabulary) stays specialised: the binder tells values apart here
+    assert specialisation(kernel, vocab=49152) != specialisation(kernel, vocab=49153)
