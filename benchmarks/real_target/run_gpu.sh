@@ -145,6 +145,11 @@ case "$MODE" in
     nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv,noheader | tee "$ROOT/device.txt"
     python3 -c "import sglang, torch, transformers; print('sglang', sglang.__version__, 'torch', torch.__version__, 'transformers', transformers.__version__)" | tee -a "$ROOT/device.txt"
     { echo "cores $(nproc)"; nvidia-smi topo -m; } >> "$ROOT/device.txt" 2>&1  # which cores sit near which GPU
+    # Where an engine's start goes: every arm imports SGLang twice (its host, then the scheduler process), about 30 s
+    # each on the H200 of 2026-11-29. Python's import timings of the scheduler's module, beside the first phase; the
+    # first import writes the bytecode the kit's install left out, the second is the one an arm pays.
+    (python3 -c "import sglang.srt.managers.scheduler" > /dev/null 2>&1
+     python3 -X importtime -c "import sglang.srt.managers.scheduler" > /dev/null 2> "$ROOT/importtime.log") &
     echo "# $(date -u +%FT%TZ) commit $E2E_COMMIT phases: $PHASES" | tee -a "$ROOT/status.txt"
     run_phases "$PHASES" ;;
   wait)
