@@ -111,6 +111,11 @@ def test_the_diagnostics_pin_each_policy_to_the_fixed_chain_and_are_left_out_of_
     assert pinned["pin3-stock"].environment()[ENV_SWITCH] in env.OFF
     assert pinned["pin3-cost"].environment()[ENV_SWITCH] in env.ON and pinned["pin3-cost"].trace
     assert not pinned["pin3-cost-untraced"].trace
+    # held: the launch chain at every step, with the policy's own four depths declared (their states held)
+    held = serve_bench.DIAGNOSTICS["hold3"]
+    assert (held.steps, held.topk, held.draft_tokens) == (chain.steps, chain.topk, chain.draft_tokens)
+    assert held.adaptive_config() is None and held.trace
+    assert held.environment()[ENV_SWITCH] == "hold"  # the switch value adaptive_shape.selected reads as hold
     untraced = serve_bench.DIAGNOSTICS["adaptive-untraced"]
     assert untraced.adaptive_config() is None and not untraced.trace  # the policy's own candidates
     assert chain.adaptive_config() is None and serve_bench.SHAPES["adaptive"].adaptive_config() is None

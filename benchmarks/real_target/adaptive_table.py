@@ -14,9 +14,9 @@ sizes and, with ``--drift``, in a cell whose batch falls from 64 to 1. Per cell 
   ratio counts as below only past ``1 - spread`` and as ahead only past ``1 + spread``.
 
 ``serve_bench.py``'s diagnostic arms (:data:`DIAGNOSTICS`: each policy pinned to chain 3/1/4, this package's
-without its trace) are no fixed shape and no policy under test: the verdict leaves them out, and ``overhead``
-sets them, with the two policies, beside the fixed ``chain`` 3/1/4 (:func:`overhead`): what the adaptive path
-costs a step where the shape does not change.
+without its trace, this package's held at 3/1/4 among four depths) are no fixed shape and no policy under test:
+the verdict leaves them out, and ``overhead`` sets them, with the two policies, beside the fixed ``chain`` 3/1/4
+(:func:`overhead`): what the adaptive path costs a step where the shape does not change.
 
 usage::
 
@@ -38,7 +38,8 @@ POLICIES = {"adaptive": "adaptive (this package)", "stock-adaptive": "stock's ad
 DEFAULT_SHAPE = "tree"  # SGLang's own choice for a Llama target when no shape is given (5/4/8)
 # serve_bench.DIAGNOSTICS' arms, as the overhead table heads them; the fixed shape they run is OVERHEAD_REFERENCE
 DIAGNOSTICS = {"pin3-stock": "stock's pinned", "pin3-cost": "ours pinned",
-               "pin3-cost-untraced": "ours pinned, no trace", "adaptive-untraced": "adaptive, no trace"}
+               "pin3-cost-untraced": "ours pinned, no trace", "adaptive-untraced": "adaptive, no trace",
+               "hold3": "ours held at 3 of 4 depths"}
 OVERHEAD_REFERENCE = "chain"
 
 

@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from sglang_eagle_ext.sglang.compat.adaptive_shape import ENV_SWITCH as ADAPTIVE_SWITCH
 from sglang_eagle_ext.sglang.plugin import SWITCH as PLUGIN_SWITCH  # noqa: F401 ("0": stock's own class)
 
-POLICY_SWITCH_VALUES = {"cost": "1", "stock": "0"}  # a depth policy -> ADAPTIVE_SWITCH's value
+# a depth policy -> ADAPTIVE_SWITCH's value ("hold": this package's policy keeping the launch depth, a diagnostic)
+POLICY_SWITCH_VALUES = {"cost": "1", "stock": "0", "hold": "hold"}
 
 
 @dataclass(frozen=True)

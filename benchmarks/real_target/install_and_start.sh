@@ -50,8 +50,8 @@ export RT_GPU_ADAPTIVE="${RT_GPU_ADAPTIVE:-0}"
 # 6 cells of the fourth run and the seventh run's deadline dropped it), the trees last
 SERVE_ARMS="${RT_SERVE_ARMS:-plain,speculators/chain1/plugin,speculators/chain/plugin,specforge/chain1/plugin,specforge/chain/plugin,speculators/wide/plugin,specforge/wide/plugin}"
 VLLM_ARMS="${RT_VLLM_ARMS:-plain,speculators/k3/vllm,speculators/k1/vllm,specforge/k1/vllm,specforge/k3/vllm}"
-# section 14's order: the reference first, the arms that decide next, plain decoding (for the verdict page) last
-ADAPTIVE_ARMS="${RT_ADAPTIVE_ARMS:-speculators/chain/plugin,speculators/pin3-cost/plugin,speculators/pin3-stock/plugin,speculators/pin3-cost-untraced/plugin,speculators/adaptive/plugin,speculators/stock-adaptive/plugin,speculators/adaptive-untraced/plugin,plain}"
+# sections 14-15's order: the reference first, the arms that decide next, plain decoding (for the verdict page) last
+ADAPTIVE_ARMS="${RT_ADAPTIVE_ARMS:-speculators/chain/plugin,speculators/pin3-cost/plugin,speculators/hold3/plugin,speculators/pin3-stock/plugin,speculators/pin3-cost-untraced/plugin,speculators/adaptive/plugin,speculators/stock-adaptive/plugin,speculators/adaptive-untraced/plugin,plain}"
 SERVE_END=$(( END - ADAPTIVE_SHARE - VLLM_SHARE )); VLLM_END=$(( END - ADAPTIVE_SHARE )); ADAPTIVE_END=$END
 for phase in serve vllm adaptive; do
   has_phase "$phase" || continue

@@ -15,7 +15,8 @@ Shapes: chain 3/1/4, SGLang's default tree for Llama (5 steps, top-k 4, 8 tokens
 policies under SGLang's ``--speculative-adaptive`` (no speculation or a chain depth chosen per step):
 ``adaptive``, this package's cost policy (``SGLANG_EAGLE_EXT_ADAPTIVE=1``), and ``stock-adaptive``, stock's
 own policy, both over this plugin's class (issue 39); named in ``--arms`` or ``--shapes`` only, the
-diagnostics (:data:`DIAGNOSTICS`: each policy pinned to chain 3/1/4, this package's without its trace). Cells:
+diagnostics (:data:`DIAGNOSTICS`: each policy pinned to chain 3/1/4, this package's without its trace, and this
+package's held at 3/1/4 among its four depths). Cells:
 batch 1 (the first ``--single`` MT-bench first turns, one request at a time), 16 and 64 (the first 32
 and 64 prompts, in requests of 16 and 64 sent together), greedy and temperature 0.7 / top-p 0.9,
 ``--new-tokens`` each (``ignore_eos``: every request decodes the same number of tokens, so the batch
@@ -71,13 +72,16 @@ SHAPES = {shape.name: shape for shape in (engines.Shape("chain", 3, 1, 4), engin
 # policy's engine stepped 2-3 ms slower at batch 1 at every depth than the fixed chain 3/1/4 and stock's adaptive
 # engines): each policy pinned to chain 3/1/4 by its candidates, so that "chain", "pin3-stock", "pin3-cost" and
 # "pin3-cost-untraced" differ only by the adaptive path's per-step work, this package's policy and its trace;
-# "adaptive-untraced" is "adaptive" without the trace. Not in --shapes' default; adaptive_table.py's
-# "overhead" tabulates them against "chain".
+# "adaptive-untraced" is "adaptive" without the trace; "hold3" keeps 3/1/4 at every step while SGLang holds the
+# states of the policy's four depths (off, 1, 3, 5), so that against "pin3-cost" it is what a set of candidates costs
+# a step (section 15 of docs/adaptive-shape.md: 4.13 against 3.46 ms at depth 3, two engines minutes apart). Not in
+# --shapes' default; adaptive_table.py's "overhead" tabulates them against "chain".
 DIAGNOSTICS = {shape.name: shape for shape in (
     engines.Shape("pin3-stock", 3, 1, 4, policy="stock", candidates=(3,)),
     engines.Shape("pin3-cost", 3, 1, 4, policy="cost", candidates=(3,)),
     engines.Shape("pin3-cost-untraced", 3, 1, 4, policy="cost", candidates=(3,), trace=False),
-    engines.Shape("adaptive-untraced", 3, 1, 4, policy="cost", trace=False))}
+    engines.Shape("adaptive-untraced", 3, 1, 4, policy="cost", trace=False),
+    engines.Shape("hold3", 3, 1, 4, policy="hold"))}
 ALL_SHAPES = {**SHAPES, **DIAGNOSTICS}
 DRIFT_REQUESTS = 64
 BATCHES = (1, 16, 64)

@@ -63,7 +63,9 @@ mean) and whose cost is measured (or carried by a neighbouring bucket's ratio), 
 
 Lossless as every speculative path: each step is verified by SGLang's own rule for that step's depth, so a
 switch changes what is proposed, never what is accepted. ``cycle`` (the switch's test mode) runs the
-candidate depths round-robin, one per step, for checking exactly that.
+candidate depths round-robin, one per step, for checking exactly that; ``hold`` (a diagnostic) keeps the
+launch depth at every step while SGLang holds every candidate's state, so that an engine with several
+candidates can be timed against a fixed engine at one depth.
 
 Standard library only; no SGLang import (the binding hands it SGLang's config).
 """
@@ -99,6 +101,11 @@ DECAY = 0.99  # per request observed: the last ~100 requests' drafts carry the e
 LOG_INTERVAL_S = 10.0
 SUMMARY_INTERVAL_S = 60.0
 TRAFFIC = ("greedy", "sampled")  # a batch whose requests are all greedy, and any other
+
+
+# How the policy chooses: by measured cost, round-robin over the candidates (the switch's test mode), or the
+# launch depth held (a diagnostic) -> the phrase its start-up line uses
+MODES = {"cost": "cost policy", "cycle": "round-robin (test mode)", "hold": "held at the launch depth (diagnostic)"}
 
 
 class DepthAcceptance:
@@ -183,14 +190,16 @@ class ShapePolicy:
     with the most accepted tokens per second for the running batch size. Constructed as SGLang constructs
     ``AdaptiveSpeculativeParams``: ``(initial_steps=..., cfg_path=...)``."""
 
-    def __init__(self, initial_steps: int, cfg_path: str | None = None, *, cycle: bool = False,
+    def __init__(self, initial_steps: int, cfg_path: str | None = None, *, mode: str = "cost",
                  clock: Callable[[], float] = time.perf_counter, log: Callable[[str], None] | None = None,
                  trace: Callable[[dict], None] | None = None, tree: tuple[int, int, int] | None = None,
                  cpu_clock: Callable[[], float] = time.process_time):
         self._by_key = load_candidates(cfg_path)
         self._keys = sorted(self._by_key)
         self._initial = initial_steps
-        self._cycle = cycle
+        if mode not in MODES:
+            raise ValueError(f"policy mode {mode!r}: one of {', '.join(MODES)}")
+        self._mode = mode
         self._clock = clock
         self._log = log or (lambda line: print(line, file=sys.stderr, flush=True))
         self._graph_bs: list[int] | None = None
@@ -214,7 +223,7 @@ class ShapePolicy:
         # a run's rate-limited log lines cannot show (the depth and period of each step)
         self._trace = trace
         self._started = clock()
-        self._log(f"sglang-eagle-ext: adaptive shape: {'round-robin (test mode)' if cycle else 'cost policy'} over "
+        self._log(f"sglang-eagle-ext: adaptive shape: {MODES[mode]} over "
                   f"depths {self.candidate_steps} (0 = speculation off{self._tree_phrase()}), starting at "
                   f"{initial_steps}")
 
@@ -375,7 +384,7 @@ class ShapePolicy:
         """A new state's first depth: the best by this traffic's acceptance at this bucket if the other kind
         measured costs here, else at the nearest bucket that did, else the configured depth."""
         known = {bucket for bucket, steps in self._times if self.step_time(bucket, steps) is not None}
-        if known:
+        if known and self._mode != "hold":
             nearest = min(known, key=lambda other: (abs(other.bit_length() - key.bit_length()), other))
             gains = {steps: gain for steps, (gain, _) in self.gains(nearest, traffic, allowed).items()}
             if gains:
@@ -383,9 +392,11 @@ class ShapePolicy:
         return self._initial if self._initial in allowed else allowed[0]
 
     def _choose(self, key: int, traffic: str, state: _Bucket, allowed: list[int]) -> tuple[int, str]:
-        if self._cycle:
+        if self._mode == "cycle":
             state.cycle += 1
             return allowed[state.cycle % len(allowed)], "round-robin"
+        if self._mode == "hold":
+            return (self._initial if self._initial in allowed else allowed[0]), "held (diagnostic)"
         if state.steps not in allowed:  # this batch size's candidates differ from the bucket's last one's
             state.probe_left = 0
             return min(allowed, key=lambda steps: (abs(steps - state.steps), steps)), "not a candidate here"
@@ -431,7 +442,7 @@ class ShapePolicy:
         if self._trace is not None:
             self._trace({"t": round(now - self._started, 6), "bucket": key, "traffic": traffic, "from": previous,
                          "to": steps, "reason": reason})
-        if self._cycle or now - state.last_log < LOG_INTERVAL_S:
+        if self._mode == "cycle" or now - state.last_log < LOG_INTERVAL_S:
             return
         state.last_log = now
         rates = "/".join(f"{rate:.2f}" for rate in self.acceptance[traffic].rates()) or "-"
@@ -454,7 +465,7 @@ class ShapePolicy:
                         for (key, traffic), state in sorted(self._buckets.items()) if state.ran)
         for state in self._buckets.values():
             state.ran = {}
-        if ran and not self._cycle:
+        if ran and self._mode != "cycle":
             self._log(f"sglang-eagle-ext: adaptive shape: steps by depth in the last {interval:.0f} s: {ran}")
 
     # -- batch sizes --

@@ -408,9 +408,28 @@ def test_the_trace_file_appends_json_lines_in_batches(tmp_path, monkeypatch):
 
 def test_cycle_mode_runs_every_depth_in_turn():
     server = Server(cost, seed=1)
-    policy = policy_on(server, cycle=True)
+    policy = policy_on(server, mode="cycle")
     _, chosen = server.run(policy, [(4, 40)])
     assert sorted(set(chosen)) == list(DEFAULT_STEPS) and all(a != b for a, b in zip(chosen, chosen[1:]))
+
+
+def test_hold_mode_keeps_the_launch_depth_where_the_cost_policy_leaves_it(tmp_path):
+    # the diagnostic that times an engine holding every candidate's state at one depth: the same traffic moves the
+    # cost policy off the launch depth (the control), and never the held one
+    steps = {}
+    for mode in ("cost", "hold"):
+        server = Server(cost, seed=3)
+        _, steps[mode] = server.run(policy_on(server, mode=mode), [(1, 300), (64, 300)])
+    assert set(steps["cost"]) != {3} and set(steps["hold"]) == {3}
+    # where the launch depth is no candidate, the first of that batch size's candidates
+    path = tmp_path / "adaptive.json"
+    path.write_text(json.dumps({"1": {"candidate_steps": [1, 3]}, "16": {"candidate_steps": [0, 1]}}))
+    held = ShapePolicy(3, str(path), mode="hold", log=lambda line: None)
+    held.set_cuda_graph_bs([1, 2, 4, 8, 16, 32])
+    assert {held.get_steps_for_batch(2) for _ in range(20)} == {3}
+    assert {held.get_steps_for_batch(20) for _ in range(20)} == {0}
+    with pytest.raises(ValueError, match="'held'"):
+        ShapePolicy(3, mode="held")
 
 
 def test_candidates_from_sglangs_config_file(tmp_path):
@@ -466,7 +485,8 @@ def test_sglangs_own_controller_drives_it():
     assert worker.speculative_num_steps == best and best in worker.applied and 0 in worker.applied
 
 
-@pytest.mark.parametrize("value, mode", [(None, "off"), ("0", "off"), ("1", "on"), ("On", "on"), ("cycle", "cycle")])
+@pytest.mark.parametrize("value, mode", [(None, "off"), ("0", "off"), ("1", "on"), ("On", "on"), ("cycle", "cycle"),
+                                         ("hold", "hold")])
 def test_the_switch(monkeypatch, value, mode):
     if value is None:
         monkeypatch.delenv(adaptive_shape.ENV_SWITCH, raising=False)
@@ -486,7 +506,7 @@ def test_a_misspelt_switch_is_refused(monkeypatch):
         adaptive_shape.selected(Version("0.5.23"))
 
 
-@pytest.mark.parametrize("value", ["1", "cycle", "0"])
+@pytest.mark.parametrize("value", ["1", "cycle", "hold", "0"])
 def test_the_binding_puts_the_policy_where_sglangs_worker_constructs_it(monkeypatch, tmp_path, value):
     worker = pytest.importorskip("sglang.srt.speculative.eagle_worker_v2")
     stock = worker.AdaptiveSpeculativeParams
@@ -515,6 +535,8 @@ def test_the_binding_puts_the_policy_where_sglangs_worker_constructs_it(monkeypa
     assert isinstance(policy, ShapePolicy) and policy.candidate_steps == list(DEFAULT_STEPS)
     assert policy._trace.path == f"{tmp_path / 'Trace'}.{os.getpid()}.jsonl"  # the path as given, case kept
     assert ("round-robin" in phrase) == (value == "cycle") and "--speculative-adaptive" in phrase
+    assert ("held at the launch depth" in phrase) == (value == "hold")
+    assert policy._mode == {"1": "cost", "cycle": "cycle", "hold": "hold"}[value]
     # depth 0 is plain decoding (the default of the off switch): the worker's verify is wrapped
     assert "off: plain decoding where the target decodes eagerly" in phrase
     assert getattr(worker.EAGLEWorkerV2.verify, "__eagle_ext_original__", None) is not None

@@ -37,11 +37,12 @@ from packaging.version import Version
 from sglang_eagle_ext import env
 from sglang_eagle_ext.sglang.compat import adaptive_trees, plain_off, releases
 from sglang_eagle_ext.sglang.compat.patch import SCHEDULER_MODULE, Patch, Target, require, wrap_method
+from sglang_eagle_ext.sglang.shape_policy import MODES as POLICY_MODES
 from sglang_eagle_ext.sglang.shape_policy import ShapePolicy
 
 ENV_SWITCH = "SGLANG_EAGLE_EXT_ADAPTIVE"
 TRACE_SWITCH = "SGLANG_EAGLE_EXT_ADAPTIVE_TRACE"
-MODES = ("off", "on", "cycle")
+MODES = ("off", "on", "cycle", "hold")
 RELEASES = releases.ADAPTIVE_POLICY.releases
 _WORKER = "sglang.srt.speculative.eagle_worker_v2"
 _STATE = "sglang.srt.speculative.adaptive_runtime_state"
@@ -71,9 +72,9 @@ TRAFFIC_SEAMS = (Target(RELEASES, _WORKER, "EAGLEWorkerV2", "forward_batch_gener
 
 
 def selected(release: Version) -> str:
-    """``off``, ``on`` or ``cycle``; a switch set on where SGLang has no policy protocol stops start-up."""
-    value = env.choice(ENV_SWITCH, env.ON + env.OFF + ("cycle",), "off")
-    mode = "cycle" if value == "cycle" else "on" if value in env.ON else "off"
+    """``off``, ``on``, ``cycle`` or ``hold``; a switch set on where SGLang has no policy protocol stops start-up."""
+    value = env.choice(ENV_SWITCH, env.ON + env.OFF + ("cycle", "hold"), "off")
+    mode = value if value in ("cycle", "hold") else "on" if value in env.ON else "off"
     if mode != "off":
         plain_off.selected()  # a bad value of the off switch stops start-up too
     if mode != "off" and release not in RELEASES:
@@ -91,14 +92,14 @@ def _bind_once_scheduler_loads(_scheduler_module) -> str:
     worker = importlib.import_module(_WORKER)
     require(hasattr(worker, POLICY_NAME.name), POLICY_NAME.path)
     prefix = env.text(TRACE_SWITCH)
-    worker.AdaptiveSpeculativeParams = functools.partial(ShapePolicy, cycle=mode == "cycle",
+    worker.AdaptiveSpeculativeParams = functools.partial(ShapePolicy, mode="cost" if mode == "on" else mode,
                                                          trace=TraceFile(prefix) if prefix else None)
     require(hasattr(worker, "EAGLEWorkerV2") and hasattr(worker.EAGLEWorkerV2, "forward_batch_generation"),
             TRAFFIC_SEAMS[0].path)
     wrap_method(worker.EAGLEWorkerV2, "forward_batch_generation", _telling_the_traffic)
     off = plain_off.bind(worker, plain_off.selected())
     trees = adaptive_trees.bind(worker)
-    return (f"adaptive shape: {'round-robin over the depths (test mode)' if mode == 'cycle' else 'cost policy'} "
+    return (f"adaptive shape: {POLICY_MODES['cost' if mode == 'on' else mode]} "
             f"in place of stock's under --speculative-adaptive ({ENV_SWITCH}={mode}); {off}; {trees}")
 
 

@@ -1,9 +1,10 @@
 """A tree in the per-step adaptive set (issue 39, stage B of ``docs/adaptive-shape.md``), SGLang 0.5.23.
 
-With ``SGLANG_EAGLE_EXT_ADAPTIVE`` on (or ``cycle``) and a launch top-k above 1, the launch shape ``S/k/D`` is the
-set's one tree and the envelope of the set; the other candidate steps of ``--speculative-adaptive-config``
-(stock's file; without one :data:`~sglang_eagle_ext.sglang.shape_policy.DEFAULT_STEPS`) are chains
-``S'/1/S'+1`` (``S' < S``) and off (``0``). Stock refuses top-k above 1 under ``--speculative-adaptive``
+With ``SGLANG_EAGLE_EXT_ADAPTIVE`` on (or ``cycle``, ``hold``) and a launch top-k above 1, the launch shape
+``S/k/D`` is the set's one tree and the envelope of the set; the other candidate steps of
+``--speculative-adaptive-config`` (stock's file; without one
+:data:`~sglang_eagle_ext.sglang.shape_policy.DEFAULT_STEPS`) are chains ``S'/1/S'+1`` (``S' < S``) and off
+(``0``). Stock refuses top-k above 1 under ``--speculative-adaptive``
 (``adaptive_spec_params.adaptive_unsupported_reason``: a warning, then the static shape), and without the flag
 it never looks: either way SGLang sizes its pools, draft-token bound, buffers and graphs for the launch shape,
 which is what the envelope needs. The seams (each a :class:`Target` below):
