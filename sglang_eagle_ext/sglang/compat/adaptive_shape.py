@@ -37,7 +37,6 @@ from packaging.version import Version
 from sglang_eagle_ext import env
 from sglang_eagle_ext.sglang.compat import adaptive_trees, plain_off, releases
 from sglang_eagle_ext.sglang.compat.patch import SCHEDULER_MODULE, Patch, Target, require, wrap_method
-from sglang_eagle_ext.sglang.shape_policy import MODES as POLICY_MODES
 from sglang_eagle_ext.sglang.shape_policy import ShapePolicy
 
 ENV_SWITCH = "SGLANG_EAGLE_EXT_ADAPTIVE"
@@ -99,7 +98,9 @@ def _bind_once_scheduler_loads(_scheduler_module) -> str:
     wrap_method(worker.EAGLEWorkerV2, "forward_batch_generation", _telling_the_traffic)
     off = plain_off.bind(worker, plain_off.selected())
     trees = adaptive_trees.bind(worker)
-    return (f"adaptive shape: {POLICY_MODES['cost' if mode == 'on' else mode]} "
+    chooser = {"on": "cost policy", "cycle": "round-robin over the depths (test mode)",
+               "hold": "the launch depth held at every step (diagnostic)"}[mode]
+    return (f"adaptive shape: {chooser} "
             f"in place of stock's under --speculative-adaptive ({ENV_SWITCH}={mode}); {off}; {trees}")
 
 
