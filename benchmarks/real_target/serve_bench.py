@@ -239,9 +239,10 @@ def host(connection, target: str, drafter: str | None, shape_name: str | None, p
 def start_parts(entered: float, built: float) -> str:
     """The arm log's line saying where an engine's start went (the record's ``start_s`` is their sum with the
     spawned interpreter's start and imports): building the engine, then the untimed warm-up."""
-    return f"start: engine built in {built - entered:.1f} s, warm-up {time.perf_counter() - built:.1f} s"
+    return f"{START_LINE} {built - entered:.1f} s, warm-up {time.perf_counter() - built:.1f} s"
 
 
+START_LINE = "start: engine built in"  # the arm log's line that ends the untimed warm-up (start_parts)
 SERVING_COMPILE = re.compile(r"Triton kernel '(\w+)' took ([\d.]+) s to compile after serving started")
 
 
@@ -249,7 +250,7 @@ def serving_compiles(log_path: str) -> list[dict]:
     """The Triton compilations SGLang (0.5.23: ``utils/triton_load_watch.py``, at warning level, those of a
     second or more) logged in the arm's timed cells, after its untimed warm-up: each stalled the engine."""
     with open(log_path, encoding="utf-8", errors="replace") as handle:
-        lines = handle.read().split("\nstart: engine built", 1)
+        lines = handle.read().split("\n" + START_LINE, 1)
     return [{"kernel": kernel, "seconds": float(seconds)}
             for kernel, seconds in SERVING_COMPILE.findall(lines[1] if len(lines) == 2 else "")]
 
