@@ -177,6 +177,7 @@ def test_a_lead_inside_the_noise_floor_is_not_beyond_it(runs):
      "vllm_h100_fa3-chain1-run_vllm-0.33.0.json"),
     ("vs_vllm_h200b.md", "serve_vs-vllm_h200-b_fa3_sglang-0.5.23.json", "vllm_h200-b_fa3-run_vllm-0.33.0.json"),
     ("vs_vllm_h200c.md", "serve_vs-vllm_h200-c_fa3_sglang-0.5.23.json", "vllm_h200-c_fa3-run_vllm-0.33.0.json"),
+    ("vs_vllm_h200d.md", "serve_vs-vllm_h200-d_fa3_sglang-0.5.23.json", "vllm_h200-d_fa3-run_vllm-0.33.0.json"),
     ("vs_vllm_h200x2.md", "serve_vs-vllm_h200x2_fa3_sglang-0.5.23.json", "vllm_h200x2_fa3-run_vllm-0.33.0.json"),
     ("vs_vllm_8b.md", "serve_vs-vllm_8b-geometry_h100_fa3_sglang-0.5.23.json",
      "vllm_8b-geometry_h100_fa3-run_vllm-0.33.0.json"),
