@@ -149,3 +149,15 @@ def test_a_phase_runs_on_its_cpu_list_and_reads_its_own_arguments(tmp_path):
     waited = subprocess.run(["bash", str(KIT / "run_gpu.sh"), "wait", str(tmp_path / "none"), "30"],
                             capture_output=True, text=True, timeout=20, cwd=ROOT)
     assert waited.returncode == 1 and "no run in" in waited.stdout
+
+
+def test_host_probe_names_each_paths_file_system_and_reads_real_bytecode():
+    """host_probe.py, which run_gpu.sh runs once per run: the file system of a path is its longest mount point's
+    (/proc/self under /proc, not /), and the bytecode it times reading is a package's own, found by its spec."""
+    (host_probe,) = load_siblings("benchmarks/real_target", "host_probe")
+    found = host_probe.mounts({"proc": "/proc/self", "root": "/"})
+    assert found["proc"] == "proc" and found["root"] not in (None, "proc")
+    import json as package
+    files = host_probe.bytecode_files("json")
+    assert files and all(path.endswith(".pyc") and os.path.isfile(path) for path in files)
+    assert all(path.startswith(os.path.dirname(package.__file__)) for path in files)

@@ -149,7 +149,8 @@ case "$MODE" in
     # each on the H200 of 2026-11-29. Python's import timings of the scheduler's module, beside the first phase; the
     # first import writes the bytecode the kit's install left out, the second is the one an arm pays.
     (python3 -c "import sglang.srt.managers.scheduler" > /dev/null 2>&1
-     python3 -X importtime -c "import sglang.srt.managers.scheduler" > /dev/null 2> "$ROOT/importtime.log") &
+     python3 -X importtime -c "import sglang.srt.managers.scheduler" > /dev/null 2> "$ROOT/importtime.log"
+     python3 "$HERE/host_probe.py" sglang > "$ROOT/host_probe.json" 2>&1) &  # what one import is made of, each timed
     echo "# $(date -u +%FT%TZ) commit $E2E_COMMIT phases: $PHASES" | tee -a "$ROOT/status.txt"
     run_phases "$PHASES" ;;
   wait)

@@ -1,0 +1,111 @@
+"""Where a Python import's time goes on this host: the few costs an import is made of, each timed alone.
+
+An engine's start is mostly Python importing SGLang (7,546 modules: 33.4 s on the H200 host of 2026-11-29, 4.9 s on
+this project's CPU machine). An import stats and reads its bytecode file, executes the module's body and touches
+fresh memory; this times each of those alone, on the installed package's own bytecode files and on the same files
+copied to ``/dev/shm``, so that the cause (the file system, system calls, page faults or plain CPU) is read from one
+run rather than guessed. Prints one JSON object::
+
+    python3 benchmarks/real_target/host_probe.py [PACKAGE] > host_probe.json
+
+PACKAGE (default ``sglang``): the installed package whose ``__pycache__`` files are read.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import mmap
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+FILES = 2000  # bytecode files read per pass
+STATS = 20000
+LOOP = 3_000_000
+MEMORY_MIB = 512
+
+
+def seconds(work) -> float:
+    started = time.perf_counter()
+    work()
+    return time.perf_counter() - started
+
+
+def python_loop() -> None:
+    total = 0
+    for i in range(LOOP):
+        total += i * i
+
+
+def bytecode_files(package: str) -> list[str]:
+    """Up to FILES of the package's bytecode files (written by an earlier import)."""
+    root = os.path.dirname(importlib.util.find_spec(package).origin)
+    found = []
+    for folder, _, names in os.walk(root):
+        found += [os.path.join(folder, name) for name in names if name.endswith(".pyc")]
+        if len(found) >= FILES:
+            break
+    return found[:FILES]
+
+
+def read_all(paths: list[str]) -> None:
+    for path in paths:
+        os.stat(path)
+        with open(path, "rb") as handle:
+            handle.read()
+
+
+def stat_many(path: str) -> None:
+    for _ in range(STATS):
+        os.stat(path)
+
+
+def touch_fresh_memory() -> None:
+    """One write per 4 KiB page of a fresh anonymous mapping: a page fault each."""
+    size = MEMORY_MIB << 20
+    region = mmap.mmap(-1, size)
+    for offset in range(0, size, 4096):
+        region[offset] = 1
+    region.close()
+
+
+def mounts(paths: dict) -> dict:
+    """The file system type holding each named path (the longest mount point above it)."""
+    table = []
+    with open("/proc/mounts", encoding="utf-8") as handle:
+        for line in handle:
+            fields = line.split()
+            table.append((fields[1], fields[2]))
+    return {name: max((point for point in table if path.startswith(point[0].rstrip("/") + "/") or path == point[0]),
+                      key=lambda point: len(point[0]), default=(None, None))[1] for name, path in paths.items()}
+
+
+def probe(package: str) -> dict:
+    files = bytecode_files(package)
+    record = {"python": sys.version.split()[0], "cores": os.cpu_count(), "package": package, "pyc_files": len(files),
+              "mounts": mounts({package: os.path.dirname(files[0]) if files else "/tmp", "/tmp": "/tmp",
+                                "/dev/shm": "/dev/shm"}),
+              "python_loop_s": round(seconds(python_loop), 3),
+              "stat_us": round(1e6 * seconds(lambda: stat_many(files[0] if files else "/tmp")) / STATS, 2),
+              "page_fault_us": round(1e6 * seconds(touch_fresh_memory) / (MEMORY_MIB << 8), 2)}
+    if files:
+        read_all(files)  # warm whatever cache the file system keeps
+        record["read_pyc_ms_each"] = round(1e3 * seconds(lambda: read_all(files)) / len(files), 3)
+        copy = tempfile.mkdtemp(dir="/dev/shm") if os.path.isdir("/dev/shm") else None
+        if copy:
+            copies = [shutil.copy(path, os.path.join(copy, f"{index}.pyc")) for index, path in enumerate(files)]
+            read_all(copies)
+            record["read_pyc_ms_each_dev_shm"] = round(1e3 * seconds(lambda: read_all(copies)) / len(copies), 3)
+            shutil.rmtree(copy)
+    for module in ("json", "torch"):  # a fresh interpreter each: the interpreter's own start, then one big import
+        record[f"import_{module}_s"] = round(seconds(lambda: subprocess.run(
+            [sys.executable, "-c", f"import {module}"], check=False, capture_output=True)), 2)
+    return record
+
+
+if __name__ == "__main__":
+    print(json.dumps(probe(sys.argv[1] if len(sys.argv) > 1 else "sglang"), indent=1))
