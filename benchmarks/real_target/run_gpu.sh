@@ -100,7 +100,7 @@ run_phase() {
 pack() {  # results and logs into $OUT; the trained drafters' pieces not yet sent
   OUT="${OUT:-/tmp/rt_out}"; mkdir -p "$OUT"
   (cd "$ROOT" && tar czf "$OUT/results.tgz" --exclude='*.safetensors' --exclude=target --exclude=data.jsonl \
-     --exclude='drafters/*/checkpoints' status.txt device.txt ./*.log data.jsonl.summary.json serve adaptive profile vllm serve8b vllm8b drafters 2>/dev/null)
+     --exclude='drafters/*/checkpoints' status.txt device.txt host_probe.json ./*.log data.jsonl.summary.json serve adaptive profile vllm serve8b vllm8b drafters 2>/dev/null)
   ship_back
   ls -l "$OUT"
 }
