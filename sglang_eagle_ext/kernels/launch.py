@@ -27,7 +27,10 @@ of the addresses checks them all). Anything else (other argument kinds, a misali
 launch hooks installed by a profiler, the interpreter, a Triton older than 3.3 whose launcher
 takes other arguments) goes through ``kernel[grid]``, so results never depend on the path.
 
-Launches stay asynchronous and capturable in CUDA graphs; nothing recompiles per batch size.
+Launches stay asynchronous and capturable in CUDA graphs; nothing recompiles per batch size. A call
+that makes Triton compile (a specialisation it holds no binary for, taking :data:`COMPILE_NOTED_S` or
+more) is said on stderr with the specialisation, read from Triton's own binder: a compilation after
+start-up stalls a server for seconds, and the line says which argument asked for it.
 
 Use::
 
@@ -41,6 +44,9 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+import os
+import sys
+import time
 from typing import Any, Callable, Dict, Optional, Tuple
 
 import torch
@@ -53,6 +59,7 @@ except ImportError:  # Triton < 3.3: launched through kernel[grid] only
     knobs = None
 
 _INT32_MIN, _INT32_MAX, _UINT64_FROM = -(2**31), 2**31 - 1, 2**63
+COMPILE_NOTED_S = 0.25  # a launch that took this long made Triton compile (a load from its disk cache takes ms)
 _NONE_TYPE = type(None)
 
 
@@ -250,13 +257,46 @@ class Specialised:
     def _miss(self, grid: Tuple[int, ...], args: tuple, key) -> None:
         """Launch through Triton (compiling on a first call); keep the kernel under ``key`` when the
         call is one the fast launch can repeat (its kinds, all tensors aligned, no hooks)."""
+        held, started = compiled_specialisations(self.kernel), time.perf_counter()
         compiled = self.kernel[grid](*args, **self.kwargs)
+        took = time.perf_counter() - started
+        if took >= COMPILE_NOTED_S and compiled_specialisations(self.kernel) > held:
+            print(f"sglang-eagle-ext: Triton compiled {getattr(self.kernel, '__name__', self.kernel)} in {took:.2f} s "
+                  f"(pid {os.getpid()}) for {specialisation_text(self.kernel, args, self.kwargs)}",
+                  file=sys.stderr, flush=True)
         if key is None or key[-1] != 0 or key in self._compiled or _hooks_installed():
             return
         if hasattr(compiled, "result"):  # Triton versions that compile asynchronously
             compiled = compiled.result()
         if all(hasattr(compiled, attr) for attr in ("run", "function", "packed_metadata")):
             self._compiled[key] = _launch_entry(compiled)
+
+
+def compiled_specialisations(kernel) -> int:
+    """How many binaries Triton holds for ``kernel`` (its in-memory cache, every device; 0 when it keeps none)."""
+    caches = getattr(kernel, "device_caches", None)
+    try:
+        return sum(len(cache[0]) for cache in caches.values()) if caches else 0
+    except (TypeError, IndexError, AttributeError):  # a Triton that keeps them otherwise
+        return 0
+
+
+def specialisation_text(kernel, args: tuple, kwargs: Dict[str, Any], binder: Optional[Callable] = None) -> str:
+    """Each runtime argument's specialisation as Triton's binder gives it (the key it compiles by), as
+    ``name type`` with ``/16`` for a multiple of 16 or a 16-byte aligned pointer and ``=1`` for a 1;
+    "not read (...)" where this Triton's binder is not the one this reads. ``binder``: the current
+    device's (Triton's ``device_caches``) unless given."""
+    try:
+        binder = binder or kernel.device_caches[torch.cuda.current_device()][4]
+        _, specialisation, _ = binder(*args, **kwargs)
+        parts = []
+        for param, (kind, attribute) in zip(kernel.params, specialisation):
+            if param.is_constexpr:
+                continue
+            parts.append(f"{param.name} {kind}" + {"D": "/16", "1": "=1"}.get(str(attribute), ""))
+        return ", ".join(parts)
+    except Exception as exc:  # noqa: BLE001 (a diagnostic line: never the launch's failure)
+        return f"(specialisation not read: {type(exc).__name__}: {exc})"
 
 
 class Launcher:

@@ -73,3 +73,32 @@ def test_no_drafting_shape_gives_the_fused_sampler_a_new_specialisation(kernel):
         assert len(defaults) > 1, name
     # what one server keeps (its vocabulary) stays specialised: the binder tells values apart here
     assert specialisation(kernel, vocab=49152) != specialisation(kernel, vocab=49153)
+
+
+def test_the_compile_line_names_what_triton_specialises_each_argument_on():
+    """``launch.specialisation_text``, the line a compilation prints, read against Triton's own binder: a
+    tensor viewed 4 bytes into its storage is not 16-byte aligned, a length of 49152 is a multiple of 16,
+    and the walk's shape integers carry no mark (do_not_specialize) where Triton's default marks a 1."""
+    from sglang_eagle_ext.kernels.launch import specialisation_text
+
+    kernel = walk._walk_kernel
+    torch.manual_seed(0)
+    binder, function = binder_of(kernel)
+    arguments = {}
+    for param in function.params:
+        if param.is_constexpr:
+            arguments[param.name] = 16
+        elif param.name.endswith("_ptr"):
+            arguments[param.name] = torch.rand(64)
+        elif param.name.startswith("threshold"):
+            arguments[param.name] = 0.5
+        else:
+            arguments[param.name] = 4097
+    arguments.update(coins_ptr=torch.rand(65)[1:], vocab=49152, max_accepts=1, n=2)
+    parts = specialisation_text(function, (), arguments, binder=binder).split(", ")
+    assert "coins_ptr *fp32" in parts and "final_coins_ptr *fp32/16" in parts
+    assert "vocab i32/16" in parts and "num_chunks i32" in parts
+    assert "max_accepts i32" in parts and "n i32" in parts
+    assert not any(part.startswith(("BLOCK_V", "CHUNKS", "SLOTS")) for part in parts)  # constexprs left out
+    control, _ = binder_of(kernel, unspecialised_off=True)
+    assert "max_accepts constexpr=1" in specialisation_text(function, (), arguments, binder=control).split(", ")
