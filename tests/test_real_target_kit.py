@@ -151,12 +151,17 @@ def test_a_phase_runs_on_its_cpu_list_and_reads_its_own_arguments(tmp_path):
     assert waited.returncode == 1 and "no run in" in waited.stdout
 
 
-def test_host_probe_names_each_paths_file_system_and_reads_real_bytecode():
+def test_host_probe_names_each_paths_file_system_and_reads_real_bytecode(tmp_path):
     """host_probe.py, which run_gpu.sh runs once per run: the file system of a path is its longest mount point's
     (/proc/self under /proc, not /), and the bytecode it times reading is a package's own, found by its spec."""
     (host_probe,) = load_siblings("benchmarks/real_target", "host_probe")
     found = host_probe.mounts({"proc": "/proc/self", "root": "/"})
     assert found["proc"] == "proc" and found["root"] not in (None, "proc")
+    table = tmp_path / "mounts"  # /tmp mounted twice, the later on top; a path written with ".." in it
+    table.write_text("root / ext4 rw 0 0\nfirst /tmp overlay rw 0 0\nlater /tmp tmpfs rw 0 0\n"
+                     "shm /dev/shm tmpfs rw 0 0\n")
+    assert host_probe.mounts({"t": "/tmp/../tmp/x", "r": "/usr", "s": "/dev/shm"}, str(table)) == {
+        "t": "tmpfs", "r": "ext4", "s": "tmpfs"}
     import json as package
     files = host_probe.bytecode_files("json")
     assert files and all(path.endswith(".pyc") and os.path.isfile(path) for path in files)

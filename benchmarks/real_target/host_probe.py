@@ -4,7 +4,8 @@ An engine's start is mostly Python importing SGLang (7,546 modules: 33.4 s on th
 this project's CPU machine). An import stats and reads its bytecode file, executes the module's body and touches
 fresh memory; this times each of those alone, on the installed package's own bytecode files and on the same files
 copied to ``/dev/shm``, so that the cause (the file system, system calls, page faults or plain CPU) is read from one
-run rather than guessed. Prints one JSON object::
+run rather than guessed. About 10 s; ``run_gpu.sh`` runs it beside the setup phase, and the phases that measure wait
+for it. Prints one JSON object::
 
     python3 benchmarks/real_target/host_probe.py [PACKAGE] > host_probe.json
 
@@ -73,15 +74,18 @@ def touch_fresh_memory() -> None:
     region.close()
 
 
-def mounts(paths: dict) -> dict:
-    """The file system type holding each named path (the longest mount point above it)."""
-    table = []
-    with open("/proc/mounts", encoding="utf-8") as handle:
-        for line in handle:
-            fields = line.split()
-            table.append((fields[1], fields[2]))
-    return {name: max((point for point in table if path.startswith(point[0].rstrip("/") + "/") or path == point[0]),
-                      key=lambda point: len(point[0]), default=(None, None))[1] for name, path in paths.items()}
+def mounts(paths: dict, table: str = "/proc/mounts") -> dict:
+    """The file system type holding each named path (the longest mount point above it), by ``table``."""
+    with open(table, encoding="utf-8") as handle:
+        table = [line.split()[1:3] for line in handle]
+
+    def holder(path: str):
+        path = os.path.realpath(path)
+        under = [(len(point), order, kind) for order, (point, kind) in enumerate(table)
+                 if path == point or path.startswith(point.rstrip("/") + "/")]
+        return max(under)[2] if under else None  # the longest mount point; of equal ones the last mounted
+
+    return {name: holder(path) for name, path in paths.items()}
 
 
 def probe(package: str) -> dict:
@@ -95,12 +99,13 @@ def probe(package: str) -> dict:
     if files:
         read_all(files)  # warm whatever cache the file system keeps
         record["read_pyc_ms_each"] = round(1e3 * seconds(lambda: read_all(files)) / len(files), 3)
-        copy = tempfile.mkdtemp(dir="/dev/shm") if os.path.isdir("/dev/shm") else None
-        if copy:
-            copies = [shutil.copy(path, os.path.join(copy, f"{index}.pyc")) for index, path in enumerate(files)]
-            read_all(copies)
-            record["read_pyc_ms_each_dev_shm"] = round(1e3 * seconds(lambda: read_all(copies)) / len(copies), 3)
-            shutil.rmtree(copy)
+        try:  # the same files in memory; gone again whatever happens (a host's /dev/shm may be small)
+            with tempfile.TemporaryDirectory(dir="/dev/shm") as copy:
+                copies = [shutil.copy(path, os.path.join(copy, f"{index}.pyc")) for index, path in enumerate(files)]
+                read_all(copies)
+                record["read_pyc_ms_each_dev_shm"] = round(1e3 * seconds(lambda: read_all(copies)) / len(copies), 3)
+        except OSError as exc:
+            record["read_pyc_ms_each_dev_shm"] = f"not measured: {exc}"
     for module in ("json", "torch"):  # a fresh interpreter each: the interpreter's own start, then one big import
         record[f"import_{module}_s"] = round(seconds(lambda: subprocess.run(
             [sys.executable, "-c", f"import {module}"], check=False, capture_output=True)), 2)

@@ -27,10 +27,12 @@ of the addresses checks them all). Anything else (other argument kinds, a misali
 launch hooks installed by a profiler, the interpreter, a Triton older than 3.3 whose launcher
 takes other arguments) goes through ``kernel[grid]``, so results never depend on the path.
 
-Launches stay asynchronous and capturable in CUDA graphs; nothing recompiles per batch size. A call
-that makes Triton compile (a specialisation it holds no binary for, taking :data:`COMPILE_NOTED_S` or
-more) is said on stderr with the specialisation, read from Triton's own binder: a compilation after
-start-up stalls a server for seconds, and the line says which argument asked for it.
+Launches stay asynchronous and capturable in CUDA graphs; nothing recompiles per batch size. A miss
+of the fast launch that makes Triton compile or load a binary it did not hold, taking
+:data:`COMPILE_NOTED_S` or more, is said on stderr with the specialisation, read from Triton's own
+binder: a compilation after start-up stalls a server for seconds, and the line says which argument
+asked for it. (A load from Triton's disk cache is counted too when it is that slow: the first one
+in a process hashes Triton's library, about 0.35 s on a CPU machine.)
 
 Use::
 
@@ -59,7 +61,7 @@ except ImportError:  # Triton < 3.3: launched through kernel[grid] only
     knobs = None
 
 _INT32_MIN, _INT32_MAX, _UINT64_FROM = -(2**31), 2**31 - 1, 2**63
-COMPILE_NOTED_S = 0.25  # a launch that took this long made Triton compile (a load from its disk cache takes ms)
+COMPILE_NOTED_S = 0.25  # a miss this slow that added a binary: a compilation, or a process's first disk load
 _NONE_TYPE = type(None)
 
 
@@ -261,7 +263,8 @@ class Specialised:
         compiled = self.kernel[grid](*args, **self.kwargs)
         took = time.perf_counter() - started
         if took >= COMPILE_NOTED_S and compiled_specialisations(self.kernel) > held:
-            print(f"sglang-eagle-ext: Triton compiled {getattr(self.kernel, '__name__', self.kernel)} in {took:.2f} s "
+            print(f"sglang-eagle-ext: Triton compiled or loaded {getattr(self.kernel, '__name__', self.kernel)} "
+                  f"in {took:.2f} s "
                   f"(pid {os.getpid()}) for {specialisation_text(self.kernel, args, self.kwargs)}",
                   file=sys.stderr, flush=True)
         if key is None or key[-1] != 0 or key in self._compiled or _hooks_installed():
@@ -276,8 +279,8 @@ def compiled_specialisations(kernel) -> int:
     """How many binaries Triton holds for ``kernel`` (its in-memory cache, every device; 0 when it keeps none)."""
     caches = getattr(kernel, "device_caches", None)
     try:
-        return sum(len(cache[0]) for cache in caches.values()) if caches else 0
-    except (TypeError, IndexError, AttributeError):  # a Triton that keeps them otherwise
+        return sum(len(cache[0]) for cache in list(caches.values())) if caches else 0
+    except Exception:  # noqa: BLE001 (a Triton that keeps them otherwise: never the launch's failure)
         return 0
 
 
@@ -285,9 +288,10 @@ def specialisation_text(kernel, args: tuple, kwargs: Dict[str, Any], binder: Opt
     """Each runtime argument's specialisation as Triton's binder gives it (the key it compiles by), as
     ``name type`` with ``/16`` for a multiple of 16 or a 16-byte aligned pointer and ``=1`` for a 1;
     "not read (...)" where this Triton's binder is not the one this reads. ``binder``: the current
-    device's (Triton's ``device_caches``) unless given."""
+    device's (the last item of its ``device_caches`` entry: the fifth from Triton 3.5, the fourth before)
+    unless given."""
     try:
-        binder = binder or kernel.device_caches[torch.cuda.current_device()][4]
+        binder = binder or kernel.device_caches[torch.cuda.current_device()][-1]
         _, specialisation, _ = binder(*args, **kwargs)
         parts = []
         for param, (kind, attribute) in zip(kernel.params, specialisation):

@@ -253,13 +253,14 @@ def test_the_table_names_the_installed_triton_under_its_own_digest():
     assert named == [_installed_cuda_wrapper_digest()]
 
 
-class _CompilingKernel(_FakeKernel):
-    """A fake kernel whose launches each add a binary to its in-memory cache, as a compilation does,
-    after ``seconds``; its specialisation is not readable (no binder), as on a CPU."""
 
-    def __init__(self, seconds: float):
+class _CompilingKernel(_FakeKernel):
+    """A fake kernel whose launches take ``seconds`` and, with ``adds``, add a binary to its in-memory
+    cache, as a compilation does; its specialisation is not readable (no binder), as on a CPU."""
+
+    def __init__(self, seconds: float, adds: bool):
         super().__init__()
-        self.seconds, self.device_caches = seconds, {0: ({}, {}, None, None, None)}
+        self.seconds, self.adds, self.device_caches = seconds, adds, {0: ({}, {}, None, None, None)}
         self.__name__ = "_compiling_kernel"
 
     def __getitem__(self, grid):
@@ -268,18 +269,20 @@ class _CompilingKernel(_FakeKernel):
 
             time.sleep(self.seconds)
             binaries = self.device_caches[0][0]
-            binaries[len(binaries)] = self.compiled
+            if self.adds:
+                binaries[len(binaries)] = self.compiled
             return self.compiled
 
         return launch_now
 
 
-@pytest.mark.parametrize("seconds, said", [(launch.COMPILE_NOTED_S, True), (0.0, False)])
-def test_a_launch_that_compiles_says_so_with_its_specialisation(fake_gpu, capsys, seconds, said):
-    kernel = _CompilingKernel(seconds)
+@pytest.mark.parametrize("seconds, adds, said", [(launch.COMPILE_NOTED_S, True, True), (0.0, True, False),
+                                                 (launch.COMPILE_NOTED_S, False, False)],
+                         ids=["slow, a binary added", "fast, a binary added", "slow, no binary added"])
+def test_a_launch_that_compiles_says_so_with_its_specialisation(fake_gpu, capsys, seconds, adds, said):
+    kernel = _CompilingKernel(seconds, adds)
     launch.Launcher(kernel)((1,), torch.rand(8), torch.rand(8), 3, A=1, B=2)
-    assert launch.compiled_specialisations(kernel) == 1
+    assert launch.compiled_specialisations(kernel) == int(adds)
     line = capsys.readouterr().err
-    assert ("sglang-eagle-ext: Triton compiled _compiling_kernel in" in line) == said
+    assert ("sglang-eagle-ext: Triton compiled or loaded _compiling_kernel in" in line) == said
     assert ("specialisation not read" in line) == said  # no binder here: said to be ours, not Triton's
-

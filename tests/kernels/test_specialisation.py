@@ -102,3 +102,21 @@ def test_the_compile_line_names_what_triton_specialises_each_argument_on():
     assert not any(part.startswith(("BLOCK_V", "CHUNKS", "SLOTS")) for part in parts)  # constexprs left out
     control, _ = binder_of(kernel, unspecialised_off=True)
     assert "max_accepts constexpr=1" in specialisation_text(function, (), arguments, binder=control).split(", ")
+
+
+@pytest.mark.parametrize("entry", [lambda binder: ({}, {}, None, None, binder),
+                                   lambda binder: ({}, None, None, binder)],
+                         ids=["Triton 3.5+ (five items)", "Triton 3.3-3.4 (four)"])
+def test_the_compile_line_reads_the_binder_triton_keeps_for_the_current_device(monkeypatch, entry):
+    """Without a binder given, the line reads the current device's from the kernel's ``device_caches``
+    (the last item of its entry in every Triton the launcher serves)."""
+    from sglang_eagle_ext.kernels.launch import specialisation_text
+
+    binder, function = binder_of(walk._walk_kernel)
+    arguments = {param.name: 16 if param.is_constexpr else torch.rand(64) if param.name.endswith("_ptr") else
+                 0.5 if param.name.startswith("threshold") else 4097 for param in function.params}
+    function.device_caches = {3: entry(binder)}
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 3)
+    text = specialisation_text(function, (), arguments)
+    assert text == specialisation_text(function, (), arguments, binder=binder)
+    assert "predicts_ptr *fp32/16" in text.split(", ")
