@@ -41,7 +41,7 @@ from sglang_eagle_ext.sglang.shape_policy import ShapePolicy
 
 ENV_SWITCH = "SGLANG_EAGLE_EXT_ADAPTIVE"
 TRACE_SWITCH = "SGLANG_EAGLE_EXT_ADAPTIVE_TRACE"
-MODES = ("off", "on", "cycle", "hold")
+MODES = ("off", "on", "cycle", "hold")  # what selected() returns: the switch's own words beyond on and off last
 RELEASES = releases.ADAPTIVE_POLICY.releases
 _WORKER = "sglang.srt.speculative.eagle_worker_v2"
 _STATE = "sglang.srt.speculative.adaptive_runtime_state"
@@ -72,8 +72,8 @@ TRAFFIC_SEAMS = (Target(RELEASES, _WORKER, "EAGLEWorkerV2", "forward_batch_gener
 
 def selected(release: Version) -> str:
     """``off``, ``on``, ``cycle`` or ``hold``; a switch set on where SGLang has no policy protocol stops start-up."""
-    value = env.choice(ENV_SWITCH, env.ON + env.OFF + ("cycle", "hold"), "off")
-    mode = value if value in ("cycle", "hold") else "on" if value in env.ON else "off"
+    value = env.choice(ENV_SWITCH, env.ON + env.OFF + MODES[2:], "off")
+    mode = value if value in MODES[2:] else "on" if value in env.ON else "off"
     if mode != "off":
         plain_off.selected()  # a bad value of the off switch stops start-up too
     if mode != "off" and release not in RELEASES:
