@@ -58,7 +58,8 @@ def test_one_gpu_runs_the_engines_one_after_the_other_sglang_first_with_vllms_sh
 
 
 def test_two_gpus_run_the_engines_side_by_side_on_disjoint_cores_then_the_diagnostics():
-    plan = dry_run("setup vllm+serve adaptive")
+    plan = dry_run("setup vllm+serve adaptive", RT_GPUS="2")
+    assert plan["run"]["turns"] == "none"  # a GPU each: no turns to take
     serve, vllm, adaptive = plan["serve"], plan["vllm"], plan["adaptive"]
     assert serve["deadline"] == vllm["deadline"]  # side by side: neither waits for the other
     assert int(adaptive["deadline"]) - int(serve["deadline"]) == 480
@@ -73,6 +74,29 @@ def test_two_gpus_run_the_engines_side_by_side_on_disjoint_cores_then_the_diagno
     assert abs(int(shifted["adaptive"]["deadline"]) - int(adaptive["deadline"])) <= 1
 
 
+def test_one_gpu_runs_the_engines_side_by_side_on_it_taking_turns():
+    """Where one GPU is lent, "vllm+serve" puts both engines on it, on disjoint cores as on two GPUs, with a lock
+    file to take turns by (turns.py) and KV pools of a set size, given to both benchmarks."""
+    plan = dry_run("setup vllm+serve adaptive", RT_GPUS="1")
+    serve, vllm = plan["serve"], plan["vllm"]
+    assert (serve["gpu"], vllm["gpu"]) == ("0", "0") and serve["deadline"] == vllm["deadline"]
+    assert cpu_set(serve["cpus"]).isdisjoint(cpu_set(vllm["cpus"]))
+    assert plan["run"]["turns"] == "/tmp/rt/turns.lock"
+    # the engines one after the other on one GPU take no turns
+    assert dry_run("setup serve vllm", RT_GPUS="1")["run"]["turns"] == "none"
+    script = (KIT / "install_and_start.sh").read_text()
+    for variable, option in (("RT_SERVE_ARGS", "--kv-tokens"), ("RT_VLLM_ARGS", "--kv-cache-bytes")):
+        line = next(line for line in script.splitlines() if line.strip().startswith(variable + "="))
+        assert "$TURN_ARGS" in line and f"$KV_ARGS_{variable[3:-5]}" in line, line
+        assert option in script
+    # what the plan gives vLLM's benchmark, as it parses it (serve_bench shares --turns; --kv-tokens is its own)
+    parsed = vllm_bench.parse_args(["/out", "--target", "T", "--prompts", "P", "--turns", "/tmp/rt/turns.lock",
+                                    "--kv-cache-bytes", str(8 << 30)])
+    assert parsed.turns == "/tmp/rt/turns.lock" and vllm_bench.engine_kwargs(
+        "T", None, None, (1,), 2048, kv_cache_bytes=parsed.kv_cache_bytes)["kv_cache_memory_bytes"] == 8 << 30
+    assert 'add_argument("--kv-tokens"' in (KIT / "serve_bench.py").read_text()
+
+
 def test_the_lease_counts_from_its_first_call_when_told():
     import time
 
@@ -83,10 +107,11 @@ def test_the_lease_counts_from_its_first_call_when_told():
 
 def test_a_machine_without_the_drafters_trains_them_after_setup_and_one_with_them_does_not(tmp_path):
     trained = dry_run("setup serve adaptive", RT_BACK=str(tmp_path))["run"]
-    assert trained == {"phases": "setup,regen,specforge+speculators,serve,adaptive", "drafters": "trained"}
+    assert trained == {"phases": "setup,regen,specforge+speculators,serve,adaptive", "drafters": "trained",
+                       "turns": "none"}
     (tmp_path / "SHA256SUMS").write_text("0" * 64 + "  data.jsonl.gz\n")
     carried = dry_run("setup serve adaptive", RT_BACK=str(tmp_path))["run"]
-    assert carried == {"phases": "setup,serve,adaptive", "drafters": "carried"}
+    assert carried == {"phases": "setup,serve,adaptive", "drafters": "carried", "turns": "none"}
 
 
 def test_every_default_arm_is_one_the_benchmarks_know():

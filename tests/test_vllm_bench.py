@@ -97,7 +97,7 @@ DRIVER = textwrap.dedent('''
         ids = [[1, 2, 3, i] for i in range(80)]
         args = types.SimpleNamespace(target="T", batches=(1, 16), context_length=512, attention_backend=None,
                                      memory=0.5, compilation=None, out=sys.argv[2], single=3, rounds=2, new_tokens=12,
-                                     tokenizer=None)
+                                     tokenizer=None, turns=sys.argv[3], kv_cache_bytes=None)
         plain = vllm_bench.measure_arm("plain", args, ids, {}, None)
         spec = vllm_bench.measure_arm("d/k4/vllm", args, ids, {"d": "D"}, plain)
         args.tokenizer = "TOKENIZER"  # the prompts' ids from another model's tokenizer: the engine has none
@@ -179,12 +179,16 @@ def test_measured_arm_with_a_stand_in_vllm(tmp_path):
     (tmp_path / "fake" / "vllm" / "__init__.py").write_text(FAKE_VLLM)
     (tmp_path / "driver.py").write_text(DRIVER)
     env = dict(os.environ, PYTHONPATH=str(tmp_path / "fake"))
-    run = subprocess.run([sys.executable, str(tmp_path / "driver.py"), str(BENCH_DIR), str(tmp_path)],
+    run = subprocess.run([sys.executable, str(tmp_path / "driver.py"), str(BENCH_DIR), str(tmp_path),
+                          str(tmp_path / "turns.lock")],
                          capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
     assert run.returncode == 0, run.stderr[-3000:]
     result = json.loads(run.stdout.strip().splitlines()[-1])
     plain, spec = result["plain"], result["spec"]
     assert "failed" not in plain and "failed" not in spec, (plain.get("failed"), spec.get("failed"))
+    # --turns given, nobody else taking them: each arm says how long it waited for its start and its measurement
+    assert all(set(arm["turn_waits_s"]) == {"start", "measure"} and min(arm["turn_waits_s"].values()) >= 0
+               for arm in (plain, spec))
     assert set(plain["cells"]) == {"batch1/greedy", "batch1/sampled", "batch16/greedy", "batch16/sampled"}
     assert len(plain["cells"]["batch16/greedy"]["outputs"]) == 32  # two waves of 16, as serve_bench sends
     assert plain["cells"]["batch1/greedy"]["top2"][0][0] == [-0.1, -3.0]

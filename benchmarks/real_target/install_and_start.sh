@@ -8,8 +8,10 @@
 # count from it); COMMIT: the checkout's commit (the device's copy has no .git). The lease's end goes to
 # /tmp/lease_end for the `wait` calls to size themselves by.
 # RT_PHASES (default "setup serve vllm": the engines one after the other on one GPU). "setup vllm+serve" runs
-# them side by side on a two-GPU machine, SGLang on GPU 0 and the first half of the cores, vLLM on GPU 1 and the
-# second half (RT_GPU_* and RT_CPUS_* of run_gpu.sh; defaults set here). A phase "adaptive" after them runs
+# them side by side, SGLang on the first half of the cores and vLLM on the second half (RT_CPUS_* of run_gpu.sh):
+# on a two-GPU machine SGLang on GPU 0 and vLLM on GPU 1 (RT_GPU_*), on one GPU both on it, taking turns
+# (turns.py: their starts overlap, each measures alone) with KV pools of a set size (RT_GPUS: the GPUs lent, else
+# nvidia-smi's count). A phase "adaptive" after them runs
 # issue 39's diagnostic arms (docs/adaptive-shape.md section 14) on GPU 0 with the whole host. Without vllm,
 # vLLM is not installed (its bundles need not be on the machine).
 # Every arm must end before the lease does: the last phase's --deadline is the lease's end less RT_TAIL (default
@@ -39,10 +41,18 @@ has_phase adaptive && ADAPTIVE_SHARE="${RT_ADAPTIVE_SHARE:-480}"
 if has_phase serve && has_phase vllm && ! side_by_side && [[ " $PHASES " != *" serve "*"vllm "* ]]; then
   echo "RT_PHASES=\"$PHASES\": vLLM's share is kept after SGLang's arms, so serve must come before vllm" >&2; exit 2
 fi
+# GPUs lent (RT_GPUS, else nvidia-smi's count; a dry run on a machine without one plans for two)
+GPUS="${RT_GPUS:-$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')}"; [ "${GPUS:-0}" -gt 0 ] 2>/dev/null || GPUS=2
+TURNS=""; KV_ARGS_SERVE=""; KV_ARGS_VLLM=""
 if side_by_side; then  # the CPUs this process may use (a container's may not start at 0), in two halves
   read -r FIRST_HALF SECOND_HALF < <(python3 -c 'import os; c = sorted(os.sched_getaffinity(0)); h = len(c) // 2
 print(",".join(map(str, c[:h])), ",".join(map(str, c[h:])))')
-  export RT_GPU_SERVE="${RT_GPU_SERVE:-0}" RT_GPU_VLLM="${RT_GPU_VLLM:-1}" \
+  # one GPU: both engines on it, taking turns (turns.py: their starts overlap, each measures alone), each KV pool
+  # of a set size (SGLang 262,144 tokens, vLLM 8 GiB: each at least five times what 64 requests of the cells hold),
+  # so that neither sizes its pool from memory the other is allocating as it starts
+  [ "$GPUS" -lt 2 ] && { TURNS=/tmp/rt/turns.lock; KV_ARGS_SERVE="--kv-tokens 262144"
+                         KV_ARGS_VLLM="--kv-cache-bytes $(( 8 << 30 ))"; }
+  export RT_GPU_SERVE="${RT_GPU_SERVE:-0}" RT_GPU_VLLM="${RT_GPU_VLLM:-$([ -n "$TURNS" ] && echo 0 || echo 1)}" \
     RT_CPUS_SERVE="${RT_CPUS_SERVE:-$FIRST_HALF}" RT_CPUS_VLLM="${RT_CPUS_VLLM:-$SECOND_HALF}"
 fi
 export RT_GPU_ADAPTIVE="${RT_GPU_ADAPTIVE:-0}"
@@ -60,7 +70,9 @@ for phase in serve vllm adaptive; do
     echo "warning: $phase's last arm must end $(( ${!deadline} - START )) s from now: its arms will not start" >&2
   [ -n "${RT_DRY_RUN:-}" ] && echo "$phase deadline=$(( ${!deadline} - START )) gpu=${!gpu:-} cpus=${!cpus:-} arms=${!arms}"
 done
-[ -n "${RT_DRY_RUN:-}" ] && { echo "run phases=${PHASES// /,} drafters=$DRAFTERS"; exit 0; }
+[ -n "${RT_DRY_RUN:-}" ] && { echo "run phases=${PHASES// /,} drafters=$DRAFTERS turns=${TURNS:-none}"
+                              exit 0; }
+TURN_ARGS="${TURNS:+--turns $TURNS}"
 echo "$LEASE_END" > /tmp/lease_end
 cp whb50/b10/* /tmp/wh_b/ && cp whfa3/p3/* /tmp/fa3p/ && cp -r gpu_carry/wheels gpu_carry/data /tmp/rtc/ || exit 1
 if [ "$DRAFTERS" = carried ]; then
@@ -85,7 +97,7 @@ fi
 cd /tmp/src || exit 1
 echo "run starts $(( $(date +%s) - START )) s into the call; the last arm's deadline in $(( END - $(date +%s) )) s"
 CARRY=/tmp/rtc E2E_COMMIT="$COMMIT" RT_PHASES="$PHASES" \
-  RT_SERVE_ARGS="--rounds 2 --attention-backend fa3 --arms $SERVE_ARMS --deadline $SERVE_END ${RT_SERVE_EXTRA:-}" \
-  RT_VLLM_ARGS="--rounds 2 --arms $VLLM_ARMS --deadline $VLLM_END" \
+  RT_SERVE_ARGS="--rounds 2 --attention-backend fa3 --arms $SERVE_ARMS --deadline $SERVE_END $KV_ARGS_SERVE $TURN_ARGS ${RT_SERVE_EXTRA:-}" \
+  RT_VLLM_ARGS="--rounds 2 --arms $VLLM_ARMS --deadline $VLLM_END $KV_ARGS_VLLM $TURN_ARGS" \
   RT_ADAPTIVE_ARGS="--rounds 3 --batches 1,64 --attention-backend fa3 --arms $ADAPTIVE_ARMS --deadline $ADAPTIVE_END ${RT_ADAPTIVE_EXTRA:-}" \
   bash benchmarks/real_target/run_gpu.sh start /tmp/rt

@@ -56,6 +56,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "gpu"))
 import engines  # noqa: E402
+import turns  # noqa: E402
 from results_file import save_json  # noqa: E402
 from table import attention_backend  # noqa: E402
 
@@ -185,7 +186,7 @@ def first_token_requests(waves: list[list[list[int]]], rounds: int) -> list[tupl
 
 def host(connection, target: str, drafter: str | None, shape_name: str | None, plugin: bool, log_path: str,
          batches: tuple[int, ...], context_length: int, skip_tokenizer: bool, backend: str,
-         log_level: str) -> None:
+         log_level: str, kv_tokens: int | None = None) -> None:
     """Child process hosting one engine; answers (batch, mode, waves, top2) with one measurement."""
     entered = time.perf_counter()  # after the spawned interpreter's imports
     log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
@@ -205,7 +206,7 @@ def host(connection, target: str, drafter: str | None, shape_name: str | None, p
         where = engines.prepare_process()
         engine = engines.start(target, where, drafter, shape, graph_bs=batches, max_running=max(batches),
                                context_length=context_length, random_seed=SEED, attention_backend=backend,
-                               log_level=log_level, **extra)
+                               log_level=log_level, kv_tokens=kv_tokens, **extra)
     except BaseException as exc:  # SGLang raises or exits when the draft cannot be loaded
         traceback.print_exc()
         connection.send({"failed": f"{type(exc).__name__}: {exc}"[:600]})
@@ -291,19 +292,46 @@ def measure_arm(name: str, args, ids, drafters: dict, plain: dict | None) -> dic
                                                   side == "plugin", log_path,
                                                   engine_batch_sizes(args.batches, args.drift),
                                                   args.context_length, args.tokenizer is not None,
-                                                  args.attention_backend, args.engine_log_level))
-    started = time.perf_counter()
-    process.start()
-    if not parent.poll(args.start_timeout):
+                                                  args.attention_backend, args.engine_log_level, args.kv_tokens))
+    with turns.turn("start", args.turns) as waited:
+        started = time.perf_counter()
+        process.start()
+        answer = parent.recv() if parent.poll(args.start_timeout) else None
+        record["start_s"] = round(time.perf_counter() - started, 1)
+    if answer is None:
         process.kill()
         record["failed"] = f"no engine after {args.start_timeout} s"
         return record
-    answer = parent.recv()
-    record["start_s"] = round(time.perf_counter() - started, 1)
     if answer != "ready":
         record["failed"] = answer["failed"]
         process.join(timeout=30)
         return record
+    with turns.turn("measure", args.turns) as measure_waited:
+        cells = measure_cells(parent, args, ids, name)
+        # what ran beside the engine, which slows a host-bound step (a small target's): the host's load over the
+        # arm's last minute (1, 5, 15 min averages), and whether the engine's process ended, or runs on beside the
+        # next arm
+        record["load_average"] = [round(load, 2) for load in os.getloadavg()]
+        parent.send(None)
+        process.join(timeout=60)
+    if waited is not None:  # turns with another engine on this GPU (turns.py): the seconds each turn was waited for
+        record["turn_waits_s"] = {"start": round(waited, 1), "measure": round(measure_waited, 1)}
+    record["engine_exited"] = process.exitcode is not None
+    record["serving_compiles"] = serving_compiles(log_path)
+    for cell in cells.values():
+        cell["tok_s_median"] = round(statistics.median(cell["tok_s"]), 1)
+        if cell.get("ttft_ms"):
+            cell["ttft_ms_median"] = round(statistics.median(cell["ttft_ms"]), 2)
+        if cell["verify"]:
+            cell["accept_length"] = round(cell["tokens"] / cell["verify"], 3)
+    compare_cells(cells, plain, args.batches, name == "plain")
+    record["cells"] = cells
+    return record
+
+
+def measure_cells(parent, args, ids, name: str) -> dict:
+    """Every cell of one arm from its engine's host (``parent``): per batch size both modes' rounds and the
+    greedy time to first token, plain decoding's reference top-2 too, and the drift cell where asked."""
     cells = {}
     for batch in args.batches:
         waves = cell_prompts(ids, batch, args.single)
@@ -320,22 +348,7 @@ def measure_arm(name: str, args, ids, drafters: dict, plain: dict | None) -> dic
         time_rounds(parent, cells, "drift", waves, lengths, args.rounds)
         if name == "plain":
             add_reference_top2(parent, cells["drift/greedy"], waves, lengths)
-    # what ran beside the engine, which slows a host-bound step (a small target's): the host's load over the arm's
-    # last minute (1, 5, 15 min averages), and whether the engine's process ended, or runs on beside the next arm
-    record["load_average"] = [round(load, 2) for load in os.getloadavg()]
-    parent.send(None)
-    process.join(timeout=60)
-    record["engine_exited"] = process.exitcode is not None
-    record["serving_compiles"] = serving_compiles(log_path)
-    for cell in cells.values():
-        cell["tok_s_median"] = round(statistics.median(cell["tok_s"]), 1)
-        if cell.get("ttft_ms"):
-            cell["ttft_ms_median"] = round(statistics.median(cell["ttft_ms"]), 2)
-        if cell["verify"]:
-            cell["accept_length"] = round(cell["tokens"] / cell["verify"], 3)
-    compare_cells(cells, plain, args.batches, name == "plain")
-    record["cells"] = cells
-    return record
+    return cells
 
 
 def time_rounds(parent, cells: dict, prefix: str, waves, new_tokens, rounds: int) -> None:
@@ -410,6 +423,8 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
                         "(vs_vllm.py's pages name each run's)")
     parser.add_argument("--deadline", type=float, help="seconds since the epoch by which every arm must have "
                         "ended (a lent device's end): an arm that would not end in time is not started")
+    parser.add_argument("--turns", metavar="PATH", help="a lock file shared with the other engine's benchmark on "
+                        "this GPU: starts overlap, measurements do not (turns.py)")
     parser.add_argument("--arm-seconds", type=float, default=210.0,
                         help="what the first arm is expected to take, start-up included (--deadline)")
     parser.add_argument("--tokenizer", help="the model whose tokenizer and chat template make the prompts' ids, "
@@ -459,6 +474,8 @@ def main() -> int:
     parser.add_argument("--attention-backend", default=engines.ATTENTION_BACKEND,
                         help="SGLang's attention backend on a GPU (fa3, SGLang's default on Hopper, needs the FA3 "
                              "kernels benchmarks/gpu/fa3_ops.py carries; ignored on a CPU)")
+    parser.add_argument("--kv-tokens", type=int, help="SGLang's KV pool in tokens (max_total_tokens; default: what "
+                        "its memory fraction gives), a bound where another engine shares the GPU (turns.py)")
     parser.add_argument("--start-timeout", type=int, default=START_TIMEOUT_S,
                         help="seconds an engine may take to start and warm up (a CPU check needs more)")
     parser.add_argument("--engine-log-level", default="warning", choices=("error", "warning", "info"),

@@ -56,6 +56,7 @@ sys.path.insert(0, HERE)
 sys.path.append(os.path.dirname(os.path.dirname(HERE)))  # this checkout's package, if it is not staged
 import engines  # noqa: E402
 import serve_bench  # noqa: E402  (cells, agreement rule, modes: the SGLang side's own definitions)
+import turns  # noqa: E402
 from results_file import save_json  # noqa: E402  (benchmarks/gpu, put on sys.path by serve_bench)
 
 CHAINS = (1, 2, 3, 4)
@@ -91,8 +92,12 @@ def shape_label(k: int) -> str:
 
 def engine_kwargs(target: str, drafter: str | None, k: int | None, batches: tuple[int, ...], context_length: int,
                   attention_backend: str | None = None, memory: float = MEMORY,
-                  compilation: dict | None = None, skip_tokenizer: bool = False) -> dict:
-    """``vllm.LLM`` keywords of one arm (vllm/entrypoints/llm.py:177; the rest go to EngineArgs)."""
+                  compilation: dict | None = None, skip_tokenizer: bool = False,
+                  kv_cache_bytes: int | None = None) -> dict:
+    """``vllm.LLM`` keywords of one arm (vllm/entrypoints/llm.py:177; the rest go to EngineArgs).
+    ``kv_cache_bytes``: the KV cache's size, which vLLM then takes as given instead of sizing it from its memory
+    profile (config/cache.py: ``kv_cache_memory_bytes``): that profile would count memory another engine on the
+    same GPU allocates meanwhile as this one's (turns.py)."""
     kwargs = {"model": target, "dtype": "bfloat16", "seed": serve_bench.SEED, "max_model_len": context_length,
               "max_num_seqs": max(batches), "gpu_memory_utilization": memory, "enable_prefix_caching": False,
               # LLM turns stats off unless asked (llm.py:225); get_metrics() asserts them (v1/engine/llm_engine.py:447)
@@ -103,6 +108,8 @@ def engine_kwargs(target: str, drafter: str | None, k: int | None, batches: tupl
         kwargs["attention_config"] = {"backend": attention_backend}  # config/attention.py:40, a name is accepted
     if compilation:
         kwargs["compilation_config"] = compilation  # CompilationConfig fields (config/compilation.py)
+    if kv_cache_bytes:
+        kwargs["kv_cache_memory_bytes"] = kv_cache_bytes
     if drafter is not None:
         kwargs["speculative_config"] = {"method": "eagle3", "model": drafter, "num_speculative_tokens": k}
     return kwargs
@@ -269,22 +276,43 @@ def stop(record: dict, cells: dict, result: dict, process) -> dict:
 def measure_arm(name: str, args, ids, drafters: dict, plain: dict | None) -> dict:
     drafter_name, k = parse_arm(name)
     kwargs = engine_kwargs(args.target, drafters.get(drafter_name), k, args.batches, args.context_length,
-                           args.attention_backend, args.memory, args.compilation, args.tokenizer is not None)
+                           args.attention_backend, args.memory, args.compilation, args.tokenizer is not None,
+                           args.kv_cache_bytes)
     record = {"arm": name, "drafter": drafter_name, "shape": None if k is None else shape_label(k),
               "engine": "vllm", "engine_kwargs": kwargs}
     context = multiprocessing.get_context("spawn")
     parent, child = context.Pipe()
     log_path = os.path.join(args.out, "vllm_" + name.replace("/", "_") + ".log")
     process = context.Process(target=host, args=(child, kwargs, log_path, args.batches))
-    started = time.perf_counter()
-    process.start()
-    answer = receive(parent, process, START_TIMEOUT_S)
-    record["start_s"] = round(time.perf_counter() - started, 1)
+    with turns.turn("start", args.turns) as waited:
+        started = time.perf_counter()
+        process.start()
+        answer = receive(parent, process, START_TIMEOUT_S)
+        record["start_s"] = round(time.perf_counter() - started, 1)
     if "failed" in answer:
         record["failed"] = answer["failed"]
         end_group(process)
         return record
     record["speculative"] = answer["speculative"]
+    with turns.turn("measure", args.turns) as measure_waited:
+        cells, failure = measure_cells(parent, process, args, ids, name)
+        if failure is not None:
+            return stop(record, cells, failure, process)
+        parent.send(None)
+        end_group(process, grace=60)
+    if waited is not None:  # turns with another engine on this GPU (turns.py): the seconds each turn was waited for
+        record["turn_waits_s"] = {"start": round(waited, 1), "measure": round(measure_waited, 1)}
+    for cell in cells.values():
+        finish_cell(cell)
+    serve_bench.compare_cells(cells, plain, args.batches, name == "plain")
+    record["cells"] = cells
+    return record
+
+
+def measure_cells(parent, process, args, ids, name: str) -> tuple[dict, dict | None]:
+    """Every cell of one arm from its engine's host (``parent``): per batch size both modes' rounds, the greedy
+    time to first token and, for plain decoding, the reference outputs with their top-2 log-probs; with the
+    engine's failure (``{"failed": ...}``) where one stopped it, else None."""
     cells = {}
     for batch in args.batches:
         waves = serve_bench.cell_prompts(ids, batch, args.single)
@@ -294,7 +322,7 @@ def measure_arm(name: str, args, ids, drafters: dict, plain: dict | None) -> dic
                 parent.send((waves, mode, args.new_tokens, False))
                 result = receive(parent, process, CELL_TIMEOUT_S)
                 if "failed" in result:
-                    return stop(record, cells, result, process)
+                    return cells, result
                 cell = cells.setdefault(f"batch{batch}/{mode}", {"tok_s": [], "tokens": 0, "engine_ttft_ms": [],
                                                                  "spec": zero_counts()})
                 cell["tok_s"].append(round(result["tokens"] / result["seconds"], 1))
@@ -308,23 +336,17 @@ def measure_arm(name: str, args, ids, drafters: dict, plain: dict | None) -> dic
             parent.send(request)
             result = receive(parent, process, CELL_TIMEOUT_S)
             if "failed" in result:
-                return stop(record, cells, result, process)
+                return cells, result
             ttft.append(round(1000 * result["seconds"], 2))
         if name == "plain":  # the reference outputs with their top-2 log-probs (untimed)
             parent.send((waves, "greedy", args.new_tokens, True))
             result = receive(parent, process, CELL_TIMEOUT_S)
             if "failed" in result:
-                return stop(record, cells, result, process)
+                return cells, result
             cell = cells[f"batch{batch}/greedy"]
             cell["top2"] = result["top2"]
             cell["logprob_run_equal"] = result["output_ids"] == cell["outputs"]
-    parent.send(None)
-    end_group(process, grace=60)
-    for cell in cells.values():
-        finish_cell(cell)
-    serve_bench.compare_cells(cells, plain, args.batches, name == "plain")
-    record["cells"] = cells
-    return record
+    return cells, None
 
 
 def environment() -> dict:
@@ -340,6 +362,8 @@ def parse_args(argv=None):
                         help="num_speculative_tokens of the EAGLE-3 arms")
     parser.add_argument("--attention-backend", help="e.g. FLASH_ATTN or TRITON_ATTN (default: vLLM's choice)")
     parser.add_argument("--memory", type=float, default=MEMORY, help="gpu_memory_utilization")
+    parser.add_argument("--kv-cache-bytes", type=int, help="the KV cache's size (kv_cache_memory_bytes; default: "
+                        "what vLLM's memory profile leaves), where another engine shares the GPU (turns.py)")
     parser.add_argument("--compilation", type=json.loads,
                         help="compilation_config as JSON (default: vLLM's, torch.compile + CUDA graphs); e.g. "
                              "'{\"mode\": 0, \"cudagraph_mode\": \"FULL_DECODE_ONLY\"}' skips torch.compile")
@@ -372,7 +396,8 @@ def main(argv=None) -> int:
         for name in names:
             drafter_name, k = parse_arm(name)
             kwargs = engine_kwargs(args.target, drafters.get(drafter_name), k, args.batches, args.context_length,
-                                   args.attention_backend, args.memory, args.compilation, args.tokenizer is not None)
+                                   args.attention_backend, args.memory, args.compilation, args.tokenizer is not None,
+                           args.kv_cache_bytes)
             print(f"{name}: {json.dumps(kwargs)}")
         return 0
     os.makedirs(args.out, exist_ok=True)
