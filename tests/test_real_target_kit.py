@@ -82,19 +82,21 @@ def test_one_gpu_runs_the_engines_side_by_side_on_it_taking_turns():
     assert (serve["gpu"], vllm["gpu"]) == ("0", "0") and serve["deadline"] == vllm["deadline"]
     assert cpu_set(serve["cpus"]).isdisjoint(cpu_set(vllm["cpus"]))
     assert plan["run"]["turns"] == "/tmp/rt/turns.lock"
-    # the engines one after the other on one GPU take no turns
-    assert dry_run("setup serve vllm", RT_GPUS="1")["run"]["turns"] == "none"
+    assert plan["run"]["serve_kv"] == "--kv-tokens=262144"
+    # what the plan gives vLLM's benchmark, as it parses it (serve_bench shares --turns; --kv-tokens is its own)
+    parsed = vllm_bench.parse_args(["/out", "--target", "T", "--prompts", "P", "--turns", plan["run"]["turns"],
+                                    *plan["run"]["vllm_kv"].split("=")])
+    kwargs = vllm_bench.engine_kwargs("T", None, None, (1,), 2048, memory=parsed.memory,
+                                      kv_cache_bytes=parsed.kv_cache_bytes)
+    assert (kwargs["kv_cache_memory_bytes"], kwargs["gpu_memory_utilization"]) == (8 << 30, 0.3)
+    assert parsed.turns == "/tmp/rt/turns.lock"
+    # the engines one after the other on one GPU take no turns and keep their engines' own pool sizing
+    alone = dry_run("setup serve vllm", RT_GPUS="1")["run"]
+    assert (alone["turns"], alone["serve_kv"], alone["vllm_kv"]) == ("none", "", "")
     script = (KIT / "install_and_start.sh").read_text()
-    for variable, option in (("RT_SERVE_ARGS", "--kv-tokens"), ("RT_VLLM_ARGS", "--kv-cache-bytes")):
+    for variable in ("RT_SERVE_ARGS", "RT_VLLM_ARGS"):  # the plan's options reach both benchmarks
         line = next(line for line in script.splitlines() if line.strip().startswith(variable + "="))
         assert "$TURN_ARGS" in line and f"$KV_ARGS_{variable[3:-5]}" in line, line
-        assert option in script
-    # what the plan gives vLLM's benchmark, as it parses it (serve_bench shares --turns; --kv-tokens is its own)
-    parsed = vllm_bench.parse_args(["/out", "--target", "T", "--prompts", "P", "--turns", "/tmp/rt/turns.lock",
-                                    "--kv-cache-bytes", str(8 << 30)])
-    assert parsed.turns == "/tmp/rt/turns.lock" and vllm_bench.engine_kwargs(
-        "T", None, None, (1,), 2048, kv_cache_bytes=parsed.kv_cache_bytes)["kv_cache_memory_bytes"] == 8 << 30
-    assert 'add_argument("--kv-tokens"' in (KIT / "serve_bench.py").read_text()
 
 
 def test_the_lease_counts_from_its_first_call_when_told():
@@ -108,10 +110,11 @@ def test_the_lease_counts_from_its_first_call_when_told():
 def test_a_machine_without_the_drafters_trains_them_after_setup_and_one_with_them_does_not(tmp_path):
     trained = dry_run("setup serve adaptive", RT_BACK=str(tmp_path))["run"]
     assert trained == {"phases": "setup,regen,specforge+speculators,serve,adaptive", "drafters": "trained",
-                       "turns": "none"}
+                       "turns": "none", "serve_kv": "", "vllm_kv": ""}
     (tmp_path / "SHA256SUMS").write_text("0" * 64 + "  data.jsonl.gz\n")
     carried = dry_run("setup serve adaptive", RT_BACK=str(tmp_path))["run"]
-    assert carried == {"phases": "setup,serve,adaptive", "drafters": "carried", "turns": "none"}
+    assert carried == {"phases": "setup,serve,adaptive", "drafters": "carried", "turns": "none", "serve_kv": "",
+                       "vllm_kv": ""}
 
 
 def test_every_default_arm_is_one_the_benchmarks_know():

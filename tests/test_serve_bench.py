@@ -140,6 +140,7 @@ def test_the_hosted_engine_gets_the_shapes_switch_trace_and_candidates_file(shap
         monkeypatch.setenv(name, "")  # recorded as it was (host sets them in this process), then unset
         monkeypatch.delenv(name)
     monkeypatch.setattr(serve_bench.os, "dup2", lambda *_: None)  # host's output to its log: not pytest's
+    monkeypatch.setattr(serve_bench.os, "setpgrp", lambda: None)  # nor its process group
     monkeypatch.setattr(serve_bench.engines, "prepare_process", lambda: "cpu")
     seen = {}
 
@@ -188,3 +189,25 @@ def test_an_arm_records_the_triton_compilations_sglang_logged_in_its_timed_cells
         handler.close()
     assert serve_bench.serving_compiles(str(log_path)) == [{"kernel": "_walk_kernel", "seconds": 2.38},
                                                            {"kernel": "_chunk_pass_kernel", "seconds": 1.25}]
+
+
+def _ends_at_once(connection) -> None:
+    os._exit(3)  # as an SGLang host does when its scheduler fails: no answer, its process gone
+
+
+def test_an_engine_host_that_ends_mid_cells_is_reported_at_once_not_waited_on():
+    """The parent's end of an arm's pipe (serve_bench.Link, which measure_arm holds inside its measuring turn): a
+    host that ends without a word is an EngineGone as soon as its end of the pipe closes, not a wait of the cell's
+    timeout with the other engine's benchmark locked out."""
+    import multiprocessing
+    import time
+
+    context = multiprocessing.get_context("spawn")
+    parent, child = context.Pipe()
+    process = context.Process(target=_ends_at_once, args=(child,))
+    process.start()
+    child.close()
+    started = time.monotonic()
+    with pytest.raises(serve_bench.EngineGone, match=r"engine process exited \(3\)"):
+        serve_bench.Link(parent, process, timeout=600).recv()
+    assert time.monotonic() - started < 60

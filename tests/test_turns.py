@@ -11,7 +11,7 @@ import pytest
 from tests.script_module import load_siblings
 
 (turns,) = load_siblings("benchmarks/real_target", "turns")
-HOLD_S = 0.4
+HOLD_S = 1.0
 
 
 def hold(path: str, kind: str, ready, holding, queue) -> None:
@@ -51,8 +51,9 @@ def test_starts_overlap_and_a_measurement_holds_the_gpu_alone(tmp_path, first, s
     (kind_a, _, released_a, _, _), (kind_b, got_b, _, waited_b, asked_b) = held(str(tmp_path / "turns.lock"),
                                                                                  first, second)
     assert (kind_a, kind_b) == (first, second)
+    assert asked_b < released_a  # the second asked while the first held its turn: the case the check is about
     assert (got_b < released_a) == overlap
-    assert abs(waited_b - (got_b - asked_b)) < 0.05  # what the turn says it waited: from asking to holding it
+    assert abs(waited_b - (got_b - asked_b)) < 0.2  # what the turn says it waited: from asking to holding it
 
 
 def test_without_a_lock_file_there_are_no_turns():

@@ -3,18 +3,21 @@ end to end (child process, pipe, cells, acceptance, agreement) against a stand-i
 answers with the fields vLLM 0.33's objects carry (RequestOutput.outputs[0].token_ids / .logprobs,
 .metrics.first_token_latency, LLM.get_metrics() counters and the per-position vector)."""
 
+import fcntl
 import json
 import os
 import re
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
 from tests.script_module import ROOT
 
 BENCH_DIR = ROOT / "benchmarks" / "real_target"
+HELD_S = 1.0  # how long another benchmark holds the measuring turn as this one's first arm asks to start
 
 # A stand-in for vllm: greedy outputs depend on the prompt only (so speculative arms agree with plain
 # decoding), each request counts 10 drafts with k/2 accepted tokens each (acceptance length 1 + k/2).
@@ -98,6 +101,7 @@ DRIVER = textwrap.dedent('''
         args = types.SimpleNamespace(target="T", batches=(1, 16), context_length=512, attention_backend=None,
                                      memory=0.5, compilation=None, out=sys.argv[2], single=3, rounds=2, new_tokens=12,
                                      tokenizer=None, turns=sys.argv[3], kv_cache_bytes=None)
+        open(sys.argv[2] + "/asking", "w").close()  # the test's cue: the first arm asks for its turn now
         plain = vllm_bench.measure_arm("plain", args, ids, {}, None)
         spec = vllm_bench.measure_arm("d/k4/vllm", args, ids, {"d": "D"}, plain)
         args.tokenizer = "TOKENIZER"  # the prompts' ids from another model's tokenizer: the engine has none
@@ -179,16 +183,27 @@ def test_measured_arm_with_a_stand_in_vllm(tmp_path):
     (tmp_path / "fake" / "vllm" / "__init__.py").write_text(FAKE_VLLM)
     (tmp_path / "driver.py").write_text(DRIVER)
     env = dict(os.environ, PYTHONPATH=str(tmp_path / "fake"))
-    run = subprocess.run([sys.executable, str(tmp_path / "driver.py"), str(BENCH_DIR), str(tmp_path),
-                          str(tmp_path / "turns.lock")],
-                         capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
-    assert run.returncode == 0, run.stderr[-3000:]
-    result = json.loads(run.stdout.strip().splitlines()[-1])
+    # another engine's benchmark measures (holds the turn exclusively) as this one begins: its first start waits
+    lock = tmp_path / "turns.lock"
+    with open(lock, "a") as other:
+        fcntl.flock(other, fcntl.LOCK_EX)
+        driver = subprocess.Popen([sys.executable, str(tmp_path / "driver.py"), str(BENCH_DIR), str(tmp_path),
+                                   str(lock)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                                  cwd=ROOT)
+        deadline = time.monotonic() + 120
+        while not (tmp_path / "asking").exists() and time.monotonic() < deadline and driver.poll() is None:
+            time.sleep(0.05)
+        time.sleep(HELD_S)
+        fcntl.flock(other, fcntl.LOCK_UN)
+    stdout, stderr = driver.communicate(timeout=120)
+    assert driver.returncode == 0, stderr[-3000:]
+    result = json.loads(stdout.strip().splitlines()[-1])
     plain, spec = result["plain"], result["spec"]
     assert "failed" not in plain and "failed" not in spec, (plain.get("failed"), spec.get("failed"))
-    # --turns given, nobody else taking them: each arm says how long it waited for its start and its measurement
-    assert all(set(arm["turn_waits_s"]) == {"start", "measure"} and min(arm["turn_waits_s"].values()) >= 0
-               for arm in (plain, spec))
+    # --turns given: each arm says how long it waited for its start and its measurement; the first start waited for
+    # the other benchmark's measurement, the later ones for nothing
+    assert all(set(arm["turn_waits_s"]) == {"start", "measure"} for arm in (plain, spec))
+    assert HELD_S - 0.2 < plain["turn_waits_s"]["start"] < HELD_S + 5 and spec["turn_waits_s"]["start"] < 0.5
     assert set(plain["cells"]) == {"batch1/greedy", "batch1/sampled", "batch16/greedy", "batch16/sampled"}
     assert len(plain["cells"]["batch16/greedy"]["outputs"]) == 32  # two waves of 16, as serve_bench sends
     assert plain["cells"]["batch1/greedy"]["top2"][0][0] == [-0.1, -3.0]

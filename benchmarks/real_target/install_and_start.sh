@@ -41,17 +41,19 @@ has_phase adaptive && ADAPTIVE_SHARE="${RT_ADAPTIVE_SHARE:-480}"
 if has_phase serve && has_phase vllm && ! side_by_side && [[ " $PHASES " != *" serve "*"vllm "* ]]; then
   echo "RT_PHASES=\"$PHASES\": vLLM's share is kept after SGLang's arms, so serve must come before vllm" >&2; exit 2
 fi
-# GPUs lent (RT_GPUS, else nvidia-smi's count; a dry run on a machine without one plans for two)
-GPUS="${RT_GPUS:-$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')}"; [ "${GPUS:-0}" -gt 0 ] 2>/dev/null || GPUS=2
+# GPUs lent (RT_GPUS, else nvidia-smi's count; where it counts none, a dry run plans for two, a run for one)
+GPUS="${RT_GPUS:-$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')}"
+[ "${GPUS:-0}" -gt 0 ] 2>/dev/null || GPUS=$([ -n "${RT_DRY_RUN:-}" ] && echo 2 || echo 1)
 TURNS=""; KV_ARGS_SERVE=""; KV_ARGS_VLLM=""
 if side_by_side; then  # the CPUs this process may use (a container's may not start at 0), in two halves
   read -r FIRST_HALF SECOND_HALF < <(python3 -c 'import os; c = sorted(os.sched_getaffinity(0)); h = len(c) // 2
 print(",".join(map(str, c[:h])), ",".join(map(str, c[h:])))')
   # one GPU: both engines on it, taking turns (turns.py: their starts overlap, each measures alone), each KV pool
   # of a set size (SGLang 262,144 tokens, vLLM 8 GiB: each at least five times what 64 requests of the cells hold),
-  # so that neither sizes its pool from memory the other is allocating as it starts
+  # so that neither sizes its pool from memory the other is allocating as it starts; vLLM's memory share then only
+  # sets the free memory it asks for at its start (vllm/v1/worker/utils.py request_memory): 0.3 of the GPU's
   [ "$GPUS" -lt 2 ] && { TURNS=/tmp/rt/turns.lock; KV_ARGS_SERVE="--kv-tokens 262144"
-                         KV_ARGS_VLLM="--kv-cache-bytes $(( 8 << 30 ))"; }
+                         KV_ARGS_VLLM="--kv-cache-bytes $(( 8 << 30 )) --memory 0.3"; }
   export RT_GPU_SERVE="${RT_GPU_SERVE:-0}" RT_GPU_VLLM="${RT_GPU_VLLM:-$([ -n "$TURNS" ] && echo 0 || echo 1)}" \
     RT_CPUS_SERVE="${RT_CPUS_SERVE:-$FIRST_HALF}" RT_CPUS_VLLM="${RT_CPUS_VLLM:-$SECOND_HALF}"
 fi
@@ -70,8 +72,8 @@ for phase in serve vllm adaptive; do
     echo "warning: $phase's last arm must end $(( ${!deadline} - START )) s from now: its arms will not start" >&2
   [ -n "${RT_DRY_RUN:-}" ] && echo "$phase deadline=$(( ${!deadline} - START )) gpu=${!gpu:-} cpus=${!cpus:-} arms=${!arms}"
 done
-[ -n "${RT_DRY_RUN:-}" ] && { echo "run phases=${PHASES// /,} drafters=$DRAFTERS turns=${TURNS:-none}"
-                              exit 0; }
+[ -n "${RT_DRY_RUN:-}" ] && { echo "run phases=${PHASES// /,} drafters=$DRAFTERS turns=${TURNS:-none}" \
+                                   "serve_kv=${KV_ARGS_SERVE// /=} vllm_kv=${KV_ARGS_VLLM// /=}"; exit 0; }
 TURN_ARGS="${TURNS:+--turns $TURNS}"
 echo "$LEASE_END" > /tmp/lease_end
 cp whb50/b10/* /tmp/wh_b/ && cp whfa3/p3/* /tmp/fa3p/ && cp -r gpu_carry/wheels gpu_carry/data /tmp/rtc/ || exit 1

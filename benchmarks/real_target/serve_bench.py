@@ -47,6 +47,7 @@ import json
 import multiprocessing
 import os
 import re
+import signal
 import statistics
 import sys
 import time
@@ -88,6 +89,7 @@ DRIFT_REQUESTS = 64
 BATCHES = (1, 16, 64)
 MODES = {"greedy": {"temperature": 0.0}, "sampled": {"temperature": 0.7, "top_p": 0.9}}
 START_TIMEOUT_S = 300
+CELL_TIMEOUT_S = 900  # one cell's rounds (a CPU check's are slow)
 SEED = 0
 
 
@@ -189,6 +191,7 @@ def host(connection, target: str, drafter: str | None, shape_name: str | None, p
          log_level: str, kv_tokens: int | None = None) -> None:
     """Child process hosting one engine; answers (batch, mode, waves, top2) with one measurement."""
     entered = time.perf_counter()  # after the spawned interpreter's imports
+    os.setpgrp()  # its own process group, with SGLang's scheduler and detokenizer: end_group() ends them all
     log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
     os.dup2(log, 1)
     os.dup2(log, 2)
@@ -235,6 +238,56 @@ def host(connection, target: str, drafter: str | None, shape_name: str | None, p
                                for position in o["meta_info"]["output_top_logprobs"]] for o in outputs]
         connection.send(result)
     engine.shutdown()
+
+
+def end_group(process, grace: float = 30) -> None:
+    """The engine's process group gone (host and engine core): after ``grace`` s to exit by itself, TERM,
+    then KILL, so no orphaned engine core keeps GPU memory from the next arm."""
+    process.join(timeout=grace)
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(process.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            return
+        time.sleep(5 if sig == signal.SIGTERM else 0)
+    process.join(timeout=5)
+
+
+def receive(connection, process, timeout: float):
+    """The child's next answer; {"failed": ...} when its process dies or ``timeout`` s pass first."""
+    started = time.perf_counter()
+    while not connection.poll(5):
+        if not process.is_alive():
+            return {"failed": f"engine process exited ({process.exitcode})"}
+        if time.perf_counter() - started > timeout:
+            end_group(process, grace=0)
+            return {"failed": f"no answer after {timeout:.0f} s"}
+    try:
+        return connection.recv()
+    except EOFError:  # the host ended and its end of the pipe with it (the parent closed its copy)
+        process.join(timeout=5)
+        return {"failed": f"engine process exited ({process.exitcode})"}
+
+class EngineGone(Exception):
+    """An arm's engine host ended, or did not answer in time, in the middle of its cells."""
+
+
+class Link:
+    """The parent's end of the pipe to an arm's engine host, for the cells: ``recv`` is :func:`receive`'s answer,
+    or :class:`EngineGone` where the host has ended or kept silent for ``timeout`` s (a dead SGLang host sends
+    nothing: its scheduler's SIGQUIT ends its whole process tree)."""
+
+    def __init__(self, connection, process, timeout: float):
+        self.connection, self.process, self.timeout = connection, process, timeout
+
+    def send(self, message) -> None:
+        self.connection.send(message)
+
+    def recv(self):
+        answer = receive(self.connection, self.process, self.timeout)
+        if isinstance(answer, dict) and set(answer) == {"failed"}:
+            raise EngineGone(answer["failed"])
+        return answer
 
 
 def start_parts(entered: float, built: float) -> str:
@@ -293,30 +346,34 @@ def measure_arm(name: str, args, ids, drafters: dict, plain: dict | None) -> dic
                                                   engine_batch_sizes(args.batches, args.drift),
                                                   args.context_length, args.tokenizer is not None,
                                                   args.attention_backend, args.engine_log_level, args.kv_tokens))
+    # a failed start or cell is ended inside its turn: no engine of this arm dies beside the other's measurement
     with turns.turn("start", args.turns) as waited:
         started = time.perf_counter()
         process.start()
-        answer = parent.recv() if parent.poll(args.start_timeout) else None
+        child.close()  # the host's end is the host's: its exit is then an end of file here, not a silence
+        answer = receive(parent, process, args.start_timeout)
         record["start_s"] = round(time.perf_counter() - started, 1)
-    if answer is None:
-        process.kill()
-        record["failed"] = f"no engine after {args.start_timeout} s"
-        return record
-    if answer != "ready":
-        record["failed"] = answer["failed"]
-        process.join(timeout=30)
-        return record
+        if answer != "ready":
+            record["failed"] = answer["failed"]
+            end_group(process)
+            return record
     with turns.turn("measure", args.turns) as measure_waited:
-        cells = measure_cells(parent, args, ids, name)
+        try:
+            cells = measure_cells(Link(parent, process, CELL_TIMEOUT_S), args, ids, name)
+        except EngineGone as gone:
+            record["failed"] = f"during the cells: {gone}"
+            end_group(process, grace=0)
+            return record
         # what ran beside the engine, which slows a host-bound step (a small target's): the host's load over the
         # arm's last minute (1, 5, 15 min averages), and whether the engine's process ended, or runs on beside the
-        # next arm
+        # next arm (ended here if it has not within 60 s)
         record["load_average"] = [round(load, 2) for load in os.getloadavg()]
         parent.send(None)
         process.join(timeout=60)
+        record["engine_exited"] = process.exitcode is not None
+        end_group(process, grace=0)
     if waited is not None:  # turns with another engine on this GPU (turns.py): the seconds each turn was waited for
         record["turn_waits_s"] = {"start": round(waited, 1), "measure": round(measure_waited, 1)}
-    record["engine_exited"] = process.exitcode is not None
     record["serving_compiles"] = serving_compiles(log_path)
     for cell in cells.values():
         cell["tok_s_median"] = round(statistics.median(cell["tok_s"]), 1)

@@ -45,7 +45,6 @@ import argparse
 import json
 import multiprocessing
 import os
-import signal
 import statistics
 import sys
 import time
@@ -177,7 +176,7 @@ def top2_of(logprobs) -> list[list[float]]:
 def host(connection, kwargs: dict, log_path: str, batches: tuple[int, ...]) -> None:
     """Child process hosting one engine; answers (waves, mode, new_tokens, top2) with one measurement."""
     entered = time.perf_counter()  # after the spawned interpreter's imports
-    os.setpgrp()  # its own process group, with vLLM's engine-core process: end_group() ends both
+    os.setpgrp()  # its own process group, with vLLM's engine-core process: serve_bench.end_group() ends both
     log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
     os.dup2(log, 1)
     os.dup2(log, 2)
@@ -229,31 +228,6 @@ def host(connection, kwargs: dict, log_path: str, batches: tuple[int, ...]) -> N
     llm.llm_engine.engine_core.shutdown()  # the engine-core process, before this one exits
 
 
-def end_group(process, grace: float = 30) -> None:
-    """The engine's process group gone (host and engine core): after ``grace`` s to exit by itself, TERM,
-    then KILL, so no orphaned engine core keeps GPU memory from the next arm."""
-    process.join(timeout=grace)
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(process.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            return
-        time.sleep(5 if sig == signal.SIGTERM else 0)
-    process.join(timeout=5)
-
-
-def receive(connection, process, timeout: float):
-    """The child's next answer; {"failed": ...} when its process dies or ``timeout`` s pass first."""
-    started = time.perf_counter()
-    while not connection.poll(5):
-        if not process.is_alive():
-            return {"failed": f"engine process exited ({process.exitcode})"}
-        if time.perf_counter() - started > timeout:
-            end_group(process, grace=0)
-            return {"failed": f"no answer after {timeout:.0f} s"}
-    return connection.recv()
-
-
 def finish_cell(cell: dict) -> None:
     cell["tok_s_median"] = round(statistics.median(cell["tok_s"]), 1)
     for key in ("ttft_ms", "engine_ttft_ms"):
@@ -269,7 +243,7 @@ def stop(record: dict, cells: dict, result: dict, process) -> dict:
     """An arm whose engine failed mid-run: what it measured so far, and why it stopped."""
     record["failed"] = "during the cells: " + result["failed"]
     record["cells_before_failure"] = sorted(cells)
-    end_group(process)
+    serve_bench.end_group(process)
     return record
 
 
@@ -284,22 +258,24 @@ def measure_arm(name: str, args, ids, drafters: dict, plain: dict | None) -> dic
     parent, child = context.Pipe()
     log_path = os.path.join(args.out, "vllm_" + name.replace("/", "_") + ".log")
     process = context.Process(target=host, args=(child, kwargs, log_path, args.batches))
+    # a failed start or cell is ended inside its turn: no engine of this arm dies beside the other's measurement
     with turns.turn("start", args.turns) as waited:
         started = time.perf_counter()
         process.start()
-        answer = receive(parent, process, START_TIMEOUT_S)
+        child.close()  # the host's end is the host's: its exit is then an end of file here, not a silence
+        answer = serve_bench.receive(parent, process, START_TIMEOUT_S)
         record["start_s"] = round(time.perf_counter() - started, 1)
-    if "failed" in answer:
-        record["failed"] = answer["failed"]
-        end_group(process)
-        return record
+        if "failed" in answer:
+            record["failed"] = answer["failed"]
+            serve_bench.end_group(process)
+            return record
     record["speculative"] = answer["speculative"]
     with turns.turn("measure", args.turns) as measure_waited:
         cells, failure = measure_cells(parent, process, args, ids, name)
         if failure is not None:
             return stop(record, cells, failure, process)
         parent.send(None)
-        end_group(process, grace=60)
+        serve_bench.end_group(process, grace=60)
     if waited is not None:  # turns with another engine on this GPU (turns.py): the seconds each turn was waited for
         record["turn_waits_s"] = {"start": round(waited, 1), "measure": round(measure_waited, 1)}
     for cell in cells.values():
@@ -320,7 +296,7 @@ def measure_cells(parent, process, args, ids, name: str) -> tuple[dict, dict | N
             modes = list(serve_bench.MODES) if round_ % 2 == 0 else list(serve_bench.MODES)[::-1]
             for mode in modes:
                 parent.send((waves, mode, args.new_tokens, False))
-                result = receive(parent, process, CELL_TIMEOUT_S)
+                result = serve_bench.receive(parent, process, CELL_TIMEOUT_S)
                 if "failed" in result:
                     return cells, result
                 cell = cells.setdefault(f"batch{batch}/{mode}", {"tok_s": [], "tokens": 0, "engine_ttft_ms": [],
@@ -334,13 +310,13 @@ def measure_cells(parent, process, args, ids, name: str) -> tuple[dict, dict | N
         ttft = cells[f"batch{batch}/greedy"].setdefault("ttft_ms", [])
         for request in serve_bench.first_token_requests(waves, args.rounds):
             parent.send(request)
-            result = receive(parent, process, CELL_TIMEOUT_S)
+            result = serve_bench.receive(parent, process, CELL_TIMEOUT_S)
             if "failed" in result:
                 return cells, result
             ttft.append(round(1000 * result["seconds"], 2))
         if name == "plain":  # the reference outputs with their top-2 log-probs (untimed)
             parent.send((waves, "greedy", args.new_tokens, True))
-            result = receive(parent, process, CELL_TIMEOUT_S)
+            result = serve_bench.receive(parent, process, CELL_TIMEOUT_S)
             if "failed" in result:
                 return cells, result
             cell = cells[f"batch{batch}/greedy"]
@@ -397,7 +373,7 @@ def main(argv=None) -> int:
             drafter_name, k = parse_arm(name)
             kwargs = engine_kwargs(args.target, drafters.get(drafter_name), k, args.batches, args.context_length,
                                    args.attention_backend, args.memory, args.compilation, args.tokenizer is not None,
-                           args.kv_cache_bytes)
+                                   args.kv_cache_bytes)
             print(f"{name}: {json.dumps(kwargs)}")
         return 0
     os.makedirs(args.out, exist_ok=True)
