@@ -65,8 +65,8 @@ REAL_TARGET = RESULTS / "real_target"  # serve_<device>_sglang-<release>.json, f
 REAL_TARGET_HEADLINE = REAL_TARGET / "serve_h100_sglang-0.5.23.json"
 # the side-by-side run (issue 38) with the most arms: SGLang's (FlashAttention 3) and vLLM's, one after the other
 # on one GPU
-VS_VLLM = (REAL_TARGET / "serve_vs-vllm_h200_fa3_sglang-0.5.23.json",
-           REAL_TARGET / "vllm_h200_fa3-run_vllm-0.33.0.json")
+VS_VLLM = (REAL_TARGET / "serve_vs-vllm_h200-e_fa3_sglang-0.5.23.json",
+           REAL_TARGET / "vllm_h200-e_fa3-run_vllm-0.33.0.json")
 # the same on the Llama-3.1-8B-geometry workload (zipf target and drafter as files, benchmarks/gpu/zipf_checkpoint.py)
 VS_VLLM_8B = (REAL_TARGET / "serve_vs-vllm_8b-geometry_h100_fa3_sglang-0.5.23.json",
               REAL_TARGET / "vllm_8b-geometry_h100_fa3-run_vllm-0.33.0.json")
@@ -803,14 +803,15 @@ def real_target_modules() -> tuple:
     return tuple(load_siblings("benchmarks/real_target", "table", "vs_vllm"))
 
 
-def vs_vllm_table(runs: tuple[Path, Path] = VS_VLLM, page: str = "vs_vllm_h200.md") -> str:
+def vs_vllm_table(runs: tuple[Path, Path] = VS_VLLM, page: str = "vs_vllm_h200e.md") -> str:
     """The README's table of this package on SGLang against vLLM, same GPU, target, drafters and cells
-    (``benchmarks/real_target/vs_vllm.py``), with where vLLM is faster said in words from the same files."""
+    (``benchmarks/real_target/vs_vllm.py``), with where vLLM is faster, whether both read the drafters alike and
+    what a speculative step costs in each, said in words from the same files."""
     _, vs_vllm = real_target_modules()
     sglang, vllm = (read_json(path) for path in runs)
     table = vs_vllm.headline(sglang, vllm, tuple(relative(path) for path in runs))
     words = vs_vllm.where_faster(sglang, vllm, relative(REAL_TARGET / page))
-    return "\n\n" + table + "\n\n" + words + "\n\n"
+    return "\n\n" + table + "\n\n" + words + "\n\n" + vs_vllm.parity_and_step_cost(sglang, vllm) + "\n\n"
 
 
 def vs_vllm_8b_table() -> str:

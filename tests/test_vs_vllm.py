@@ -118,6 +118,18 @@ def test_placement_is_said_as_recorded(runs):
         vs_vllm.markdown(sglang, vllm)
 
 
+def test_runs_that_took_turns_on_one_gpu_are_said_to(runs):
+    """Both runs' arms record the turns they waited for: one GPU, taking turns; one run's alone does not say it."""
+    sglang, vllm = copy.deepcopy(runs)
+    sglang.update(gpus="0", host="h1")
+    vllm.update(gpus="0", host="h1")
+    sglang["arms"]["plain"]["turn_waits_s"] = {"start": 0.0, "measure": 29.1}
+    assert "GPU X, one after the other on the same machine:" in vs_vllm.markdown(sglang, vllm)
+    vllm["arms"]["d/k1/vllm"]["turn_waits_s"] = {"start": 22.8, "measure": 0.0}
+    assert "GPU X, both engines on one GPU taking turns (an engine starts beside the other's start and measures " \
+        "alone):" in vs_vllm.markdown(sglang, vllm)
+
+
 def test_only_the_batch_sizes_both_runs_measured_are_compared(runs):
     """An SGLang run that also measured batch 4 (for the adaptive-shape pages) beside a vLLM run of 1 and 16:
     the page compares 1 and 16 and names them; a run with no batch size in common is refused."""
@@ -178,6 +190,7 @@ def test_a_lead_inside_the_noise_floor_is_not_beyond_it(runs):
     ("vs_vllm_h200b.md", "serve_vs-vllm_h200-b_fa3_sglang-0.5.23.json", "vllm_h200-b_fa3-run_vllm-0.33.0.json"),
     ("vs_vllm_h200c.md", "serve_vs-vllm_h200-c_fa3_sglang-0.5.23.json", "vllm_h200-c_fa3-run_vllm-0.33.0.json"),
     ("vs_vllm_h200d.md", "serve_vs-vllm_h200-d_fa3_sglang-0.5.23.json", "vllm_h200-d_fa3-run_vllm-0.33.0.json"),
+    ("vs_vllm_h200e.md", "serve_vs-vllm_h200-e_fa3_sglang-0.5.23.json", "vllm_h200-e_fa3-run_vllm-0.33.0.json"),
     ("vs_vllm_h200x2.md", "serve_vs-vllm_h200x2_fa3_sglang-0.5.23.json", "vllm_h200x2_fa3-run_vllm-0.33.0.json"),
     ("vs_vllm_8b.md", "serve_vs-vllm_8b-geometry_h100_fa3_sglang-0.5.23.json",
      "vllm_8b-geometry_h100_fa3-run_vllm-0.33.0.json"),
@@ -189,3 +202,19 @@ def test_committed_page_is_generated_from_the_committed_runs(page, sglang_run, v
     sglang = json.loads((RESULTS / sglang_run).read_text())
     vllm = json.loads((RESULTS / vllm_run).read_text())
     assert (RESULTS / page).read_text() == vs_vllm.markdown(sglang, vllm)
+
+
+def test_parity_and_step_cost_in_words(runs):
+    """Acceptance 2.0 / 1.9 at chain 3 in 4 cells; with an SGLang chain 1 of acceptance 1.6 at 60 / 700 tok/s
+    (plain 100 / 1000): its step costs 100 x 1.6 / 60 = 2.67 and 1000 x 1.6 / 700 = 2.29 plain steps, vLLM's
+    chain 1 (1.5 at 100 / 700, plain 80 / 1000) 1.20 and 2.14; the acceptance gap 0.10 in all 8 cells."""
+    sglang, vllm = copy.deepcopy(runs)
+    assert vs_vllm.parity_and_step_cost(sglang, vllm) == (
+        "At equal chain length the two engines' acceptance lengths lie within 0.10 of each other in all 4 cells "
+        "(every drafter, greedy and T 0.7).")  # no SGLang chain 1: no step cost said
+    sglang["arms"]["d/chain1/plugin"] = {"arm": "d/chain1/plugin", "shape": "chain 1/1/2", "cells": {
+        f"batch{b}/{mode}": cell([v, v, v], 1.6) for b, v in ((1, 60), (16, 700)) for mode in ("greedy", "sampled")}}
+    assert vs_vllm.parity_and_step_cost(sglang, vllm) == (
+        "At equal chain length the two engines' acceptance lengths lie within 0.10 of each other in all 8 cells "
+        "(every drafter, greedy and T 0.7); a chain-1 step costs SGLang 0.5.23 + this plugin 2.29-2.67 and "
+        "vLLM 0.33.0 1.20-2.14 plain decoding steps (greedy).")

@@ -120,9 +120,12 @@ def same_world(sglang: dict, vllm: dict) -> list[str]:
 def placement(sglang: dict, vllm: dict) -> str:
     """Where the two runs ran, as ``engines.run_environment`` recorded it; runs from before it recorded their
     GPUs ran one after the other. Two GPUs say nothing of the time: whether the engines ran at once, sharing
-    the host's CPU, is the runs' notes' to say."""
+    the host's CPU, is the runs' notes' to say. Runs whose arms record the turns they waited for (``--turns``,
+    ``turns.py``) shared their GPU, each measuring alone."""
     if "gpus" in sglang and "gpus" in vllm and sglang["gpus"] != vllm["gpus"]:
         return f"on two GPUs of one machine (SGLang on GPU {sglang['gpus']}, vLLM on GPU {vllm['gpus']})"
+    if all(any("turn_waits_s" in arm for arm in run["arms"].values()) for run in (sglang, vllm)):
+        return "both engines on one GPU taking turns (an engine starts beside the other's start and measures alone)"
     return "one after the other on the same machine"
 
 
@@ -222,12 +225,17 @@ def parity_pairs(sglang: dict, vllm: dict, drafter: str) -> list[tuple[int, dict
     return sorted(pairs, key=lambda pair: pair[0])
 
 
-def _step_cost(cell: dict | None, plain: dict | None) -> str:
+def step_cost(cell: dict | None, plain: dict | None) -> float | None:
     """A speculative step's time in plain decoding steps: it yields ``accept_length`` tokens per request in
     the time plain decoding yields (plain tok/s / speculative tok/s) x ``accept_length``."""
     if cell is None or plain is None or "accept_length" not in cell:
-        return "-"
-    return f"{plain['tok_s_median'] * cell['accept_length'] / cell['tok_s_median']:.2f}"
+        return None
+    return plain["tok_s_median"] * cell["accept_length"] / cell["tok_s_median"]
+
+
+def _step_cost(cell: dict | None, plain: dict | None) -> str:
+    cost = step_cost(cell, plain)
+    return "-" if cost is None else f"{cost:.2f}"
 
 
 def _ratio(ours: dict | None, theirs: dict | None) -> str:
@@ -303,6 +311,37 @@ def where_faster(sglang: dict, vllm: dict, page: str = "benchmarks/results/real_
             f"of the two engines in that cell (at least {NOISE_FLOOR:.0%}): " + ". ".join(parts) + ". Over its own "
             f"plain decoding, each engine's best EAGLE-3 shape: {speedups} (`{page}`: a speculative step's cost in "
             "plain steps, time to first token, acceptance parity).")
+
+
+def parity_and_step_cost(sglang: dict, vllm: dict) -> str:
+    """In words, over the page's cells: how far apart the two engines' acceptance lengths lie at equal chain
+    length (greedy and sampled), and what a chain-1 step costs in plain decoding steps in each (greedy): the
+    first says whether they read the drafters alike, the second why one engine's speculation pays where the
+    other's does not."""
+    batches = shared_batches(sglang, vllm)
+    drafters = [d for d in sglang["drafters"] if d in vllm["drafters"]]
+    gaps = [abs(ours["accept_length"] - theirs["accept_length"])
+            for drafter in drafters for _, our_arm, their_arm in parity_pairs(sglang, vllm, drafter)
+            for b in batches for mode in MODES
+            for ours, theirs in [(our_arm["cells"].get(f"batch{b}/{mode}"), their_arm["cells"].get(f"batch{b}/{mode}"))]
+            if ours and theirs and "accept_length" in ours and "accept_length" in theirs]
+    words = []
+    if gaps:
+        words.append(f"At equal chain length the two engines' acceptance lengths lie within {max(gaps):.2f} of each "
+                     f"other in all {len(gaps)} cells (every drafter, greedy and T 0.7)")
+    costs = {}
+    for results in (sglang, vllm):
+        plain = results["arms"]["plain"]["cells"]
+        costs[engine_label(results)] = [
+            cost for drafter in drafters for arm in arms_of(results, drafter).values()
+            if chain_length(arm["shape"]) == 1 for b in batches
+            for cost in [step_cost(arm["cells"].get(f"batch{b}/greedy"), plain.get(f"batch{b}/greedy"))]
+            if cost is not None]
+    if all(costs.values()):
+        words.append("a chain-1 step costs " + " and ".join(
+            f"{label} {min(values):.2f}-{max(values):.2f}" for label, values in costs.items())
+            + " plain decoding steps (greedy)")
+    return "; ".join(words) + "." if words else ""
 
 
 def main(argv: list[str]) -> int:
