@@ -96,7 +96,8 @@ def _wheel_gguf(target: WheelTarget) -> Path:
     return Path(list(found.submodule_search_locations)[0]) / target.gguf
 
 
-def _sha256(path: Path) -> str:
+def file_sha256(path: Path | str) -> str:
+    """The sha256 of a file's bytes, in hex (read 1 MiB at a time)."""
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
@@ -109,7 +110,7 @@ def _checked_gguf(target: WheelTarget, gguf: Path | None) -> Path:
     if not path.is_file():
         raise TargetError(f"{path}: no such file (the {target.name} GGUF, {target.gguf}); "
                           f"fix: {_install_fix(target, reinstall=gguf is None)}, or pass the file itself with --gguf")
-    found = _sha256(path)
+    found = file_sha256(path)
     if found != target.sha256:
         raise TargetError(f"{path}: sha256 {found}, not the {target.requirement} file {target.gguf} "
                           f"(sha256 {target.sha256}); fix: prepare from the wheel's own file (no --gguf), "

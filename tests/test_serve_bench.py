@@ -3,6 +3,8 @@ which arms exist, what each asks of SGLang and of this package's switch, and how
 
 import json
 import os
+import random
+import subprocess
 from types import SimpleNamespace
 
 import pytest
@@ -63,6 +65,22 @@ def test_a_continued_run_keeps_its_arms_only_under_the_same_attention_backend(tm
     with pytest.raises(SystemExit, match="its arms ran triton attention, this call asks fa3"):
         serve_bench.run_record(str(path), args, {}, {}, attention_backend="fa3")
     assert serve_bench.run_record(str(path), args, {}, {})["arms"] == kept["arms"]  # a CPU run records none
+
+
+def test_a_run_records_each_drafters_files_as_sha256sum_reads_them(tmp_path):
+    """Every file at a drafter folder's top level, by name, with the digest coreutils' sha256sum gives; a
+    subfolder is not read, a drafter that is no folder left out."""
+    rng = random.Random(7)
+    folder = tmp_path / "drafter"
+    (folder / "sub").mkdir(parents=True)
+    (folder / "config.json").write_text('{"architectures": ["Eagle3Speculator"]}')
+    (folder / "model.safetensors").write_bytes(bytes(rng.randrange(256) for _ in range(3 << 20)))
+    (folder / "sub" / "ignored.bin").write_bytes(b"not read")
+    expected = {}
+    for name in ("config.json", "model.safetensors"):
+        line = subprocess.run(["sha256sum", str(folder / name)], capture_output=True, text=True, check=True).stdout
+        expected[name] = line.split()[0]
+    assert serve_bench.drafter_files({"d": str(folder), "gone": str(tmp_path / "none")}) == {"d": expected}
 
 
 def test_an_arm_starts_only_when_the_longest_arm_so_far_would_end_before_the_deadline(monkeypatch):

@@ -118,6 +118,20 @@ def test_placement_is_said_as_recorded(runs):
         vs_vllm.markdown(sglang, vllm)
 
 
+def test_runs_that_served_different_files_for_one_drafter_are_refused(runs):
+    """Both runs record the drafter's files: equal, the page is made; one weight file's digest differs, refused;
+    a run from before the files were recorded is not checked."""
+    sglang, vllm = copy.deepcopy(runs)
+    sglang["drafter_files"] = {"d": {"config.json": "aa", "model.safetensors": "bb"}}
+    vllm["drafter_files"] = copy.deepcopy(sglang["drafter_files"])
+    assert vs_vllm.markdown(sglang, vllm)
+    vllm["drafter_files"]["d"]["model.safetensors"] = "cc"
+    with pytest.raises(ValueError, match=r"drafter d: its files differ between the runs \(drafter_files\)"):
+        vs_vllm.markdown(sglang, vllm)
+    del vllm["drafter_files"]
+    assert vs_vllm.markdown(sglang, vllm)
+
+
 def test_runs_that_took_turns_on_one_gpu_are_said_to(runs):
     """Both runs' arms record the turns they waited for: one GPU, taking turns; one run's alone does not say it."""
     sglang, vllm = copy.deepcopy(runs)

@@ -63,6 +63,7 @@ from table import attention_backend  # noqa: E402
 
 # the demo's near-tie rule (nats between plain decoding's top-2 at the first departure), stated once
 from sglang_eagle_ext.demo.run import NEAR_TIE, first_departure  # noqa: E402
+from sglang_eagle_ext.targets import file_sha256  # noqa: E402
 from sglang_eagle_ext.sglang.compat.adaptive_shape import TRACE_SWITCH  # noqa: E402
 
 SHAPES = {shape.name: shape for shape in (engines.Shape("chain", 3, 1, 4), engines.Shape("tree", 5, 4, 8),
@@ -499,12 +500,23 @@ def prompt_ids(args) -> list[list[int]]:
     return engines.chat_ids(AutoTokenizer.from_pretrained(args.tokenizer or args.target), texts)
 
 
+def drafter_files(drafters: dict) -> dict:
+    """Each drafter's files (its config and weights, the folder's top level) by name, as their sha256: two runs
+    served the same drafter only where these agree (drafters trained on different machines may differ in the
+    last bits, and a tree's lower-ranked drafts with them). A drafter that is no folder here is left out: its
+    arms fail at their engine's start, each with its own error."""
+    return {name: {entry: file_sha256(os.path.join(folder, entry)) for entry in sorted(os.listdir(folder))
+                   if os.path.isfile(os.path.join(folder, entry))}
+            for name, folder in drafters.items() if os.path.isdir(folder)}
+
+
 def run_record(path: str, args, drafters: dict, environment: dict, **extra) -> dict:
     """A run's results as every engine's benchmark writes them: its environment, the world two engines' runs
     must share (``vs_vllm.same_world``), ``extra``, and the arms an earlier call's run measured into ``path``
     (a run continued in a later call keeps them)."""
     results = {**environment, **({"workload": args.workload} if args.workload else {}), "target": args.target,
-               "tokenizer": args.tokenizer or args.target, "drafters": drafters, "prompts": args.prompts,
+               "tokenizer": args.tokenizer or args.target, "drafters": drafters,
+               "drafter_files": drafter_files(drafters), "prompts": args.prompts,
                "new_tokens": args.new_tokens, "rounds": args.rounds, "single": args.single,
                "batches": list(args.batches), "near_tie_nats": NEAR_TIE, **extra, "arms": {}}
     if os.path.exists(path):

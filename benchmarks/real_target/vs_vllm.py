@@ -110,6 +110,9 @@ def same_world(sglang: dict, vllm: dict) -> list[str]:
     for key in ("device", "target", "tokenizer", "prompts", "new_tokens", "single", "near_tie_nats", "workload"):
         if sglang.get(key) != vllm.get(key):
             problems.append(f"{key}: SGLang run {sglang.get(key)!r}, vLLM run {vllm.get(key)!r}")
+    shared = [name for name in sglang.get("drafter_files", {}) if name in vllm.get("drafter_files", {})]
+    problems += [f"drafter {name}: its files differ between the runs (drafter_files)" for name in shared
+                 if sglang["drafter_files"][name] != vllm["drafter_files"][name]]
     if "host" in sglang and "host" in vllm and sglang["host"] != vllm["host"]:
         problems.append(f"host: SGLang run {sglang['host']!r}, vLLM run {vllm['host']!r}")
     if not shared_batches(sglang, vllm):
