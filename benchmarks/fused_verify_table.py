@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -25,6 +26,11 @@ RUNS = {  # file -> (commit, command); the commit is the checkout the device ran
     "e2e_h200_sglang-0.5.23_control.json": ("5f28eb9", "the same runs (--control)"),
     "step_h200_sglang-0.5.23.json": ("5f28eb9", STAGE + "SGL_KERNEL_USE_FLASHINFER=1 SGLANG_KERNEL_USE_FLASHINFER=1 "
                                      "timeout 200 python3 benchmarks/gpu/fused_verify_step.py OUT.json"),
+    # after the fused sampler's kernels stopped specialising on their lengths; its printed lines (stopped in the
+    # greedy section)
+    "step_h200_sglang-0.5.23_quick.txt": ("2575df7", STAGE + "SGL_KERNEL_USE_FLASHINFER=1 "
+                                          "SGLANG_KERNEL_USE_FLASHINFER=1 timeout 230 python3 "
+                                          "benchmarks/gpu/fused_verify_step.py OUT.json --quick"),
     "e2e_h200_sglang-0.5.21.json": ("5f28eb9", "E2E_COMMIT=5f28eb9 bash "
                                     "benchmarks/gpu/run_fused_verify_e2e.sh /tmp/fve "
                                     "--trees 2,1 --control --rounds 6, then --trees 0 --control --rounds 6 (one "
@@ -291,8 +297,8 @@ def step_text_table(name: str, text: str) -> list[str]:
     header = [line[2:] for line in text.splitlines() if line.startswith("# ")]
     body = [line for line in text.splitlines() if not line.startswith("#")]
     release, device = body[0].split(maxsplit=2)[1:]
-    lines = [f"## `EagleVerifyInputV2Mixin.sample` stock vs fused: {device}, SGLang {release} (a quick run's printed "
-             "lines)", "", *header, ""]
+    seam = re.search(r"\(seam: ([^,)]+)", header[0]).group(1)  # the release's sampling function, as the header names it
+    lines = [f"## `{seam}` stock vs fused: {device}, SGLang {release} (a quick run's printed lines)", "", *header, ""]
     lines += [f"    {line}" for line in body]
     return lines
 
