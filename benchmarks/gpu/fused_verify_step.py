@@ -208,8 +208,9 @@ def main(out_path: str, quick: bool) -> None:
     record["distribution"] = dist
     save_json(out_path, record)
 
-    # 3. time and memory per eagle_sample call, arms alternating
-    timing = []
+    # 3. time and memory per eagle_sample call, arms alternating; written after each cell, so that a run its time
+    # limit stops keeps the cells it timed
+    timing = record["timing"] = []
     for label, filters in FILTERS.items():
         for tree in TREES:
             for bs in BATCHES:
@@ -231,6 +232,7 @@ def main(out_path: str, quick: bool) -> None:
                                    entropy_nats=entropy))
                 print("time", label, tree, bs, round(med["stock"], 3), round(med["fused"], 3),
                       round(med["stock"] / med["fused"], 2), mem["stock"] >> 20, mem["fused"] >> 20, flush=True)
+                save_json(out_path, record)
     # greedy batches: the wrapper hands back to stock (its cost: one check)
     for tree in TREES:
         case = verify_round(64, tree, 900, (1.0, 1, 1.0))
@@ -244,8 +246,7 @@ def main(out_path: str, quick: bool) -> None:
         med = {k: sorted(v)[len(v) // 2] for k, v in ms.items()}
         timing.append(dict(filters="greedy", tree=tree, bs=64, ms_stock=med["stock"], ms_fused=med["fused"],
                            speedup=med["stock"] / med["fused"]))
-    record["timing"] = timing
-    save_json(out_path, record)
+        save_json(out_path, record)
 
 
 if __name__ == "__main__":
