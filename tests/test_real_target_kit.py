@@ -194,3 +194,19 @@ def test_host_probe_names_each_paths_file_system_and_reads_real_bytecode(tmp_pat
     files = host_probe.bytecode_files("json")
     assert files and all(path.endswith(".pyc") and os.path.isfile(path) for path in files)
     assert all(path.startswith(os.path.dirname(package.__file__)) for path in files)
+
+
+def test_host_probe_profiles_an_import_by_pythons_own_importtime_lines():
+    """The import profile of ``email.mime.text`` in a fresh interpreter: the module itself and its package are among
+    the modules counted, the top list is ordered by own time and no longer than asked, and the own times' sum is at
+    most the wall time of the whole interpreter."""
+    (host_probe,) = load_siblings("benchmarks/real_target", "host_probe")
+    profile = host_probe.import_profile("email.mime.text", top=3)
+    assert profile["exit"] == 0 and profile["modules"] >= 5, profile
+    assert len(profile["top_own_ms"]) == 3
+    own = [ms for _, ms in profile["top_own_ms"]]
+    assert own == sorted(own, reverse=True) and all(ms >= 0 for ms in own)
+    assert 0 < profile["own_s_sum"] <= profile["seconds"]
+    everything = host_probe.import_profile("email.mime.text", top=1000)
+    assert {"email.mime.text", "email.mime"} <= {name for name, _ in everything["top_own_ms"]}
+    assert host_probe.import_profile("no_such_module_here")["exit"] != 0

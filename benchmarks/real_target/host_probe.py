@@ -4,12 +4,17 @@ An engine's start is mostly Python importing SGLang (7,546 modules: 33.4 s on th
 this project's CPU machine). An import stats and reads its bytecode file, executes the module's body and touches
 fresh memory; this times each of those alone, on the installed package's own bytecode files and on the same files
 copied to ``/dev/shm``, so that the cause (the file system, system calls, page faults or plain CPU) is read from one
-run rather than guessed. About 10 s; ``run_gpu.sh`` runs it beside the setup phase, and the phases that measure wait
-for it. Prints one JSON object::
+run rather than guessed. Then the import itself: the package's bytecode written first (``compileall``, every core;
+the kit installs with pip's ``--no-compile``, so an engine's first import would write it), and ``python3 -X
+importtime`` of the module an engine's scheduler imports, in a fresh interpreter, with the modules whose own bodies
+took longest: whether the time is spread over thousands of modules or sits in a few that do work at import (a
+device query, a JIT build). About 50 s on the GPU host; ``run_gpu.sh`` runs it beside the setup phase, and the phases
+that measure wait for it (60 s at most). Prints one JSON object::
 
-    python3 benchmarks/real_target/host_probe.py [PACKAGE] > host_probe.json
+    python3 benchmarks/real_target/host_probe.py [PACKAGE [MODULE]] > host_probe.json
 
-PACKAGE (default ``sglang``): the installed package whose ``__pycache__`` files are read.
+PACKAGE (default ``sglang``): the installed package whose ``__pycache__`` files are read and written; MODULE
+(default ``sglang.srt.managers.scheduler``): the module whose import is profiled.
 """
 
 from __future__ import annotations
@@ -88,7 +93,34 @@ def mounts(paths: dict, table: str = "/proc/mounts") -> dict:
     return {name: holder(path) for name, path in paths.items()}
 
 
-def probe(package: str) -> dict:
+def import_profile(module: str, top: int = 15) -> dict:
+    """``python3 -X importtime -c "import MODULE"`` in a fresh interpreter: its wall time, the modules it imported,
+    the sum of their own times, and the ``top`` modules by own time (ms), from the lines Python writes to stderr
+    (``import time: SELF_US | CUMULATIVE_US | NAME``)."""
+    started = time.perf_counter()
+    done = subprocess.run([sys.executable, "-X", "importtime", "-c", f"import {module}"], capture_output=True,
+                          text=True, check=False)
+    wall = time.perf_counter() - started
+    own = []
+    for line in done.stderr.splitlines():
+        fields = line.removeprefix("import time:").split("|")
+        if line.startswith("import time:") and len(fields) == 3 and fields[0].strip().isdigit():
+            own.append((int(fields[0]), fields[2].strip()))
+    own.sort(reverse=True)
+    return {"module": module, "exit": done.returncode, "seconds": round(wall, 2), "modules": len(own),
+            "own_s_sum": round(sum(us for us, _ in own) / 1e6, 2),
+            "top_own_ms": [[name, round(us / 1e3, 1)] for us, name in own[:top]]}
+
+
+def write_bytecode(package: str) -> float:
+    """Seconds to write the package's bytecode with ``compileall`` on every core (files already current are only
+    checked)."""
+    root = os.path.dirname(importlib.util.find_spec(package).origin)
+    return seconds(lambda: subprocess.run([sys.executable, "-m", "compileall", "-q", "-j", "0", root],
+                                          check=False, capture_output=True))
+
+
+def probe(package: str, module: str) -> dict:
     files = bytecode_files(package)
     record = {"python": sys.version.split()[0], "cores": os.cpu_count(), "package": package, "pyc_files": len(files),
               "mounts": mounts({package: os.path.dirname(files[0]) if files else "/tmp", "/tmp": "/tmp",
@@ -106,11 +138,14 @@ def probe(package: str) -> dict:
                 record["read_pyc_ms_each_dev_shm"] = round(1e3 * seconds(lambda: read_all(copies)) / len(copies), 3)
         except OSError as exc:
             record["read_pyc_ms_each_dev_shm"] = f"not measured: {exc}"
-    for module in ("json", "torch"):  # a fresh interpreter each: the interpreter's own start, then one big import
-        record[f"import_{module}_s"] = round(seconds(lambda: subprocess.run(
-            [sys.executable, "-c", f"import {module}"], check=False, capture_output=True)), 2)
+    for name in ("json", "torch"):  # a fresh interpreter each: the interpreter's own start, then one big import
+        record[f"import_{name}_s"] = round(seconds(lambda: subprocess.run(
+            [sys.executable, "-c", f"import {name}"], check=False, capture_output=True)), 2)
+    record["write_bytecode_s"] = round(write_bytecode(package), 2)
+    record["import_profile"] = import_profile(module)
     return record
 
 
 if __name__ == "__main__":
-    print(json.dumps(probe(sys.argv[1] if len(sys.argv) > 1 else "sglang"), indent=1))
+    print(json.dumps(probe(sys.argv[1] if len(sys.argv) > 1 else "sglang",
+                           sys.argv[2] if len(sys.argv) > 2 else "sglang.srt.managers.scheduler"), indent=1))
