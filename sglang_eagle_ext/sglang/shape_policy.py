@@ -105,7 +105,8 @@ TRAFFIC = ("greedy", "sampled")  # a batch whose requests are all greedy, and an
 
 # How the policy chooses: by measured cost, round-robin over the candidates (the switch's test mode), or the
 # launch depth held (a diagnostic) -> the phrase its start-up line uses
-MODES = {"cost": "cost policy", "cycle": "round-robin (test mode)", "hold": "held at the launch depth (diagnostic)"}
+MODE_PHRASES = {"cost": "cost policy", "cycle": "round-robin (test mode)",
+                "hold": "held at the launch depth (diagnostic)"}
 
 
 class DepthAcceptance:
@@ -197,8 +198,8 @@ class ShapePolicy:
         self._by_key = load_candidates(cfg_path)
         self._keys = sorted(self._by_key)
         self._initial = initial_steps
-        if mode not in MODES:
-            raise ValueError(f"policy mode {mode!r}: one of {', '.join(MODES)}")
+        if mode not in MODE_PHRASES:
+            raise ValueError(f"policy mode {mode!r}: one of {', '.join(MODE_PHRASES)}")
         self._mode = mode
         self._clock = clock
         self._log = log or (lambda line: print(line, file=sys.stderr, flush=True))
@@ -223,7 +224,7 @@ class ShapePolicy:
         # a run's rate-limited log lines cannot show (the depth and period of each step)
         self._trace = trace
         self._started = clock()
-        self._log(f"sglang-eagle-ext: adaptive shape: {MODES[mode]} over "
+        self._log(f"sglang-eagle-ext: adaptive shape: {MODE_PHRASES[mode]} over "
                   f"depths {self.candidate_steps} (0 = speculation off{self._tree_phrase()}), starting at "
                   f"{initial_steps}")
 

@@ -535,7 +535,7 @@ def test_the_binding_puts_the_policy_where_sglangs_worker_constructs_it(monkeypa
     assert isinstance(policy, ShapePolicy) and policy.candidate_steps == list(DEFAULT_STEPS)
     assert policy._trace.path == f"{tmp_path / 'Trace'}.{os.getpid()}.jsonl"  # the path as given, case kept
     assert ("round-robin" in phrase) == (value == "cycle") and "--speculative-adaptive" in phrase
-    assert ("held at every step" in phrase) == (value == "hold")
+    assert ("held at the launch depth" in phrase) == (value == "hold")
     assert policy._mode == {"1": "cost", "cycle": "cycle", "hold": "hold"}[value]
     # depth 0 is plain decoding (the default of the off switch): the worker's verify is wrapped
     assert "off: plain decoding where the target decodes eagerly" in phrase

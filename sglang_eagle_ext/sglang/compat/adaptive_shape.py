@@ -37,7 +37,7 @@ from packaging.version import Version
 from sglang_eagle_ext import env
 from sglang_eagle_ext.sglang.compat import adaptive_trees, plain_off, releases
 from sglang_eagle_ext.sglang.compat.patch import SCHEDULER_MODULE, Patch, Target, require, wrap_method
-from sglang_eagle_ext.sglang.shape_policy import ShapePolicy
+from sglang_eagle_ext.sglang.shape_policy import MODE_PHRASES, ShapePolicy
 
 ENV_SWITCH = "SGLANG_EAGLE_EXT_ADAPTIVE"
 TRACE_SWITCH = "SGLANG_EAGLE_EXT_ADAPTIVE_TRACE"
@@ -91,16 +91,15 @@ def _bind_once_scheduler_loads(_scheduler_module) -> str:
     worker = importlib.import_module(_WORKER)
     require(hasattr(worker, POLICY_NAME.name), POLICY_NAME.path)
     prefix = env.text(TRACE_SWITCH)
-    worker.AdaptiveSpeculativeParams = functools.partial(ShapePolicy, mode="cost" if mode == "on" else mode,
+    policy_mode = "cost" if mode == "on" else mode
+    worker.AdaptiveSpeculativeParams = functools.partial(ShapePolicy, mode=policy_mode,
                                                          trace=TraceFile(prefix) if prefix else None)
     require(hasattr(worker, "EAGLEWorkerV2") and hasattr(worker.EAGLEWorkerV2, "forward_batch_generation"),
             TRAFFIC_SEAMS[0].path)
     wrap_method(worker.EAGLEWorkerV2, "forward_batch_generation", _telling_the_traffic)
     off = plain_off.bind(worker, plain_off.selected())
     trees = adaptive_trees.bind(worker)
-    chooser = {"on": "cost policy", "cycle": "round-robin over the depths (test mode)",
-               "hold": "the launch depth held at every step (diagnostic)"}[mode]
-    return (f"adaptive shape: {chooser} "
+    return (f"adaptive shape: {MODE_PHRASES[policy_mode]} "
             f"in place of stock's under --speculative-adaptive ({ENV_SWITCH}={mode}); {off}; {trees}")
 
 
