@@ -8,6 +8,7 @@ import json
 import os
 import re
 import subprocess
+from types import SimpleNamespace
 import sys
 import textwrap
 import time
@@ -257,3 +258,42 @@ def test_arms_that_would_end_past_the_deadline_are_not_started(bench, tmp_path, 
                        "--arms", "plain,d/k1/vllm", "--deadline", "1000"]) == 0
     assert measured == [] and set(json.loads((tmp_path / "late" / "vllm_bench.json").read_text())["not_run"]) == {
         "plain", "d/k1/vllm"}
+
+
+def test_an_engine_gone_mid_cells_keeps_the_cells_begun(bench, monkeypatch):
+    """measure_cells fills the arm's cells as answers come: a host that answers batch 1's four rounds (two per
+    mode) and its time-to-first-token requests, then batch 16's first greedy round and ends, leaves batch 1's cells whole
+    and batch 16's greedy begun when EngineGone reaches the arm, which records why and which cells had begun."""
+    serve_bench = bench.serve_bench
+    answer = {"seconds": 0.5, "tokens": 64, "output_ids": [[5, 6]], "engine_ttft_s": [0.01],
+              "spec": bench.zero_counts()}
+
+    class Dying:
+        def __init__(self, answers: int):
+            self.left, self.sent = answers, []
+
+        def send(self, message):
+            self.sent.append(message)
+
+        def recv(self):
+            if not self.left:
+                raise serve_bench.EngineGone("engine process exited (1)")
+            self.left -= 1
+            return answer
+
+    args = SimpleNamespace(batches=(1, 16), single=2, rounds=2, new_tokens=8)
+    ids = [[1, 2], [3, 4], [5, 6]]
+    batch1 = 2 * 2 + 2 * 2  # rounds x modes (each message all waves), then one token per wave per round
+    cells, link = {}, Dying(batch1 + 1)
+    with pytest.raises(serve_bench.EngineGone):
+        bench.measure_cells(link, cells, args, ids, "d/k1/vllm")
+    assert sorted(cells) == ["batch1/greedy", "batch1/sampled", "batch16/greedy"]
+    assert cells["batch1/greedy"]["tok_s"] == [128.0, 128.0] and len(cells["batch1/greedy"]["ttft_ms"]) == 4
+    assert cells["batch16/greedy"]["tok_s"] == [128.0] and len(link.sent) == batch1 + 2
+    ended = []
+    monkeypatch.setattr(serve_bench, "end_group", lambda process, grace=30: ended.append((process, grace)))
+    record = serve_bench.stopped({"arm": "d/k1/vllm"}, cells, serve_bench.EngineGone("engine process exited (1)"),
+                                 "the host")
+    assert ended == [("the host", 0)]
+    assert record == {"arm": "d/k1/vllm", "failed": "during the cells: engine process exited (1)",
+                      "cells_before_failure": ["batch1/greedy", "batch1/sampled", "batch16/greedy"]}

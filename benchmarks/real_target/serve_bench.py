@@ -273,6 +273,15 @@ class EngineGone(Exception):
     """An arm's engine host ended, or did not answer in time, in the middle of its cells."""
 
 
+def stopped(record: dict, cells: dict, gone: EngineGone, process) -> dict:
+    """An arm whose engine failed mid-cells: why, and the cells it had begun (their rounds are not kept: a cell cut
+    short is no measurement), its engine's process group ended at once."""
+    record["failed"] = f"during the cells: {gone}"
+    record["cells_before_failure"] = sorted(cells)
+    end_group(process, grace=0)
+    return record
+
+
 class Link:
     """The parent's end of the pipe to an arm's engine host, for the cells: ``recv`` is :func:`receive`'s answer,
     or :class:`EngineGone` where the host has ended or kept silent for ``timeout`` s (a dead SGLang host sends
@@ -359,12 +368,11 @@ def measure_arm(name: str, args, ids, drafters: dict, plain: dict | None) -> dic
             end_group(process)
             return record
     with turns.turn("measure", args.turns) as measure_waited:
+        cells = {}
         try:
-            cells = measure_cells(Link(parent, process, CELL_TIMEOUT_S), args, ids, name)
+            measure_cells(Link(parent, process, CELL_TIMEOUT_S), cells, args, ids, name)
         except EngineGone as gone:
-            record["failed"] = f"during the cells: {gone}"
-            end_group(process, grace=0)
-            return record
+            return stopped(record, cells, gone, process)
         # what ran beside the engine, which slows a host-bound step (a small target's): the host's load over the
         # arm's last minute (1, 5, 15 min averages), and whether the engine's process ended, or runs on beside the
         # next arm (ended here if it has not within 60 s)
@@ -387,10 +395,10 @@ def measure_arm(name: str, args, ids, drafters: dict, plain: dict | None) -> dic
     return record
 
 
-def measure_cells(parent, args, ids, name: str) -> dict:
-    """Every cell of one arm from its engine's host (``parent``): per batch size both modes' rounds and the
-    greedy time to first token, plain decoding's reference top-2 too, and the drift cell where asked."""
-    cells = {}
+def measure_cells(parent, cells: dict, args, ids, name: str) -> None:
+    """Every cell of one arm into ``cells``, from its engine's host (``parent``, a :class:`Link`): per batch size
+    both modes' rounds and the greedy time to first token, plain decoding's reference top-2 too, and the drift cell
+    where asked. An engine that fails mid-cells raises :class:`EngineGone` with the cells so far kept."""
     for batch in args.batches:
         waves = cell_prompts(ids, batch, args.single)
         time_rounds(parent, cells, f"batch{batch}", waves, args.new_tokens, args.rounds)
@@ -406,7 +414,6 @@ def measure_cells(parent, args, ids, name: str) -> dict:
         time_rounds(parent, cells, "drift", waves, lengths, args.rounds)
         if name == "plain":
             add_reference_top2(parent, cells["drift/greedy"], waves, lengths)
-    return cells
 
 
 def time_rounds(parent, cells: dict, prefix: str, waves, new_tokens, rounds: int) -> None:

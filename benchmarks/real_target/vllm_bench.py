@@ -239,14 +239,6 @@ def finish_cell(cell: dict) -> None:
         cell["accept_rate_per_position"] = [round(a / spec["drafts"], 3) for a in spec["per_position"]]
 
 
-def stop(record: dict, cells: dict, result: dict, process) -> dict:
-    """An arm whose engine failed mid-run: what it measured so far, and why it stopped."""
-    record["failed"] = "during the cells: " + result["failed"]
-    record["cells_before_failure"] = sorted(cells)
-    serve_bench.end_group(process)
-    return record
-
-
 def measure_arm(name: str, args, ids, drafters: dict, plain: dict | None) -> dict:
     drafter_name, k = parse_arm(name)
     kwargs = engine_kwargs(args.target, drafters.get(drafter_name), k, args.batches, args.context_length,
@@ -271,9 +263,11 @@ def measure_arm(name: str, args, ids, drafters: dict, plain: dict | None) -> dic
             return record
     record["speculative"] = answer["speculative"]
     with turns.turn("measure", args.turns) as measure_waited:
-        cells, failure = measure_cells(parent, process, args, ids, name)
-        if failure is not None:
-            return stop(record, cells, failure, process)
+        cells = {}
+        try:
+            measure_cells(serve_bench.Link(parent, process, CELL_TIMEOUT_S), cells, args, ids, name)
+        except serve_bench.EngineGone as gone:
+            return serve_bench.stopped(record, cells, gone, process)
         parent.send(None)
         serve_bench.end_group(process, grace=60)
     if waited is not None:  # turns with another engine on this GPU (turns.py): the seconds each turn was waited for
@@ -285,20 +279,17 @@ def measure_arm(name: str, args, ids, drafters: dict, plain: dict | None) -> dic
     return record
 
 
-def measure_cells(parent, process, args, ids, name: str) -> tuple[dict, dict | None]:
-    """Every cell of one arm from its engine's host (``parent``): per batch size both modes' rounds, the greedy
-    time to first token and, for plain decoding, the reference outputs with their top-2 log-probs; with the
-    engine's failure (``{"failed": ...}``) where one stopped it, else None."""
-    cells = {}
+def measure_cells(link, cells: dict, args, ids, name: str) -> None:
+    """Every cell of one arm into ``cells``, from its engine's host (``link``, a :class:`serve_bench.Link`): per
+    batch size both modes' rounds, the greedy time to first token and, for plain decoding, the reference outputs
+    with their top-2 log-probs. An engine that fails mid-cells raises ``EngineGone`` with the cells so far kept."""
     for batch in args.batches:
         waves = serve_bench.cell_prompts(ids, batch, args.single)
         for round_ in range(args.rounds):
             modes = list(serve_bench.MODES) if round_ % 2 == 0 else list(serve_bench.MODES)[::-1]
             for mode in modes:
-                parent.send((waves, mode, args.new_tokens, False))
-                result = serve_bench.receive(parent, process, CELL_TIMEOUT_S)
-                if "failed" in result:
-                    return cells, result
+                link.send((waves, mode, args.new_tokens, False))
+                result = link.recv()
                 cell = cells.setdefault(f"batch{batch}/{mode}", {"tok_s": [], "tokens": 0, "engine_ttft_ms": [],
                                                                  "spec": zero_counts()})
                 cell["tok_s"].append(round(result["tokens"] / result["seconds"], 1))
@@ -309,20 +300,14 @@ def measure_cells(parent, process, args, ids, name: str) -> tuple[dict, dict | N
                     cell.setdefault("outputs", result["output_ids"])
         ttft = cells[f"batch{batch}/greedy"].setdefault("ttft_ms", [])
         for request in serve_bench.first_token_requests(waves, args.rounds):
-            parent.send(request)
-            result = serve_bench.receive(parent, process, CELL_TIMEOUT_S)
-            if "failed" in result:
-                return cells, result
-            ttft.append(round(1000 * result["seconds"], 2))
+            link.send(request)
+            ttft.append(round(1000 * link.recv()["seconds"], 2))
         if name == "plain":  # the reference outputs with their top-2 log-probs (untimed)
-            parent.send((waves, "greedy", args.new_tokens, True))
-            result = serve_bench.receive(parent, process, CELL_TIMEOUT_S)
-            if "failed" in result:
-                return cells, result
+            link.send((waves, "greedy", args.new_tokens, True))
+            result = link.recv()
             cell = cells[f"batch{batch}/greedy"]
             cell["top2"] = result["top2"]
             cell["logprob_run_equal"] = result["output_ids"] == cell["outputs"]
-    return cells, None
 
 
 def environment() -> dict:
