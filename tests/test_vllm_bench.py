@@ -262,8 +262,9 @@ def test_arms_that_would_end_past_the_deadline_are_not_started(bench, tmp_path, 
 
 def test_an_engine_gone_mid_cells_keeps_the_cells_begun(bench, monkeypatch):
     """measure_cells fills the arm's cells as answers come: a host that answers batch 1's four rounds (two per
-    mode) and its time-to-first-token requests, then batch 16's first greedy round and ends, leaves batch 1's cells whole
-    and batch 16's greedy begun when EngineGone reaches the arm, which records why and which cells had begun."""
+    mode) and its time-to-first-token requests, then batch 16's first greedy round and ends, leaves batch 1's
+    cells whole and batch 16's greedy begun when EngineGone reaches the arm, which records why and which cells
+    had begun."""
     serve_bench = bench.serve_bench
     answer = {"seconds": 0.5, "tokens": 64, "output_ids": [[5, 6]], "engine_ttft_s": [0.01],
               "spec": bench.zero_counts()}
