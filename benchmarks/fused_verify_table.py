@@ -137,8 +137,12 @@ def step_table(name: str, run: dict) -> list[str]:
             mem = "- | - | -"
         lines.append(f"| {t['filters']} | {tree} | {t['bs']} | {t['ms_stock']:.3f} | {t['ms_fused']:.3f} | "
                      f"{t['speedup']:.2f}x | {mem} |")
-    lines += ["", "Greedy rows (each round stock, then fused; not alternated): an all-greedy batch is handed "
-              "back to stock by the wrapper, so the difference is the wrapper's check."]
+    if any(t["filters"] == "greedy" for t in run["timing"]):
+        lines += ["", "Greedy rows (each round stock, then fused; not alternated): an all-greedy batch is handed "
+                  "back to stock by the wrapper, so the difference is the wrapper's check."]
+    if len(run["timing"]) < run.get("timing_cells", 0):  # runs from before the count was recorded were whole
+        lines += ["", f"Stopped by its time limit after {len(run['timing'])} of its {run['timing_cells']} timed "
+                  "cells: the table holds those."]
     return lines
 
 
@@ -297,7 +301,10 @@ def step_text_table(name: str, text: str) -> list[str]:
     header = [line[2:] for line in text.splitlines() if line.startswith("# ")]
     body = [line for line in text.splitlines() if not line.startswith("#")]
     release, device = body[0].split(maxsplit=2)[1:]
-    seam = re.search(r"\(seam: ([^,)]+)", header[0]).group(1)  # the release's sampling function, as the header names it
+    seam = re.search(r"\(seam: ([^,)]+)", header[0])  # the release's sampling function, as the header names it
+    if seam is None:
+        raise ValueError(f"{name}: its first line names no '(seam: FUNCTION' (the sampling function the run timed)")
+    seam = seam.group(1)
     lines = [f"## `{seam}` stock vs fused: {device}, SGLang {release} (a quick run's printed lines)", "", *header, ""]
     lines += [f"    {line}" for line in body]
     return lines

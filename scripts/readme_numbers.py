@@ -63,8 +63,7 @@ REAL_TARGET = RESULTS / "real_target"  # serve_<device>_sglang-<release>.json, f
 # the headline's run: every drafter with chain and tree, this plugin and stock, against one plain decoding;
 # later runs add arms (the wide tree, stock on an edited config) with their own plain decoding, in serve.md
 REAL_TARGET_HEADLINE = REAL_TARGET / "serve_h100_sglang-0.5.23.json"
-# the side-by-side run (issue 38) with the most arms: SGLang's (FlashAttention 3) and vLLM's, one after the other
-# on one GPU
+# the side-by-side run (issue 38) with every arm: SGLang's (FlashAttention 3) and vLLM's on one GPU, taking turns
 VS_VLLM = (REAL_TARGET / "serve_vs-vllm_h200-e_fa3_sglang-0.5.23.json",
            REAL_TARGET / "vllm_h200-e_fa3-run_vllm-0.33.0.json")
 # the same on the Llama-3.1-8B-geometry workload (zipf target and drafter as files, benchmarks/gpu/zipf_checkpoint.py)

@@ -210,3 +210,22 @@ def test_host_probe_profiles_an_import_by_pythons_own_importtime_lines():
     everything = host_probe.import_profile("email.mime.text", top=1000)
     assert {"email.mime.text", "email.mime"} <= {name for name, _ in everything["top_own_ms"]}
     assert host_probe.import_profile("no_such_module_here")["exit"] != 0
+
+
+def test_host_probe_stops_an_import_past_its_limit(tmp_path, monkeypatch):
+    """A module whose body sleeps 30 s, profiled with a 1 s limit: stopped, its exit said to be the timeout, the
+    probe back within seconds. The bytecode writer writes a package's bytecode where the import system finds it."""
+    (host_probe,) = load_siblings("benchmarks/real_target", "host_probe")
+    (tmp_path / "slow_body.py").write_text("import time\ntime.sleep(30)\n")
+    monkeypatch.chdir(tmp_path)  # python -c puts the working directory first on its path
+    profile = host_probe.import_profile("slow_body", limit=1)
+    assert profile["exit"] == "timeout" and 1 <= profile["seconds"] < 10, profile
+    package = tmp_path / "probed_package"
+    package.mkdir()
+    (package / "__init__.py").write_text("VALUE = 1\n")
+    (package / "part.py").write_text("def twice(x):\n    return 2 * x\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert host_probe.bytecode_files("probed_package") == []
+    assert host_probe.write_bytecode("probed_package")["exit"] == 0
+    assert sorted(os.path.basename(path).split(".")[0] for path in host_probe.bytecode_files("probed_package")) == [
+        "__init__", "part"]

@@ -74,13 +74,31 @@ def test_a_run_records_each_drafters_files_as_sha256sum_reads_them(tmp_path):
     folder = tmp_path / "drafter"
     (folder / "sub").mkdir(parents=True)
     (folder / "config.json").write_text('{"architectures": ["Eagle3Speculator"]}')
-    (folder / "model.safetensors").write_bytes(bytes(rng.randrange(256) for _ in range(3 << 20)))
+    (folder / "model.safetensors").write_bytes(rng.randbytes(3 << 20))  # more than one 1 MiB read
     (folder / "sub" / "ignored.bin").write_bytes(b"not read")
     expected = {}
     for name in ("config.json", "model.safetensors"):
         line = subprocess.run(["sha256sum", str(folder / name)], capture_output=True, text=True, check=True).stdout
         expected[name] = line.split()[0]
     assert serve_bench.drafter_files({"d": str(folder), "gone": str(tmp_path / "none")}) == {"d": expected}
+
+
+def test_a_continued_run_keeps_its_arms_only_for_the_same_drafter_files(tmp_path):
+    """A later call continues a run's file only where each drafter both calls name has the same files: the
+    drafter's weights rewritten in between (another training) are refused; an unchanged folder continues."""
+    args = SimpleNamespace(workload="w", target="t", tokenizer=None, prompts="p", new_tokens=128, rounds=2,
+                           single=8, batches=(1, 16))
+    folder = tmp_path / "drafter"
+    folder.mkdir()
+    (folder / "model.safetensors").write_bytes(b"first training")
+    path = tmp_path / "serve_bench.json"
+    first = serve_bench.run_record(str(path), args, {"d": str(folder)}, {})
+    first["arms"] = {"d/chain/plugin": {"arm": "d/chain/plugin"}}
+    path.write_text(json.dumps(first))
+    assert serve_bench.run_record(str(path), args, {"d": str(folder)}, {})["arms"] == first["arms"]
+    (folder / "model.safetensors").write_bytes(b"second training")
+    with pytest.raises(SystemExit, match=r"served other files for drafter d than this call's \(drafter_files\)"):
+        serve_bench.run_record(str(path), args, {"d": str(folder)}, {})
 
 
 def test_an_arm_starts_only_when_the_longest_arm_so_far_would_end_before_the_deadline(monkeypatch):

@@ -209,8 +209,9 @@ def main(out_path: str, quick: bool) -> None:
     save_json(out_path, record)
 
     # 3. time and memory per eagle_sample call, arms alternating; written after each cell, so that a run its time
-    # limit stops keeps the cells it timed
-    timing = record["timing"] = []
+    # limit stops keeps the cells it timed (``timing_cells``: how many a whole run times)
+    timing = []
+    record["timing_cells"] = len(FILTERS) * len(TREES) * len(BATCHES) + len(TREES)
     for label, filters in FILTERS.items():
         for tree in TREES:
             for bs in BATCHES:
@@ -232,6 +233,7 @@ def main(out_path: str, quick: bool) -> None:
                                    entropy_nats=entropy))
                 print("time", label, tree, bs, round(med["stock"], 3), round(med["fused"], 3),
                       round(med["stock"] / med["fused"], 2), mem["stock"] >> 20, mem["fused"] >> 20, flush=True)
+                record["timing"] = timing
                 save_json(out_path, record)
     # greedy batches: the wrapper hands back to stock (its cost: one check)
     for tree in TREES:

@@ -4,12 +4,13 @@ An engine's start is mostly Python importing SGLang (7,546 modules: 33.4 s on th
 this project's CPU machine). An import stats and reads its bytecode file, executes the module's body and touches
 fresh memory; this times each of those alone, on the installed package's own bytecode files and on the same files
 copied to ``/dev/shm``, so that the cause (the file system, system calls, page faults or plain CPU) is read from one
-run rather than guessed. Then the import itself: the package's bytecode written first (``compileall``, every core;
-the kit installs with pip's ``--no-compile``, so an engine's first import would write it), and ``python3 -X
-importtime`` of the module an engine's scheduler imports, in a fresh interpreter, with the modules whose own bodies
-took longest: whether the time is spread over thousands of modules or sits in a few that do work at import (a
-device query, a JIT build). About 50 s on the GPU host; ``run_gpu.sh`` runs it beside the setup phase, and the phases
-that measure wait for it (60 s at most). Prints one JSON object::
+run rather than guessed; the package's bytecode is written first (``compileall``, every core; the kit installs
+with pip's ``--no-compile``, so the first engine's import would otherwise write it: from the tenth vs-vLLM run on,
+the first arm's ``start_s`` no longer includes that). Then the import itself: ``python3 -X importtime`` of the
+module an engine's scheduler imports, in a fresh interpreter, with the modules whose own bodies took longest:
+whether the time is spread over thousands of modules or sits in a few that do work at import (a device query, a
+JIT build). About 50 s on the GPU host; ``run_gpu.sh`` runs it beside the setup phase, and the phases that measure
+wait for it (90 s at most). Prints one JSON object::
 
     python3 benchmarks/real_target/host_probe.py [PACKAGE [MODULE]] > host_probe.json
 
@@ -93,36 +94,55 @@ def mounts(paths: dict, table: str = "/proc/mounts") -> dict:
     return {name: holder(path) for name, path in paths.items()}
 
 
-def import_profile(module: str, top: int = 15) -> dict:
+IMPORT_LIMIT_S = 45  # the profile's import ends by then: the measuring phases wait 90 s at most for the probe
+BYTECODE_LIMIT_S = 30
+
+
+def import_profile(module: str, top: int = 15, limit: float = IMPORT_LIMIT_S) -> dict:
     """``python3 -X importtime -c "import MODULE"`` in a fresh interpreter: its wall time, the modules it imported,
     the sum of their own times, and the ``top`` modules by own time (ms), from the lines Python writes to stderr
-    (``import time: SELF_US | CUMULATIVE_US | NAME``)."""
+    (``import time: SELF_US | CUMULATIVE_US | NAME``); an import still running after ``limit`` s is stopped
+    (``exit`` "timeout", its lines so far counted)."""
     started = time.perf_counter()
-    done = subprocess.run([sys.executable, "-X", "importtime", "-c", f"import {module}"], capture_output=True,
-                          text=True, check=False)
+    try:
+        done = subprocess.run([sys.executable, "-X", "importtime", "-c", f"import {module}"], capture_output=True,
+                              text=True, check=False, timeout=limit)
+        exit_code, stderr = done.returncode, done.stderr
+    except subprocess.TimeoutExpired as stopped:
+        exit_code = "timeout"
+        stderr = stopped.stderr.decode(errors="replace") if isinstance(stopped.stderr, bytes) else stopped.stderr or ""
     wall = time.perf_counter() - started
     own = []
-    for line in done.stderr.splitlines():
+    for line in stderr.splitlines():
         fields = line.removeprefix("import time:").split("|")
         if line.startswith("import time:") and len(fields) == 3 and fields[0].strip().isdigit():
             own.append((int(fields[0]), fields[2].strip()))
     own.sort(reverse=True)
-    return {"module": module, "exit": done.returncode, "seconds": round(wall, 2), "modules": len(own),
+    return {"module": module, "exit": exit_code, "seconds": round(wall, 2), "modules": len(own),
             "own_s_sum": round(sum(us for us, _ in own) / 1e6, 2),
             "top_own_ms": [[name, round(us / 1e3, 1)] for us, name in own[:top]]}
 
 
-def write_bytecode(package: str) -> float:
-    """Seconds to write the package's bytecode with ``compileall`` on every core (files already current are only
-    checked)."""
+def write_bytecode(package: str, limit: float = BYTECODE_LIMIT_S) -> dict:
+    """The package's bytecode written by ``compileall`` on every core (files already current are only checked):
+    the seconds it took and its exit code ("timeout" past ``limit`` s)."""
     root = os.path.dirname(importlib.util.find_spec(package).origin)
-    return seconds(lambda: subprocess.run([sys.executable, "-m", "compileall", "-q", "-j", "0", root],
-                                          check=False, capture_output=True))
+    started = time.perf_counter()
+    try:
+        exit_code = subprocess.run([sys.executable, "-m", "compileall", "-q", "-j", "0", root], check=False,
+                                   capture_output=True, timeout=limit).returncode
+    except subprocess.TimeoutExpired:
+        exit_code = "timeout"
+    return {"seconds": round(time.perf_counter() - started, 2), "exit": exit_code}
 
 
 def probe(package: str, module: str) -> dict:
+    # first the bytecode an install without it lacks (the kit's: pip's --no-compile), so that the reads below and
+    # the import profile read it, as every engine's import after the first does
+    written = write_bytecode(package)
     files = bytecode_files(package)
-    record = {"python": sys.version.split()[0], "cores": os.cpu_count(), "package": package, "pyc_files": len(files),
+    record = {"python": sys.version.split()[0], "cores": os.cpu_count(), "package": package,
+              "write_bytecode": written, "pyc_files": len(files),
               "mounts": mounts({package: os.path.dirname(files[0]) if files else "/tmp", "/tmp": "/tmp",
                                 "/dev/shm": "/dev/shm"}),
               "python_loop_s": round(seconds(python_loop), 3),
@@ -141,7 +161,6 @@ def probe(package: str, module: str) -> dict:
     for name in ("json", "torch"):  # a fresh interpreter each: the interpreter's own start, then one big import
         record[f"import_{name}_s"] = round(seconds(lambda: subprocess.run(
             [sys.executable, "-c", f"import {name}"], check=False, capture_output=True)), 2)
-    record["write_bytecode_s"] = round(write_bytecode(package), 2)
     record["import_profile"] = import_profile(module)
     return record
 

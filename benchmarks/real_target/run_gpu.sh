@@ -83,10 +83,10 @@ limit_of() {
   local var="RT_LIMIT_${1^^}"; echo "${!var:-$default}"
 }
 
-wait_for_probe() {  # a phase that measures starts after host_probe.py, which runs beside setup (at most 60 s more)
-  local waited=0
+wait_for_probe() {  # a phase that measures starts after host_probe.py, which runs beside setup (at most 90 s more:
+  local waited=0   # its bytecode writing and import profile are limited to 30 and 45 s, its other parts take ~15)
   [ -e "$ROOT/host_probe.started" ] || return 0
-  while [ ! -e "$ROOT/host_probe.done" ] && [ "$waited" -lt 60 ]; do sleep 1; waited=$((waited + 1)); done
+  while [ ! -e "$ROOT/host_probe.done" ] && [ "$waited" -lt 90 ]; do sleep 1; waited=$((waited + 1)); done
 }
 
 run_phase() {

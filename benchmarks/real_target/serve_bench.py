@@ -509,9 +509,9 @@ def prompt_ids(args) -> list[list[int]]:
 
 def drafter_files(drafters: dict) -> dict:
     """Each drafter's files (its config and weights, the folder's top level) by name, as their sha256: two runs
-    served the same drafter only where these agree (drafters trained on different machines may differ in the
-    last bits, and a tree's lower-ranked drafts with them). A drafter that is no folder here is left out: its
-    arms fail at their engine's start, each with its own error."""
+    served the same drafter only where these agree (two trainings by one recipe on different machines need not
+    give the same bits, nor the same lower-ranked drafts of a tree). A drafter that is no folder here is left out:
+    its arms fail at their engine's start, each with its own error."""
     return {name: {entry: file_sha256(os.path.join(folder, entry)) for entry in sorted(os.listdir(folder))
                    if os.path.isfile(os.path.join(folder, entry))}
             for name, folder in drafters.items() if os.path.isdir(folder)}
@@ -533,6 +533,11 @@ def run_record(path: str, args, drafters: dict, environment: dict, **extra) -> d
         if asked is not None and backend != asked:
             sys.exit(f"{path}: its arms ran {backend} attention, this call asks {asked}: one file holds one "
                      "backend's arms (give another OUT)")
+        changed = sorted(name for name, files in earlier.get("drafter_files", {}).items()
+                         if name in results["drafter_files"] and results["drafter_files"][name] != files)
+        if changed:
+            sys.exit(f"{path}: its arms served other files for drafter {', '.join(changed)} than this call's "
+                     "(drafter_files): one file holds one set of drafters' arms (give another OUT)")
         results["arms"] = earlier.get("arms", {})
         if earlier.get("not_run"):  # the deadline's notes stay until a call measures their arms
             results["not_run"] = earlier["not_run"]

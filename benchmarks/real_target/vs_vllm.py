@@ -1,7 +1,8 @@
 """SGLang with this plugin against vLLM on the same GPU, target, drafters and cells (issue 38).
 
 Reads one ``serve_bench.py`` run and one ``vllm_bench.py`` run made on the same machine, one after the
-other (both committed by ``table.py import``: token ids dropped, each cell's best round kept). Every
+other, side by side on two GPUs, or on one GPU taking turns (``turns.py``) (both committed by ``table.py import``:
+token ids dropped, each cell's best round kept). Every
 figure compares like with like: each engine's EAGLE-3 arms against its own plain decoding, and the
 engines against each other at the same cell.
 
@@ -82,8 +83,11 @@ def head_to_head(sglang: dict, vllm: dict, key: str) -> list[tuple[str, tuple | 
         for drafter in sglang["drafters"] if drafter in vllm["drafters"]]
 
 
-def chain_length(shape: str) -> int | None:
-    """Draft tokens of a chain shape label ("chain 3/1/4" or "chain1 1/1/2": steps/top-k/tokens), else None."""
+def chain_length(shape: str | None) -> int | None:
+    """Draft tokens of a chain shape label ("chain 3/1/4" or "chain1 1/1/2": steps/top-k/tokens), else None (a
+    tree's, or an arm that recorded no shape)."""
+    if not shape:
+        return None
     name, numbers = shape.split(" ", 1)
     steps, topk, _ = (int(n) for n in numbers.split("/"))
     return steps if name.startswith("chain") and topk == 1 else None
@@ -110,9 +114,12 @@ def same_world(sglang: dict, vllm: dict) -> list[str]:
     for key in ("device", "target", "tokenizer", "prompts", "new_tokens", "single", "near_tie_nats", "workload"):
         if sglang.get(key) != vllm.get(key):
             problems.append(f"{key}: SGLang run {sglang.get(key)!r}, vLLM run {vllm.get(key)!r}")
-    shared = [name for name in sglang.get("drafter_files", {}) if name in vllm.get("drafter_files", {})]
-    problems += [f"drafter {name}: its files differ between the runs (drafter_files)" for name in shared
-                 if sglang["drafter_files"][name] != vllm["drafter_files"][name]]
+    theirs = vllm.get("drafter_files", {})
+    for name, ours in sglang.get("drafter_files", {}).items():
+        if name in theirs and ours != theirs[name]:
+            differ = sorted(entry for entry in set(ours) | set(theirs[name])
+                            if ours.get(entry) != theirs[name].get(entry))
+            problems.append(f"drafter {name}: its files differ between the runs ({', '.join(differ)}; drafter_files)")
     if "host" in sglang and "host" in vllm and sglang["host"] != vllm["host"]:
         problems.append(f"host: SGLang run {sglang['host']!r}, vLLM run {vllm['host']!r}")
     if not shared_batches(sglang, vllm):
@@ -219,10 +226,10 @@ def _arm_table(runs: tuple[dict, dict], drafters: list[str], batches: list[int],
 
 def parity_pairs(sglang: dict, vllm: dict, drafter: str) -> list[tuple[int, dict, dict]]:
     """(chain length, SGLang arm, vLLM arm) for each chain length both engines ran with ``drafter``."""
-    theirs = {chain_length(arm["shape"]): arm for arm in arms_of(vllm, drafter).values()}
+    theirs = {chain_length(arm.get("shape")): arm for arm in arms_of(vllm, drafter).values()}
     pairs = []
     for arm in arms_of(sglang, drafter).values():
-        k = chain_length(arm["shape"])
+        k = chain_length(arm.get("shape"))
         if k is not None and k in theirs:
             pairs.append((k, arm, theirs[k]))
     return sorted(pairs, key=lambda pair: pair[0])
@@ -337,7 +344,7 @@ def parity_and_step_cost(sglang: dict, vllm: dict) -> str:
         plain = results["arms"]["plain"]["cells"]
         costs[engine_label(results)] = [
             cost for drafter in drafters for arm in arms_of(results, drafter).values()
-            if chain_length(arm["shape"]) == 1 for b in batches
+            if chain_length(arm.get("shape")) == 1 for b in batches
             for cost in [step_cost(arm["cells"].get(f"batch{b}/greedy"), plain.get(f"batch{b}/greedy"))]
             if cost is not None]
     if all(costs.values()):
