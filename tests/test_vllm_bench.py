@@ -8,10 +8,10 @@ import json
 import os
 import re
 import subprocess
-from types import SimpleNamespace
 import sys
 import textwrap
 import time
+from types import SimpleNamespace
 
 import pytest
 

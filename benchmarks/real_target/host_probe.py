@@ -48,9 +48,13 @@ def python_loop() -> None:
         total += i * i
 
 
+def package_root(package: str) -> str:
+    return os.path.dirname(importlib.util.find_spec(package).origin)
+
+
 def bytecode_files(package: str) -> list[str]:
     """Up to FILES of the package's bytecode files (written by an earlier import)."""
-    root = os.path.dirname(importlib.util.find_spec(package).origin)
+    root = package_root(package)
     found = []
     for folder, _, names in os.walk(root):
         found += [os.path.join(folder, name) for name in names if name.endswith(".pyc")]
@@ -103,15 +107,7 @@ def import_profile(module: str, top: int = 15, limit: float = IMPORT_LIMIT_S) ->
     the sum of their own times, and the ``top`` modules by own time (ms), from the lines Python writes to stderr
     (``import time: SELF_US | CUMULATIVE_US | NAME``); an import still running after ``limit`` s is stopped
     (``exit`` "timeout", its lines so far counted)."""
-    started = time.perf_counter()
-    try:
-        done = subprocess.run([sys.executable, "-X", "importtime", "-c", f"import {module}"], capture_output=True,
-                              text=True, check=False, timeout=limit)
-        exit_code, stderr = done.returncode, done.stderr
-    except subprocess.TimeoutExpired as stopped:
-        exit_code = "timeout"
-        stderr = stopped.stderr.decode(errors="replace") if isinstance(stopped.stderr, bytes) else stopped.stderr or ""
-    wall = time.perf_counter() - started
+    exit_code, stderr, wall = run_limited(["-X", "importtime", "-c", f"import {module}"], limit)
     own = []
     for line in stderr.splitlines():
         fields = line.removeprefix("import time:").split("|")
@@ -126,14 +122,22 @@ def import_profile(module: str, top: int = 15, limit: float = IMPORT_LIMIT_S) ->
 def write_bytecode(package: str, limit: float = BYTECODE_LIMIT_S) -> dict:
     """The package's bytecode written by ``compileall`` on every core (files already current are only checked):
     the seconds it took and its exit code ("timeout" past ``limit`` s)."""
-    root = os.path.dirname(importlib.util.find_spec(package).origin)
+    exit_code, _, wall = run_limited(["-m", "compileall", "-q", "-j", "0", package_root(package)], limit)
+    return {"seconds": round(wall, 2), "exit": exit_code}
+
+
+def run_limited(arguments: list[str], limit: float) -> tuple[int | str, str, float]:
+    """This interpreter run afresh with ``arguments``, stopped after ``limit`` s: its exit code ("timeout" where
+    stopped), what it wrote to stderr by then, and its wall time."""
     started = time.perf_counter()
     try:
-        exit_code = subprocess.run([sys.executable, "-m", "compileall", "-q", "-j", "0", root], check=False,
-                                   capture_output=True, timeout=limit).returncode
-    except subprocess.TimeoutExpired:
+        done = subprocess.run([sys.executable, *arguments], capture_output=True, text=True, check=False,
+                              timeout=limit)
+        exit_code, stderr = done.returncode, done.stderr
+    except subprocess.TimeoutExpired as stopped:  # its output so far, as bytes whatever text= asked
         exit_code = "timeout"
-    return {"seconds": round(time.perf_counter() - started, 2), "exit": exit_code}
+        stderr = stopped.stderr.decode(errors="replace") if isinstance(stopped.stderr, bytes) else stopped.stderr or ""
+    return exit_code, stderr, time.perf_counter() - started
 
 
 def probe(package: str, module: str) -> dict:

@@ -255,19 +255,20 @@ def end_group(process, grace: float = 30) -> None:
 
 
 def receive(connection, process, timeout: float):
-    """The child's next answer; {"failed": ...} when its process dies or ``timeout`` s pass first."""
+    """The child's next answer; {"failed": ...} when its process dies or ``timeout`` s pass first (the caller ends
+    its process group, inside its turn)."""
     started = time.perf_counter()
     while not connection.poll(5):
         if not process.is_alive():
             return {"failed": f"engine process exited ({process.exitcode})"}
         if time.perf_counter() - started > timeout:
-            end_group(process, grace=0)
             return {"failed": f"no answer after {timeout:.0f} s"}
     try:
         return connection.recv()
     except EOFError:  # the host ended and its end of the pipe with it (the parent closed its copy)
         process.join(timeout=5)
         return {"failed": f"engine process exited ({process.exitcode})"}
+
 
 class EngineGone(Exception):
     """An arm's engine host ended, or did not answer in time, in the middle of its cells."""
@@ -298,6 +299,42 @@ class Link:
         if isinstance(answer, dict) and set(answer) == {"failed"}:
             raise EngineGone(answer["failed"])
         return answer
+
+
+def engine_turns(record: dict, process, parent, child, turns_path: str | None, start_timeout: float,
+                 cell_timeout: float, measure) -> tuple | None:
+    """One arm's engine through its two turns (turns.py; with no lock file, nothing to wait for), for both
+    benchmarks: the host started and its answer that it is ready read, then ``measure(link, cells)`` filling
+    ``cells`` through a :class:`Link` and the engine shut down. Records ``start_s``, the host's load over the arm's
+    last minute (it slows a host-bound step, a small target's), whether the engine's process ended within 60 s of
+    its shutdown, and the turns' waits. A failed start or cell is recorded and its engine's process group ended
+    inside its turn, so that none dies beside the other benchmark's measurement. Returns (the ready answer, the
+    cells), or None where the arm failed."""
+    with turns.turn("start", turns_path) as waited:
+        started = time.perf_counter()
+        process.start()
+        child.close()  # the host's end is the host's: its exit is then an end of file here, not a silence
+        answer = receive(parent, process, start_timeout)
+        record["start_s"] = round(time.perf_counter() - started, 1)
+        if isinstance(answer, dict) and "failed" in answer:
+            record["failed"] = answer["failed"]
+            end_group(process)
+            return None
+    with turns.turn("measure", turns_path) as measure_waited:
+        cells = {}
+        try:
+            measure(Link(parent, process, cell_timeout), cells)
+        except EngineGone as gone:
+            stopped(record, cells, gone, process)
+            return None
+        record["load_average"] = [round(load, 2) for load in os.getloadavg()]
+        parent.send(None)
+        process.join(timeout=60)
+        record["engine_exited"] = process.exitcode is not None
+        end_group(process, grace=0)
+    if waited is not None:  # turns with another engine on this GPU: the seconds each turn was waited for
+        record["turn_waits_s"] = {"start": round(waited, 1), "measure": round(measure_waited, 1)}
+    return answer, cells
 
 
 def start_parts(entered: float, built: float) -> str:
@@ -356,33 +393,11 @@ def measure_arm(name: str, args, ids, drafters: dict, plain: dict | None) -> dic
                                                   engine_batch_sizes(args.batches, args.drift),
                                                   args.context_length, args.tokenizer is not None,
                                                   args.attention_backend, args.engine_log_level, args.kv_tokens))
-    # a failed start or cell is ended inside its turn: no engine of this arm dies beside the other's measurement
-    with turns.turn("start", args.turns) as waited:
-        started = time.perf_counter()
-        process.start()
-        child.close()  # the host's end is the host's: its exit is then an end of file here, not a silence
-        answer = receive(parent, process, args.start_timeout)
-        record["start_s"] = round(time.perf_counter() - started, 1)
-        if answer != "ready":
-            record["failed"] = answer["failed"]
-            end_group(process)
-            return record
-    with turns.turn("measure", args.turns) as measure_waited:
-        cells = {}
-        try:
-            measure_cells(Link(parent, process, CELL_TIMEOUT_S), cells, args, ids, name)
-        except EngineGone as gone:
-            return stopped(record, cells, gone, process)
-        # what ran beside the engine, which slows a host-bound step (a small target's): the host's load over the
-        # arm's last minute (1, 5, 15 min averages), and whether the engine's process ended, or runs on beside the
-        # next arm (ended here if it has not within 60 s)
-        record["load_average"] = [round(load, 2) for load in os.getloadavg()]
-        parent.send(None)
-        process.join(timeout=60)
-        record["engine_exited"] = process.exitcode is not None
-        end_group(process, grace=0)
-    if waited is not None:  # turns with another engine on this GPU (turns.py): the seconds each turn was waited for
-        record["turn_waits_s"] = {"start": round(waited, 1), "measure": round(measure_waited, 1)}
+    served = engine_turns(record, process, parent, child, args.turns, args.start_timeout, CELL_TIMEOUT_S,
+                          lambda link, cells: measure_cells(link, cells, args, ids, name))
+    if served is None:
+        return record
+    _, cells = served
     record["serving_compiles"] = serving_compiles(log_path)
     for cell in cells.values():
         cell["tok_s_median"] = round(statistics.median(cell["tok_s"]), 1)

@@ -55,7 +55,6 @@ sys.path.insert(0, HERE)
 sys.path.append(os.path.dirname(os.path.dirname(HERE)))  # this checkout's package, if it is not staged
 import engines  # noqa: E402
 import serve_bench  # noqa: E402  (cells, agreement rule, modes: the SGLang side's own definitions)
-import turns  # noqa: E402
 from results_file import save_json  # noqa: E402  (benchmarks/gpu, put on sys.path by serve_bench)
 
 CHAINS = (1, 2, 3, 4)
@@ -250,28 +249,12 @@ def measure_arm(name: str, args, ids, drafters: dict, plain: dict | None) -> dic
     parent, child = context.Pipe()
     log_path = os.path.join(args.out, "vllm_" + name.replace("/", "_") + ".log")
     process = context.Process(target=host, args=(child, kwargs, log_path, args.batches))
-    # a failed start or cell is ended inside its turn: no engine of this arm dies beside the other's measurement
-    with turns.turn("start", args.turns) as waited:
-        started = time.perf_counter()
-        process.start()
-        child.close()  # the host's end is the host's: its exit is then an end of file here, not a silence
-        answer = serve_bench.receive(parent, process, START_TIMEOUT_S)
-        record["start_s"] = round(time.perf_counter() - started, 1)
-        if "failed" in answer:
-            record["failed"] = answer["failed"]
-            serve_bench.end_group(process)
-            return record
+    served = serve_bench.engine_turns(record, process, parent, child, args.turns, START_TIMEOUT_S, CELL_TIMEOUT_S,
+                                      lambda link, cells: measure_cells(link, cells, args, ids, name))
+    if served is None:
+        return record
+    answer, cells = served
     record["speculative"] = answer["speculative"]
-    with turns.turn("measure", args.turns) as measure_waited:
-        cells = {}
-        try:
-            measure_cells(serve_bench.Link(parent, process, CELL_TIMEOUT_S), cells, args, ids, name)
-        except serve_bench.EngineGone as gone:
-            return serve_bench.stopped(record, cells, gone, process)
-        parent.send(None)
-        serve_bench.end_group(process, grace=60)
-    if waited is not None:  # turns with another engine on this GPU (turns.py): the seconds each turn was waited for
-        record["turn_waits_s"] = {"start": round(waited, 1), "measure": round(measure_waited, 1)}
     for cell in cells.values():
         finish_cell(cell)
     serve_bench.compare_cells(cells, plain, args.batches, name == "plain")

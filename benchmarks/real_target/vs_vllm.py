@@ -80,7 +80,7 @@ def head_to_head(sglang: dict, vllm: dict, key: str) -> list[tuple[str, tuple | 
 
     return [("plain decoding", plain(sglang), plain(vllm))] + [
         (DRAFTER_NAMES.get(drafter, drafter), best_arm(sglang, drafter, key), best_arm(vllm, drafter, key))
-        for drafter in sglang["drafters"] if drafter in vllm["drafters"]]
+        for drafter in shared_drafters(sglang, vllm)]
 
 
 def chain_length(shape: str | None) -> int | None:
@@ -139,6 +139,11 @@ def placement(sglang: dict, vllm: dict) -> str:
     return "one after the other on the same machine"
 
 
+def shared_drafters(sglang: dict, vllm: dict) -> list[str]:
+    """The drafters both runs served, in the SGLang run's order: the only ones compared."""
+    return [drafter for drafter in sglang["drafters"] if drafter in vllm["drafters"]]
+
+
 def shared_batches(sglang: dict, vllm: dict) -> list[int]:
     """The batch sizes both runs measured, the only ones compared (one run may also serve another page:
     ``serve_bench.py`` measures batch 4 and 32 as well for the adaptive-shape pages)."""
@@ -150,7 +155,7 @@ def markdown(sglang: dict, vllm: dict) -> str:
     if problems:
         raise ValueError("the two runs are not side by side: " + "; ".join(problems))
     batches = shared_batches(sglang, vllm)
-    drafters = [d for d in sglang["drafters"] if d in vllm["drafters"]]
+    drafters = shared_drafters(sglang, vllm)
     larger = [str(b) for b in batches if b > 1]
     cells = [f"batch 1: {sglang['single']} prompts one at a time"] if 1 in batches else []
     if larger:
@@ -254,10 +259,16 @@ def _ratio(ours: dict | None, theirs: dict | None) -> str:
     return f"{ours['tok_s_median'] / theirs['tok_s_median']:.2f}"
 
 
-def _parity(ours: dict | None, theirs: dict | None) -> str:
+def accept_pair(ours: dict | None, theirs: dict | None) -> tuple[float, float] | None:
+    """Both engines' acceptance length in one cell, where both measured one."""
     if ours is None or theirs is None or "accept_length" not in ours or "accept_length" not in theirs:
-        return "-"
-    return f"{ours['accept_length']:.2f} / {theirs['accept_length']:.2f}"
+        return None
+    return ours["accept_length"], theirs["accept_length"]
+
+
+def _parity(ours: dict | None, theirs: dict | None) -> str:
+    pair = accept_pair(ours, theirs)
+    return "-" if pair is None else f"{pair[0]:.2f} / {pair[1]:.2f}"
 
 
 def headline(sglang: dict, vllm: dict, sources: tuple[str, str]) -> str:
@@ -329,12 +340,14 @@ def parity_and_step_cost(sglang: dict, vllm: dict) -> str:
     first says whether they read the drafters alike, the second why one engine's speculation pays where the
     other's does not."""
     batches = shared_batches(sglang, vllm)
-    drafters = [d for d in sglang["drafters"] if d in vllm["drafters"]]
-    gaps = [abs(ours["accept_length"] - theirs["accept_length"])
-            for drafter in drafters for _, our_arm, their_arm in parity_pairs(sglang, vllm, drafter)
-            for b in batches for mode in MODES
-            for ours, theirs in [(our_arm["cells"].get(f"batch{b}/{mode}"), their_arm["cells"].get(f"batch{b}/{mode}"))]
-            if ours and theirs and "accept_length" in ours and "accept_length" in theirs]
+    drafters = shared_drafters(sglang, vllm)
+    gaps = []
+    for drafter in drafters:
+        for _, our_arm, their_arm in parity_pairs(sglang, vllm, drafter):
+            for key in (f"batch{b}/{mode}" for b in batches for mode in MODES):
+                pair = accept_pair(our_arm["cells"].get(key), their_arm["cells"].get(key))
+                if pair is not None:
+                    gaps.append(abs(pair[0] - pair[1]))
     words = []
     if gaps:
         words.append(f"At equal chain length the two engines' acceptance lengths lie within {max(gaps):.2f} of each "
@@ -342,11 +355,11 @@ def parity_and_step_cost(sglang: dict, vllm: dict) -> str:
     costs = {}
     for results in (sglang, vllm):
         plain = results["arms"]["plain"]["cells"]
-        costs[engine_label(results)] = [
-            cost for drafter in drafters for arm in arms_of(results, drafter).values()
-            if chain_length(arm.get("shape")) == 1 for b in batches
-            for cost in [step_cost(arm["cells"].get(f"batch{b}/greedy"), plain.get(f"batch{b}/greedy"))]
-            if cost is not None]
+        chain1 = [arm for drafter in drafters for arm in arms_of(results, drafter).values()
+                  if chain_length(arm.get("shape")) == 1]
+        found = [step_cost(arm["cells"].get(f"batch{b}/greedy"), plain.get(f"batch{b}/greedy"))
+                 for arm in chain1 for b in batches]
+        costs[engine_label(results)] = [cost for cost in found if cost is not None]
     if all(costs.values()):
         words.append("a chain-1 step costs " + " and ".join(
             f"{label} {min(values):.2f}-{max(values):.2f}" for label, values in costs.items())
