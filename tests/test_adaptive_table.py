@@ -74,9 +74,10 @@ def test_committed_page_holds_the_tables_its_run_generates(page, run_file, draft
     assert adaptive_table.markdown(results, drafter) in (RESULTS / page).read_text()
 
 
-def test_committed_diagnostics_page_holds_the_overhead_table_its_run_generates():
-    results = json.loads((RESULTS / "adaptive/diagnostics_real-target_h200-fa3_sglang-0.5.23.json").read_text())
-    page = (RESULTS / "adaptive/diagnostics_real-target_h200-fa3.md").read_text()
+@pytest.mark.parametrize("name", ["diagnostics", "diagnostics-hold"])
+def test_committed_diagnostics_page_holds_the_overhead_table_its_run_generates(name):
+    results = json.loads((RESULTS / f"adaptive/{name}_real-target_h200-fa3_sglang-0.5.23.json").read_text())
+    page = (RESULTS / f"adaptive/{name}_real-target_h200-fa3.md").read_text()
     assert adaptive_table.overhead(results, "speculators") in page
 
 
