@@ -100,3 +100,24 @@ def test_diagnostic_arms_are_no_fixed_shape_and_the_overhead_table_sets_them_bes
     assert "| batch64/greedy | 700 (0.00) | 0% | - | - | - | 850 (x1.21, 0.00) | 900 (x1.29, 0.00) |" in text
     del results["arms"]["d/chain/plugin"]
     assert adaptive_table.overhead(results, "d").startswith("no chain arm of drafter d")
+
+
+def test_off_arms_are_set_beside_plain_decoding_at_batch_1_and_left_out_of_the_verdict():
+    """serve_bench's off arms (each off at batch 1 by one path) are no fixed shape: the verdict would otherwise
+    take one for the best; the off table gives each one's tok/s against plain decoding's, its ms a token and its
+    acceptance length, batch-1 cells only."""
+    results = run()
+    results["arms"]["d/off-verify/plugin"] = {"arm": "d/off-verify/plugin", "cells": {
+        "batch1/greedy": {**cell(40, 50, 60), "accept_length": 1.0},
+        "batch64/greedy": {**cell(5000, 5000, 5000), "accept_length": 2.0}}}
+    results["arms"]["d/off-graph-skip/plugin"] = {"arm": "d/off-graph-skip/plugin", "cells": {
+        "batch1/sampled": {**cell(80, 80, 80), "accept_length": 1.0}}}
+    assert adaptive_table.verdict(results, "d", "batch64/greedy")["best_fixed"] == "chain"  # not off-verify's 5000
+    text = adaptive_table.off(results, "d")
+    assert ("| cell | plain decoding | spread | stock's width-1 verify + draft extend | plain step, graphed |"
+            in text)
+    assert "| batch1/greedy | 100 (10.00 ms) | 10% | 50 (x0.50, 20.00 ms, 1.00) | - |" in text
+    assert "| batch1/sampled | 100 (10.00 ms) | 10% | - | 80 (x0.80, 12.50 ms, 1.00) |" in text
+    assert "batch64" not in text and "off-skip" not in text
+    del results["arms"]["d/off-verify/plugin"], results["arms"]["d/off-graph-skip/plugin"]
+    assert adaptive_table.off(results, "d").startswith("no off arm of drafter d")

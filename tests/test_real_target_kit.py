@@ -132,10 +132,11 @@ def test_every_default_arm_is_one_the_benchmarks_know():
     assert set(plan["serve"]["arms"].split(",")) == {"plain"} | {
         f"{drafter}/{shape}/plugin" for drafter in DRAFTERS for shape in ("chain1", "chain", "wide")}
     assert set(vllm_arms) == {"plain"} | {f"{drafter}/k{k}/vllm" for drafter in DRAFTERS for k in (1, 3)}
-    # section 14's diagnostics: the pinned arms and the fixed chain they are set against, plain decoding last
+    # section 17's diagnostics: every off path, the graphed one first and plain decoding, their reference, next
     adaptive = plan["adaptive"]["arms"].split(",")
-    assert adaptive[0] == "speculators/chain/plugin" and adaptive[-1] == "plain"
-    assert {f"speculators/{name}/plugin" for name in serve_bench.DIAGNOSTICS} <= set(adaptive)
+    assert adaptive[:2] == ["speculators/off-graph/plugin", "plain"] and "speculators/adaptive/plugin" in adaptive
+    assert {f"speculators/{name}/plugin" for name in serve_bench.DIAGNOSTICS if name.startswith("off-")} <= set(
+        adaptive)
 
 
 @pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="needs Linux CPU affinity")

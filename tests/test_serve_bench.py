@@ -11,6 +11,7 @@ import pytest
 
 from sglang_eagle_ext import env
 from sglang_eagle_ext.sglang.compat.adaptive_shape import ENV_SWITCH
+from sglang_eagle_ext.sglang.compat.plain_off import OFF_SWITCH
 from tests.conftest import needs_sglang
 from tests.script_module import load_siblings
 
@@ -163,6 +164,26 @@ def test_the_diagnostics_pin_each_policy_to_the_fixed_chain_and_are_left_out_of_
         engines.Shape("off-launch", 3, 1, 4, policy="cost", candidates=(1,))
     with pytest.raises(ValueError, match="need a policy"):
         engines.Shape("no-policy", 3, 1, 4, candidates=(3,))
+
+
+def test_off_arms_are_off_at_batch_1_only_each_by_its_path():
+    """The off diagnostics: speculation off at batch 1 and chain 1 above it (SGLang's slots: a batch takes the
+    nearest key's candidates; the launch depth must be one of them), each under its path's switches."""
+    for name, path in (("off-verify", "stock"), ("off-skip", "stock"), ("off-eager", "eager"),
+                       ("off-graph", "plain"), ("off-graph-skip", "plain")):
+        shape = serve_bench.DIAGNOSTICS[name]
+        assert (shape.steps, shape.topk, shape.draft_tokens) == (1, 1, 2)
+        assert shape.adaptive_config() == {"1": {"candidate_steps": [0]}, "2": {"candidate_steps": [1]}}
+        skips = shape.environment().get("SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND") == "1"
+        assert skips == name.endswith("skip")
+        # stock's policy binds no plain step (stock's width-1 verify); under this package's the off switch, at its
+        # default (plain: the graphs) where unset, says how the plain step runs
+        if path == "stock":
+            assert shape.environment()[ENV_SWITCH] in env.OFF
+        else:
+            assert shape.environment()[ENV_SWITCH] in env.ON and shape.environment().get(OFF_SWITCH, "plain") == path
+    with pytest.raises(ValueError, match=r"candidates \[0, 1\] need a policy and the launch depth 3"):
+        engines.Shape("off-launch", 3, 1, 4, policy="cost", candidates={1: (0,), 2: (1,)})
 
 
 @pytest.mark.parametrize("shape, switch, config, traced", [

@@ -14,15 +14,17 @@ sizes and, with ``--drift``, in a cell whose batch falls from 64 to 1. Per cell 
   ratio counts as below only past ``1 - spread`` and as ahead only past ``1 + spread``.
 
 ``serve_bench.py``'s diagnostic arms (:data:`DIAGNOSTICS`: each policy pinned to chain 3/1/4, this package's
-without its trace, this package's held at 3/1/4 among four depths) are no fixed shape and no policy under test:
-the verdict leaves them out, and ``overhead`` sets them, with the two policies, beside the fixed ``chain`` 3/1/4
-(:func:`overhead`): what the adaptive path costs a step where the shape does not change.
+without its trace, this package's held at 3/1/4 among four depths; each off at batch 1 by one path) are no fixed
+shape and no policy under test: the verdict leaves them out, ``overhead`` sets the first kind, with the two
+policies, beside the fixed ``chain`` 3/1/4 (:func:`overhead`): what the adaptive path costs a step where the shape
+does not change, and ``off`` sets the second beside plain decoding (:func:`off`): where an off step's time goes.
 
 usage::
 
     python3 benchmarks/real_target/adaptive_table.py markdown RUN.json DRAFTER   # the page
     python3 benchmarks/real_target/adaptive_table.py plot RUN.json DRAFTER OUT.png   # needs matplotlib
     python3 benchmarks/real_target/adaptive_table.py overhead RUN.json DRAFTER   # the diagnostics' table
+    python3 benchmarks/real_target/adaptive_table.py off RUN.json DRAFTER   # where speculation off's step goes
 """
 
 from __future__ import annotations
@@ -36,10 +38,15 @@ from table import NOISE_FLOOR, spread
 MODES = {"greedy": "greedy", "sampled": "T 0.7, top-p 0.9"}
 POLICIES = {"adaptive": "adaptive (this package)", "stock-adaptive": "stock's adaptive"}
 DEFAULT_SHAPE = "tree"  # SGLang's own choice for a Llama target when no shape is given (5/4/8)
-# serve_bench.DIAGNOSTICS' arms, as the overhead table heads them; the fixed shape they run is OVERHEAD_REFERENCE
-DIAGNOSTICS = {"pin3-stock": "stock's pinned", "pin3-cost": "ours pinned",
-               "pin3-cost-untraced": "ours pinned, no trace", "adaptive-untraced": "adaptive, no trace",
-               "hold3": "ours held at 3 of 4 depths"}
+# serve_bench.DIAGNOSTICS' arms as the overhead table heads them (the fixed shape they run: OVERHEAD_REFERENCE) and
+# as the off table does (each off at batch 1)
+OVERHEAD_ARMS = {"pin3-stock": "stock's pinned", "pin3-cost": "ours pinned",
+                 "pin3-cost-untraced": "ours pinned, no trace", "adaptive-untraced": "adaptive, no trace",
+                 "hold3": "ours held at 3 of 4 depths"}
+OFF_ARMS = {"off-verify": "stock's width-1 verify + draft extend", "off-skip": "stock's width-1 verify",
+            "off-eager": "plain step, eager + draft extend", "off-graph": "plain step, graphed + draft extend",
+            "off-graph-skip": "plain step, graphed"}
+DIAGNOSTICS = {**OVERHEAD_ARMS, **OFF_ARMS}
 OVERHEAD_REFERENCE = "chain"
 
 
@@ -131,8 +138,8 @@ def overhead(results: dict, drafter: str) -> str:
     reference = arms.get(OVERHEAD_REFERENCE)
     if reference is None:
         return f"no {OVERHEAD_REFERENCE} arm of drafter {drafter}: nothing to set the diagnostics beside"
-    columns = [shape for shape in (*DIAGNOSTICS, *POLICIES) if shape in arms]
-    heads = {**DIAGNOSTICS, **POLICIES}
+    columns = [shape for shape in (*OVERHEAD_ARMS, *POLICIES) if shape in arms]
+    heads = {**OVERHEAD_ARMS, **POLICIES}
     lines = [f"{results['device']}, SGLang {results['sglang']} (commit {results['commit']}), {results['date']}; "
              f"drafter {drafter}; output tok/s (the median of {results['rounds']} rounds), then x {OVERHEAD_REFERENCE} "
              f"3/1/4's and the acceptance length. Spread: the {OVERHEAD_REFERENCE} arm's own rounds.", "",
@@ -146,6 +153,36 @@ def overhead(results: dict, drafter: str) -> str:
                           f"{arm_cell['tok_s_median']:,.0f} (x{arm_cell['tok_s_median'] / base['tok_s_median']:.2f}, "
                           f"{arm_cell.get('accept_length', 0):.2f})")
         lines.append(f"| {key} | {base['tok_s_median']:,.0f} ({base.get('accept_length', 0):.2f}) | "
+                     f"{spread(base['tok_s']):.0%} | " + " | ".join(values) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def off(results: dict, drafter: str) -> str:
+    """Per batch-1 cell, plain decoding's tok/s and ms a token, then each off arm's (:data:`OFF_ARMS`, speculation
+    off at batch 1 by one path each): its tok/s, its ratio to plain decoding's, its ms a token (at batch 1 one
+    request runs, so 1000 / tok/s: the step, prefill and scheduling included) and its acceptance length, which
+    is 1 where the arm ran off throughout. Spread: plain decoding's own rounds."""
+    arms = arms_by_shape(results, drafter)
+    columns = [shape for shape in OFF_ARMS if shape in arms]
+    if not columns:
+        return f"no off arm of drafter {drafter} ({', '.join(OFF_ARMS)})"
+    lines = [f"{results['device']}, SGLang {results['sglang']} (commit {results['commit']}), {results['date']}; "
+             f"drafter {drafter}, speculation off at batch 1; output tok/s (the median of {results['rounds']} "
+             "rounds), then x plain decoding's, ms a token and the acceptance length. Spread: plain decoding's "
+             "own rounds.", "",
+             "| cell | plain decoding | spread | " + " | ".join(OFF_ARMS[shape] for shape in columns) + " |",
+             "|" + "---|" * (3 + len(columns))]
+    for key in (f"batch1/{mode}" for mode in MODES):
+        base = results["arms"]["plain"]["cells"].get(key)
+        if base is None:
+            continue
+        values = []
+        for shape in columns:
+            arm_cell = arms[shape]["cells"].get(key)
+            values.append("-" if arm_cell is None else
+                          f"{arm_cell['tok_s_median']:,.0f} (x{arm_cell['tok_s_median'] / base['tok_s_median']:.2f}, "
+                          f"{1e3 / arm_cell['tok_s_median']:.2f} ms, {arm_cell.get('accept_length', 0):.2f})")
+        lines.append(f"| {key} | {base['tok_s_median']:,.0f} ({1e3 / base['tok_s_median']:.2f} ms) | "
                      f"{spread(base['tok_s']):.0%} | " + " | ".join(values) + " |")
     return "\n".join(lines) + "\n"
 
@@ -183,11 +220,12 @@ def plot(results: dict, drafter: str, path: str) -> None:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) in (3, 4) and argv[0] in ("markdown", "plot", "overhead"):
+    tables = {"markdown": markdown, "overhead": overhead, "off": off}
+    if len(argv) in (3, 4) and argv[0] in (*tables, "plot"):
         with open(argv[1], encoding="utf-8") as handle:
             results = json.load(handle)
-        if argv[0] in ("markdown", "overhead") and len(argv) == 3:
-            print((markdown if argv[0] == "markdown" else overhead)(results, argv[2]), end="")
+        if argv[0] in tables and len(argv) == 3:
+            print(tables[argv[0]](results, argv[2]), end="")
             return 0
         if argv[0] == "plot" and len(argv) == 4:
             plot(results, argv[2], argv[3])

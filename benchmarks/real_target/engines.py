@@ -18,7 +18,7 @@ import os
 import platform
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sglang_eagle_ext.sglang.compat.adaptive_shape import ENV_SWITCH as ADAPTIVE_SWITCH
 from sglang_eagle_ext.sglang.plugin import SWITCH as PLUGIN_SWITCH  # noqa: F401 ("0": stock's own class)
@@ -32,37 +32,45 @@ class Shape:
     """A drafting shape: SGLang's --speculative-num-steps / -eagle-topk / -num-draft-tokens; with ``policy``,
     the deepest of the depths SGLang's --speculative-adaptive switches between per step, chosen by this
     package's cost policy (``"cost"``, SGLANG_EAGLE_EXT_ADAPTIVE=1) or by stock's (``"stock"``). ``candidates``:
-    the depths the policy may choose at every batch size (:meth:`adaptive_config`; empty: the policy's own
+    the depths the policy may choose at every batch size, or per batch size as ``{batch: depths}`` (a batch
+    takes the nearest key's, as SGLang's slots do) (:meth:`adaptive_config`; empty: the policy's own
     defaults); one depth pins it, so that the adaptive engine runs one shape as a fixed engine does and the two
     differ only by the adaptive path's per-step work. ``trace``: this package's policy writes its record of
-    every step (``SGLANG_EAGLE_EXT_ADAPTIVE_TRACE``)."""
+    every step (``SGLANG_EAGLE_EXT_ADAPTIVE_TRACE``). ``env``: further environment its engine runs under."""
 
     name: str
     steps: int
     topk: int
     draft_tokens: int
     policy: str | None = None
-    candidates: tuple[int, ...] = ()
+    candidates: tuple[int, ...] | dict[int, tuple[int, ...]] = ()
     trace: bool = True
+    env: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.policy is not None and self.policy not in POLICY_SWITCH_VALUES:
             raise ValueError(f"shape {self.name}: policy {self.policy!r} is not one of {sorted(POLICY_SWITCH_VALUES)}")
-        if self.candidates and (self.policy is None or self.steps not in self.candidates):
-            raise ValueError(f"shape {self.name}: candidates {list(self.candidates)} need a policy and the launch "
+        slots = self.candidates.values() if isinstance(self.candidates, dict) else [self.candidates]
+        every = sorted({depth for depths in slots for depth in depths})
+        if every and (self.policy is None or self.steps not in every):
+            raise ValueError(f"shape {self.name}: candidates {every} need a policy and the launch "
                              f"depth {self.steps} among them (SGLang's --speculative-adaptive refuses it otherwise)")
 
     def label(self) -> str:
         return f"{self.name} {self.steps}/{self.topk}/{self.draft_tokens}"
 
     def environment(self) -> dict:
-        """The switch of the depth policy this shape runs under (none for a fixed shape)."""
-        return {} if self.policy is None else {ADAPTIVE_SWITCH: POLICY_SWITCH_VALUES[self.policy]}
+        """The switch of the depth policy this shape runs under (none for a fixed shape), and ``env``."""
+        return {**({} if self.policy is None else {ADAPTIVE_SWITCH: POLICY_SWITCH_VALUES[self.policy]}), **self.env}
 
     def adaptive_config(self) -> dict | None:
         """SGLang's ``--speculative-adaptive-config`` for ``candidates`` (its file format, which this package's
-        policy reads too: one batch-size key, so every batch size): None for the policy's own defaults."""
-        return {"1": {"candidate_steps": list(self.candidates)}} if self.candidates else None
+        policy reads too: a batch-size key per slot, one for every batch size): None for the policy's own
+        defaults."""
+        if not self.candidates:
+            return None
+        slots = self.candidates if isinstance(self.candidates, dict) else {1: self.candidates}
+        return {str(batch): {"candidate_steps": list(depths)} for batch, depths in sorted(slots.items())}
 
 
 def device() -> str:

@@ -12,7 +12,7 @@
 # on a two-GPU machine SGLang on GPU 0 and vLLM on GPU 1 (RT_GPU_*), on one GPU both on it, taking turns
 # (turns.py: their starts overlap, each measures alone) with KV pools of a set size (RT_GPUS: the GPUs lent, else
 # nvidia-smi's count). A phase "adaptive" after them runs
-# issue 39's diagnostic arms (docs/adaptive-shape.md section 14) on GPU 0 with the whole host. Without vllm,
+# issue 39's diagnostic arms (docs/adaptive-shape.md sections 14-17) on GPU 0 with the whole host. Without vllm,
 # vLLM is not installed (its bundles need not be on the machine).
 # Every arm must end before the lease does: the last phase's --deadline is the lease's end less RT_TAIL (default
 # 45 s, for the last `wait` to pack and return); an earlier phase's is that less the shares of the phases after
@@ -62,8 +62,9 @@ export RT_GPU_ADAPTIVE="${RT_GPU_ADAPTIVE:-0}"
 # 6 cells of the fourth run and the seventh run's deadline dropped it), the trees last
 SERVE_ARMS="${RT_SERVE_ARMS:-plain,speculators/chain1/plugin,speculators/chain/plugin,specforge/chain1/plugin,specforge/chain/plugin,speculators/wide/plugin,specforge/wide/plugin}"
 VLLM_ARMS="${RT_VLLM_ARMS:-plain,speculators/k3/vllm,speculators/k1/vllm,specforge/k1/vllm,specforge/k3/vllm}"
-# sections 14-15's order: the reference first, the arms that decide next, plain decoding (for the verdict page) last
-ADAPTIVE_ARMS="${RT_ADAPTIVE_ARMS:-speculators/chain/plugin,speculators/pin3-cost/plugin,speculators/hold3/plugin,speculators/pin3-stock/plugin,speculators/pin3-cost-untraced/plugin,speculators/adaptive/plugin,speculators/stock-adaptive/plugin,speculators/adaptive-untraced/plugin,plain}"
+# docs/adaptive-shape.md section 17's order (sections 14-16's arms: RT_ADAPTIVE_ARMS): speculation off by the plain
+# decode graphs, plain decoding (the off table's reference), the policy with them, then the other off paths
+ADAPTIVE_ARMS="${RT_ADAPTIVE_ARMS:-speculators/off-graph/plugin,plain,speculators/adaptive/plugin,speculators/off-graph-skip/plugin,speculators/off-verify/plugin,speculators/off-eager/plugin,speculators/off-skip/plugin}"
 SERVE_END=$(( END - ADAPTIVE_SHARE - VLLM_SHARE )); VLLM_END=$(( END - ADAPTIVE_SHARE )); ADAPTIVE_END=$END
 for phase in serve vllm adaptive; do
   has_phase "$phase" || continue

@@ -65,6 +65,7 @@ from table import attention_backend  # noqa: E402
 from sglang_eagle_ext.demo.run import NEAR_TIE, first_departure  # noqa: E402
 from sglang_eagle_ext.targets import file_sha256  # noqa: E402
 from sglang_eagle_ext.sglang.compat.adaptive_shape import TRACE_SWITCH  # noqa: E402
+from sglang_eagle_ext.sglang.compat.plain_off import OFF_SWITCH  # noqa: E402
 
 SHAPES = {shape.name: shape for shape in (engines.Shape("chain", 3, 1, 4), engines.Shape("tree", 5, 4, 8),
                                           engines.Shape("wide", 6, 8, 32), engines.Shape("chain1", 1, 1, 2),
@@ -79,12 +80,25 @@ SHAPES = {shape.name: shape for shape in (engines.Shape("chain", 3, 1, 4), engin
 # states of the policy's four depths (off, 1, 3, 5), so that against "pin3-cost" it is what a set of candidates costs
 # a step (section 15 of docs/adaptive-shape.md: 4.13 against 3.46 ms at depth 3, two engines minutes apart). Not in
 # --shapes' default; adaptive_table.py's "overhead" tabulates them against "chain".
+# Where speculation off's step goes (section 16: 5.98 ms at batch 1 where a plain step costs 1.73): each engine is
+# off at batch 1 (chain 1 above it, SGLang's launch depth having to be a candidate), by stock's graphed width-1
+# verify with the drafter's extend ("off-verify"), without the extend (SGLang's own switch, which leaves the
+# drafter cold for a later depth: "off-skip"), by this package's plain decode step run eagerly ("off-eager") and
+# replaying the target's plain decode graphs (the default: "off-graph"), and that without the extend
+# ("off-graph-skip"); adaptive_table.py's "off" sets them against plain decoding.
+OFF_AT_BATCH_1 = {1: (0,), 2: (1,)}
+SKIP_EXTEND = {"SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND": "1"}
 DIAGNOSTICS = {shape.name: shape for shape in (
     engines.Shape("pin3-stock", 3, 1, 4, policy="stock", candidates=(3,)),
     engines.Shape("pin3-cost", 3, 1, 4, policy="cost", candidates=(3,)),
     engines.Shape("pin3-cost-untraced", 3, 1, 4, policy="cost", candidates=(3,), trace=False),
     engines.Shape("adaptive-untraced", 3, 1, 4, policy="cost", trace=False),
-    engines.Shape("hold3", 3, 1, 4, policy="hold"))}
+    engines.Shape("hold3", 3, 1, 4, policy="hold"),
+    engines.Shape("off-verify", 1, 1, 2, policy="stock", candidates=OFF_AT_BATCH_1),
+    engines.Shape("off-skip", 1, 1, 2, policy="stock", candidates=OFF_AT_BATCH_1, env=SKIP_EXTEND),
+    engines.Shape("off-eager", 1, 1, 2, policy="cost", candidates=OFF_AT_BATCH_1, env={OFF_SWITCH: "eager"}),
+    engines.Shape("off-graph", 1, 1, 2, policy="cost", candidates=OFF_AT_BATCH_1),
+    engines.Shape("off-graph-skip", 1, 1, 2, policy="cost", candidates=OFF_AT_BATCH_1, env=SKIP_EXTEND))}
 ALL_SHAPES = {**SHAPES, **DIAGNOSTICS}
 DRIFT_REQUESTS = 64
 BATCHES = (1, 16, 64)

@@ -520,6 +520,7 @@ def test_the_binding_puts_the_policy_where_sglangs_worker_constructs_it(monkeypa
     scheduler = pytest.importorskip("sglang.srt.managers.scheduler")
     for owner, method in ((worker.EAGLEWorkerV2, "verify"), (worker.EAGLEWorkerV2, "__init__"),
                           (worker.EAGLEWorkerV2, "_override_worker_state"),
+                          (worker.EAGLEWorkerV2, "build_adaptive_runtime_state"),
                           (worker.EAGLEWorkerV2, "apply_runtime_state"),
                           (worker.EagleDraftWorker, "_draft_extend_for_prefill"),
                           (worker.EagleDraftWorker, "_draft_extend_for_decode"), (worker.EagleDraftWorker, "draft"),
@@ -537,9 +538,11 @@ def test_the_binding_puts_the_policy_where_sglangs_worker_constructs_it(monkeypa
     assert ("round-robin" in phrase) == (value == "cycle") and "--speculative-adaptive" in phrase
     assert ("held at the launch depth" in phrase) == (value == "hold")
     assert policy._mode == {"1": "cost", "cycle": "cycle", "hold": "hold"}[value]
-    # depth 0 is plain decoding (the default of the off switch): the worker's verify is wrapped
-    assert "off: plain decoding where the target decodes eagerly" in phrase
-    assert getattr(worker.EAGLEWorkerV2.verify, "__eagle_ext_original__", None) is not None
+    # depth 0 is plain decoding (the default of the off switch): the worker's verify is wrapped, and its depth-0
+    # state's build captures the target's plain decode graphs
+    assert "off: plain decoding, by the target's own decode graphs" in phrase
+    for method in ("verify", "build_adaptive_runtime_state"):
+        assert getattr(getattr(worker.EAGLEWorkerV2, method), "__eagle_ext_original__", None) is not None
     # a launch at top-k above 1 is the set's tree (test_adaptive_trees.py): the worker's seams are wrapped
     assert phrase.endswith("; trees: the launch shape where its top-k is above 1")
     assert getattr(worker.EagleDraftWorker.draft, "__eagle_ext_original__", None) is not None
@@ -565,7 +568,7 @@ def _depth_zero_batch(**overrides):
     fields = dict(forward_mode=ForwardMode.DECODE, spec_info=SimpleNamespace(spec_steps=0, draft_token_num=1),
                   has_grammar=False, return_logprob=False, return_hidden_states=False, reqs=[request],
                   sampling_info=SimpleNamespace(has_custom_logit_processor=False, has_watermark_candidates=False),
-                  hisparse_coordinator=None)
+                  hisparse_coordinator=None, seq_lens=SimpleNamespace(shape=(1,)))
     fields.update(overrides)
     return SimpleNamespace(**fields)
 
@@ -577,7 +580,7 @@ def _worker(graph_runner=None, steps=0):
 
 
 def test_plain_off_serves_only_depth_zero_batches_it_keeps_stocks_semantics_for(monkeypatch):
-    from sglang_eagle_ext.sglang.compat import plain_off
+    from sglang_eagle_ext.sglang.compat import off_graphs, plain_off
 
     context = pytest.importorskip("sglang.srt.runtime_context")
     parallel = SimpleNamespace(pp_size=1, attn_dp_size=1)  # what a server publishes; none runs here
@@ -586,7 +589,7 @@ def test_plain_off_serves_only_depth_zero_batches_it_keeps_stocks_semantics_for(
     assert plain_off.is_width_one_verify(worker, batch)
     hybrid_arch = pytest.importorskip("sglang.srt.configs.hybrid_arch")
     monkeypatch.setattr(hybrid_arch, "mambaish_config", lambda config: getattr(config, "mamba", None))
-    assert plain_off.stock_reason(worker, batch, None, eager_only=True) is None
+    assert plain_off.stock_reason(worker, batch, None, graphs_only=True) is None
     # only stock's width-1 input at depth 0 is replaced: a drafted verify, another depth, an idle batch are not
     from sglang.srt.model_executor.forward_batch_info import ForwardMode
     assert not plain_off.is_width_one_verify(worker, _depth_zero_batch(spec_info=SimpleNamespace(
@@ -599,7 +602,7 @@ def test_plain_off_serves_only_depth_zero_batches_it_keeps_stocks_semantics_for(
         request = SimpleNamespace(sampling_params=SimpleNamespace(**{**vars(batch.reqs[0].sampling_params),
                                                                     **penalty}))
         assert plain_off.stock_reason(worker, _depth_zero_batch(reqs=[batch.reqs[0], request]), None,
-                                      eager_only=True) == "penalties", penalty
+                                      graphs_only=True) == "penalties", penalty
     for field, reason in (("has_grammar", "grammar"), ("return_logprob", "log-probs"),
                           ("return_hidden_states", "returned hidden states")):
         assert plain_off.stock_reason(worker, _depth_zero_batch(**{field: True}), None, True) == reason
@@ -614,10 +617,15 @@ def test_plain_off_serves_only_depth_zero_batches_it_keeps_stocks_semantics_for(
     hybrid.target_worker.model_runner.model_config.mamba = object()  # a mamba / GDN config, as stock detects it
     assert "hybrid" in plain_off.stock_reason(hybrid, batch, None, True)
     assert "sparse" in plain_off.stock_reason(worker, _depth_zero_batch(hisparse_coordinator=object()), None, True)
-    # a graphed target decode keeps the graphed width-1 verify unless the eager plain path is asked for
+    # a graphed target decode: plain decoding by its plain decode graphs where they hold the batch, else the
+    # graphed width-1 verify, unless the eager plain path is asked for
     graphed = _worker(graph_runner=object())
-    assert "graphed" in plain_off.stock_reason(graphed, batch, None, eager_only=True)
-    assert plain_off.stock_reason(graphed, batch, None, eager_only=False) is None
+    assert "not captured" in plain_off.stock_reason(graphed, batch, None, graphs_only=True)
+    assert plain_off.stock_reason(graphed, batch, None, graphs_only=False) is None
+    setattr(graphed, off_graphs.ATTRIBUTE, off_graphs.OffGraphs(SimpleNamespace(max_bs=1), object()))
+    assert plain_off.stock_reason(graphed, batch, None, graphs_only=True) is None
+    two = _depth_zero_batch(seq_lens=SimpleNamespace(shape=(2,)))
+    assert "above the plain decode graphs' largest" in plain_off.stock_reason(graphed, two, None, graphs_only=True)
 
 
 def test_plain_off_counts_reach_the_log_at_powers_of_two():
@@ -634,16 +642,21 @@ def test_plain_off_counts_reach_the_log_at_powers_of_two():
 
 
 @pytest.mark.parametrize("value, phrase", [("stock", "off: stock's width-1 verify (SGLANG_EAGLE_EXT_ADAPTIVE_OFF"),
-                                           ("eager", "eager even under CUDA graphs")])
+                                           ("eager", "eager even under CUDA graphs"),
+                                           ("plain", "by the target's own decode graphs")])
 def test_the_off_switch_selects_what_depth_zero_runs(monkeypatch, value, phrase):
     from sglang_eagle_ext.sglang.compat import plain_off
 
     worker = pytest.importorskip("sglang.srt.speculative.eagle_worker_v2")
-    monkeypatch.setattr(worker.EAGLEWorkerV2, "verify", worker.EAGLEWorkerV2.verify)  # put back after the test
-    stock = worker.EAGLEWorkerV2.verify
+    stock = {method: getattr(worker.EAGLEWorkerV2, method) for method in ("verify", "build_adaptive_runtime_state")}
+    for method, original in stock.items():
+        monkeypatch.setattr(worker.EAGLEWorkerV2, method, original)  # put back after the test
     monkeypatch.setenv(plain_off.OFF_SWITCH, value)
     assert phrase in plain_off.bind(worker, plain_off.selected())
-    assert (worker.EAGLEWorkerV2.verify is stock) == (value == "stock")
+    assert (worker.EAGLEWorkerV2.verify is stock["verify"]) == (value == "stock")
+    # only the default captures the plain decode graphs
+    captures = worker.EAGLEWorkerV2.build_adaptive_runtime_state is not stock["build_adaptive_runtime_state"]
+    assert captures == (value == "plain")
 
 
 def test_plain_off_falls_back_to_stock_on_a_release_it_was_not_built_for(monkeypatch):

@@ -21,11 +21,12 @@ or are applied differently by the plain sampler, so only stock's verify keeps th
 
 CUDA graphs: under speculation the target's graph runner holds ``TARGET_VERIFY`` graphs only, and its
 ``can_run_graph`` would accept a ``DECODE`` batch (it checks the batch size, not the mode), so the plain
-forward always runs with the runner detached, i.e. eagerly. No ``DECODE`` graph set is captured yet, so
-where the target's decode is graphed (:data:`OFF_SWITCH` ``plain``, the default) the graphed width-1
-verify stays "off" and the plain path runs only where the target decodes eagerly anyway (CUDA graphs
-disabled, e.g. on a CPU); ``eager`` forces the plain path under graphs too (for measuring it against the
-graphed verify), ``stock`` never takes it.
+forward never replays it. Where the target's decode is graphed, :data:`OFF_SWITCH` ``plain`` (the default)
+captures the target's own ``DECODE`` graphs beside depth 0's state (:mod:`.off_graphs`) and replays them
+for the plain step, a batch above their largest size keeping stock's graphed width-1 verify; where the
+target decodes eagerly anyway (CUDA graphs disabled, e.g. on a CPU) the plain step runs eagerly. ``eager``
+runs the plain step eagerly under graphs too (for measuring the graphs against it), ``stock`` never takes
+it.
 
 Counts reach the log as ``adaptive off: N steps by plain decoding`` and ``adaptive off: N steps by
 stock's width-1 verify (REASON)`` when a count reaches a power of two (a handful of lines per run), so a
@@ -39,7 +40,7 @@ import functools
 import sys
 
 from sglang_eagle_ext import env
-from sglang_eagle_ext.sglang.compat import releases
+from sglang_eagle_ext.sglang.compat import off_graphs, releases
 from sglang_eagle_ext.sglang.compat.patch import Target, require, wrap_method
 
 OFF_SWITCH = "SGLANG_EAGLE_EXT_ADAPTIVE_OFF"
@@ -106,8 +107,10 @@ def bind(worker_module, mode: str) -> str:
     verify = SEAMS[0]
     require(hasattr(getattr(worker_module, verify.name, None), verify.member), verify.path)
     wrap_method(getattr(worker_module, verify.name), verify.member, functools.partial(_plain_when_off, mode=mode))
-    return ("off: plain decoding where the target decodes eagerly, else stock's graphed width-1 verify"
-            if mode == "plain" else f"off: plain decoding, eager even under CUDA graphs ({OFF_SWITCH}=eager)")
+    if mode == "eager":
+        return f"off: plain decoding, eager even under CUDA graphs ({OFF_SWITCH}=eager)"
+    off_graphs.bind(worker_module)
+    return "off: plain decoding, by the target's own decode graphs where its decode is graphed"
 
 
 class OffCounts:
@@ -135,7 +138,7 @@ def _plain_when_off(original, mode: str):
             return original(self, batch, pp_proxy_tensors=pp_proxy_tensors, grammar_barrier=grammar_barrier)
         # the overlap scheduler hands every EAGLE decode batch a grammar barrier, grammar or not; stock uses it
         # only when the batch has a grammar (run_eagle_verify), so its presence decides nothing here
-        reason = stock_reason(self, batch, pp_proxy_tensors, eager_only=mode == "plain")
+        reason = stock_reason(self, batch, pp_proxy_tensors, graphs_only=mode == "plain")
         if reason is not None:
             COUNTS.add(f"stock's width-1 verify ({reason})")
             return original(self, batch, pp_proxy_tensors=pp_proxy_tensors, grammar_barrier=grammar_barrier)
@@ -152,16 +155,21 @@ def is_width_one_verify(worker, batch) -> bool:
             and getattr(spec, "spec_steps", None) == 0 and getattr(spec, "draft_token_num", None) == 1)
 
 
-def stock_reason(worker, batch, pp_proxy_tensors, eager_only: bool) -> str | None:
-    """Why this depth-0 batch keeps stock's width-1 verify; ``None`` when plain decoding may serve it."""
+def stock_reason(worker, batch, pp_proxy_tensors, graphs_only: bool) -> str | None:
+    """Why this depth-0 batch keeps stock's width-1 verify; ``None`` when plain decoding may serve it.
+    ``graphs_only``: where the target's decode is graphed, only by the plain decode graphs."""
     from sglang.srt.configs.hybrid_arch import mambaish_config
     from sglang.srt.runtime_context import get_parallel
 
     runner = worker.target_worker.model_runner
     info = batch.sampling_info
     parallel = get_parallel()
-    if eager_only and _graphed(runner.decode_cuda_graph_runner):
-        return "the target's decode is graphed; no DECODE graph set is captured"
+    if graphs_only and _graphed(runner.decode_cuda_graph_runner):
+        graphs = off_graphs.for_worker(worker)
+        if graphs is None:
+            return "the target's decode is graphed; its plain decode graphs are not captured"
+        if not off_graphs.can_serve(graphs, batch.seq_lens.shape[0]):
+            return "a batch above the plain decode graphs' largest"
     if batch.has_grammar:
         return "grammar"
     if batch.return_logprob:
@@ -216,7 +224,6 @@ def plain_decode_step(worker, batch):
     result (accept length 1 a request, the sampled token as next bonus token)."""
     import torch
     from sglang.srt.managers.utils import GenerationBatchResult
-    from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode, ForwardBatch, ForwardMode
     from sglang.srt.speculative.eagle_info import EagleDraftInput
 
     model_runner = worker.target_worker.model_runner
@@ -225,24 +232,12 @@ def plain_decode_step(worker, batch):
     requests = seq_lens.shape[0]
     # the slot the width-1 verify would write: the request's next reserved one, at its pre-step length
     slots = worker.req_to_token_pool.req_to_token[batch.req_pool_indices, seq_lens].to(torch.int64)
-    saved = {name: getattr(batch, name) for name in _RESTORED}
-    try:
-        # a decode batch counts the input token in its lengths (positions = lengths - 1 = the verify's)
-        batch.forward_mode = ForwardMode.DECODE
-        batch.input_ids = verify_input.draft_token
-        batch.out_cache_loc = slots
-        batch.spec_info = None  # the attention backend then plans an ordinary decode
-        batch.seq_lens = seq_lens + 1
-        batch.seq_lens_cpu = None if saved["seq_lens_cpu"] is None else saved["seq_lens_cpu"] + 1
-        batch.seq_lens_sum = None if saved["seq_lens_sum"] is None else saved["seq_lens_sum"] + requests
-        capture = (CaptureHiddenMode.NULL if model_runner.spec_algorithm.is_standalone()
-                   else CaptureHiddenMode.FULL)  # the drafter's extend reads the step's (aux) hidden states
-        forward_batch = ForwardBatch.init_new(batch, model_runner, capture_hidden_mode=capture,
-                                              return_hidden_states_before_norm=False)
-    finally:
-        for name, value in saved.items():
-            setattr(batch, name, value)
-    with _decode_runner_detached(model_runner):
+    graphs = off_graphs.for_worker(worker)
+    target = (off_graphs.serving(model_runner, graphs)
+              if _graphed(model_runner.decode_cuda_graph_runner) and off_graphs.can_serve(graphs, requests)
+              else _decode_runner_detached(model_runner))
+    with target:  # the forward batch too is built against the runner and backend the forward uses
+        forward_batch = _plain_forward_batch(batch, model_runner, verify_input.draft_token, slots)
         forward = worker.target_worker.forward_batch_generation(batch=None, forward_batch=forward_batch,
                                                                 is_verify=True)  # is_verify: not sampled yet
     tokens = model_runner.sample(forward.logits_output, forward_batch).to(torch.int32)
@@ -259,3 +254,29 @@ def plain_decode_step(worker, batch):
         indexer_topk_output=forward.indexer_topk_output,
         extra_keep_alive_refs=[forward_batch],
     )
+
+
+def _plain_forward_batch(batch, model_runner, input_ids, slots):
+    """SGLang's ``ForwardBatch`` of a decode step of ``input_ids`` into ``slots``, built from the schedule batch,
+    whose fields are put back at once (the draft extend reads them as the verify left them)."""
+    from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode, ForwardBatch, ForwardMode
+
+    seq_lens = batch.seq_lens
+    requests = seq_lens.shape[0]
+    saved = {name: getattr(batch, name) for name in _RESTORED}
+    try:
+        # a decode batch counts the input token in its lengths (positions = lengths - 1 = the verify's)
+        batch.forward_mode = ForwardMode.DECODE
+        batch.input_ids = input_ids
+        batch.out_cache_loc = slots
+        batch.spec_info = None  # the attention backend then plans an ordinary decode
+        batch.seq_lens = seq_lens + 1
+        batch.seq_lens_cpu = None if saved["seq_lens_cpu"] is None else saved["seq_lens_cpu"] + 1
+        batch.seq_lens_sum = None if saved["seq_lens_sum"] is None else saved["seq_lens_sum"] + requests
+        capture = (CaptureHiddenMode.NULL if model_runner.spec_algorithm.is_standalone()
+                   else CaptureHiddenMode.FULL)  # the drafter's extend reads the step's (aux) hidden states
+        return ForwardBatch.init_new(batch, model_runner, capture_hidden_mode=capture,
+                                     return_hidden_states_before_norm=False)
+    finally:
+        for name, value in saved.items():
+            setattr(batch, name, value)

@@ -1,0 +1,170 @@
+"""off_graphs.py: the target's plain decode graphs captured beside depth 0's state and replayed by the plain step.
+
+The capture itself needs a GPU (SGLang captures no graphs on a CPU); here, with SGLang 0.5.23's own classes where
+they run on a CPU: which builds capture, what the runner class changes of SGLang's capture (the mode, the hidden
+states, the spec info) and nothing else, the failure path, and the plain step taking the graphs and their backend
+for its forward only. Its GPU run: docs/adaptive-shape.md section 17."""
+
+import contextlib
+from types import SimpleNamespace
+
+import pytest
+
+from sglang_eagle_ext.sglang.compat import off_graphs, plain_off
+
+pytest.importorskip("sglang.srt.model_executor.runner.decode_cuda_graph_runner")
+
+
+def test_only_depth_0s_graphed_state_captures_them(monkeypatch):
+    captured = []
+    monkeypatch.setattr(off_graphs, "capture", lambda worker, bs: captured.append((worker, bs)) or "graphs")
+    states = {0: SimpleNamespace(target_graph_runner=object()), 3: SimpleNamespace(target_graph_runner=object())}
+    build = off_graphs._capturing_beside_depth_0(
+        lambda self, steps, draft_tokens, cuda_graph_bs=None: states[steps])
+    worker = SimpleNamespace()
+    assert build(worker, 3, 4, cuda_graph_bs=[1, 2]) is states[3] and captured == []
+    assert build(worker, 0, 1, cuda_graph_bs=[1, 2]) is states[0]
+    assert captured == [(worker, [1, 2])] and off_graphs.for_worker(worker) == "graphs"
+    eager = SimpleNamespace()  # depth 0 without graphs (CUDA graphs off, or no batch size at depth 0)
+    states[0] = SimpleNamespace(target_graph_runner=None)
+    build(eager, 0, 1)
+    assert len(captured) == 1 and off_graphs.for_worker(eager) is None
+
+
+def _capturing_worker(calls):
+    @contextlib.contextmanager
+    def override(steps, draft_tokens, cuda_graph_bs=None):
+        calls.append(("override", steps, draft_tokens, cuda_graph_bs))
+        try:
+            yield
+        finally:  # as SGLang's own
+            calls.append("restored")
+
+    model_runner = SimpleNamespace(init_new_workspace=False)
+
+    def backend(init_new_workspace):
+        model_runner.init_new_workspace = init_new_workspace  # SGLang's builder leaves it set
+        return "backend"
+
+    model_runner._get_attention_backend = backend
+    return SimpleNamespace(_override_worker_state=override, _target_worker=SimpleNamespace(model_runner=model_runner))
+
+
+def test_capture_builds_sglangs_runner_at_depth_0_on_a_fresh_backend_and_logs_time_and_memory(monkeypatch):
+    calls, lines = [], []
+
+    def runner(model_runner, **kwargs):
+        calls.append(("runner", kwargs))
+        return SimpleNamespace(capture_bs=[1, 2, 4], max_bs=4)
+
+    monkeypatch.setattr(off_graphs, "_runner_class", lambda: runner)
+    worker = _capturing_worker(calls)
+    free = iter([10 * 2**30, 9.5 * 2**30])
+    graphs = off_graphs.capture(worker, [1, 2, 4], log=lines.append, free_memory=lambda: next(free))
+    assert calls == [("override", 0, 1, [1, 2, 4]),
+                     ("runner", dict(attn_backend="backend", speculative_num_steps=0, speculative_num_draft_tokens=1)),
+                     "restored"]
+    assert graphs.attn_backend == "backend" and graphs.runner.capture_bs == [1, 2, 4]
+    assert worker._target_worker.model_runner.init_new_workspace is False  # put back as SGLang's own build does
+    assert len(lines) == 1 and "captured for batch sizes [1, 2, 4] in" in lines[0] and "0.50 GiB" in lines[0]
+
+
+def test_a_failed_capture_is_reported_as_ours_and_off_keeps_stocks_verify(monkeypatch):
+    calls, lines = [], []
+
+    def runner(model_runner, **kwargs):
+        raise RuntimeError("Capture cuda graph failed: out of memory")
+
+    monkeypatch.setattr(off_graphs, "_runner_class", lambda: runner)
+    assert off_graphs.capture(_capturing_worker(calls), [1], log=lines.append, free_memory=lambda: 0) is None
+    assert calls[-1] == "restored"  # the worker's depth put back
+    assert lines == ["sglang-eagle-ext: off: the target's plain decode graphs not captured (RuntimeError: Capture "
+                     "cuda graph failed: out of memory); off runs stock's graphed width-1 verify (this package's "
+                     "failure: please report it)"]
+
+
+def _runner(monkeypatch, width=1, ragged=False, standalone=False):
+    """An instance of the runner class with what its capture reads, SGLang's own capture recording instead."""
+    from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode, ForwardMode
+    from sglang.srt.model_executor.runner.decode_cuda_graph_runner import DecodeCudaGraphRunner
+
+    seen = []
+    monkeypatch.setattr(DecodeCudaGraphRunner, "capture",
+                        lambda self: seen.append((self.capture_forward_mode, self.capture_hidden_mode)))
+    runner = object.__new__(off_graphs._runner_class())
+    # what SGLang's __init__ set under speculation before it captures
+    runner.capture_forward_mode, runner.capture_hidden_mode = ForwardMode.TARGET_VERIFY, CaptureHiddenMode.NULL
+    runner.captured_req_width, runner.ragged_verify_mode = width, ragged
+    runner.model_runner = SimpleNamespace(spec_algorithm=SimpleNamespace(is_standalone=lambda: standalone))
+    return runner, seen
+
+
+def test_the_runner_captures_decode_at_width_1_with_the_drafters_hidden_states(monkeypatch):
+    from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode, ForwardMode
+    from sglang.srt.model_executor.runner.decode_cuda_graph_runner import DecodeCudaGraphRunner
+
+    assert issubclass(off_graphs._runner_class(), DecodeCudaGraphRunner)
+    runner, seen = _runner(monkeypatch)
+    runner.capture()
+    assert seen == [(ForwardMode.DECODE, CaptureHiddenMode.FULL)]  # SGLang's capture, in DECODE mode
+    assert runner.get_spec_info(8) is None  # the captured batch: an ordinary decode, no verify input
+    runner, seen = _runner(monkeypatch, standalone=True)  # a standalone drafter reads no target states
+    runner.capture()
+    assert seen == [(ForwardMode.DECODE, CaptureHiddenMode.NULL)]
+    for width, ragged in ((2, False), (1, True)):
+        runner, seen = _runner(monkeypatch, width=width, ragged=ragged)
+        with pytest.raises(RuntimeError, match="where a plain decode step's is 1"):
+            runner.capture()
+        assert seen == []
+
+
+def test_serving_puts_the_depths_own_runner_and_backend_back_even_after_a_failure():
+    model_runner = SimpleNamespace(decode_cuda_graph_runner="verify graphs", attn_backend="verify backend")
+    graphs = off_graphs.OffGraphs("decode graphs", "decode backend")
+    with pytest.raises(KeyError):
+        with off_graphs.serving(model_runner, graphs):
+            assert (model_runner.decode_cuda_graph_runner, model_runner.attn_backend) == (
+                "decode graphs", "decode backend")
+            raise KeyError("forward failed")
+    assert (model_runner.decode_cuda_graph_runner, model_runner.attn_backend) == ("verify graphs", "verify backend")
+    assert off_graphs.can_serve(graphs := off_graphs.OffGraphs(SimpleNamespace(max_bs=8), None), 8)
+    assert not off_graphs.can_serve(graphs, 9) and not off_graphs.can_serve(None, 1)
+
+
+@pytest.mark.parametrize("max_bs, replayed", [(2, True), (1, False)])
+def test_the_plain_step_forwards_through_the_graphs_where_they_hold_the_batch(monkeypatch, max_bs, replayed):
+    import torch
+
+    seen = []
+    verify_graphs = SimpleNamespace()  # the depth's graphed width-1 verify runner
+
+    def sample(logits_output, forward_batch):
+        return torch.tensor([7, 8])
+
+    model_runner = SimpleNamespace(decode_cuda_graph_runner=verify_graphs, attn_backend="verify backend",
+                                   sample=sample)
+
+    def forward_batch(batch, runner, input_ids, slots):
+        seen.append(("batch", model_runner.decode_cuda_graph_runner, model_runner.attn_backend, slots.tolist()))
+        return "forward batch"
+
+    def forward(batch, forward_batch, is_verify):
+        seen.append(("forward", model_runner.decode_cuda_graph_runner, model_runner.attn_backend, is_verify))
+        return SimpleNamespace(logits_output="logits", can_run_cuda_graph=replayed, routed_experts_output=None,
+                               indexer_topk_output=None)
+
+    monkeypatch.setattr(plain_off, "_plain_forward_batch", forward_batch)
+    monkeypatch.setattr(plain_off, "_graphed", lambda runner: runner is verify_graphs)
+    worker = SimpleNamespace(target_worker=SimpleNamespace(model_runner=model_runner, forward_batch_generation=forward),
+                             req_to_token_pool=SimpleNamespace(req_to_token=torch.arange(20).view(2, 10)))
+    graphs = off_graphs.OffGraphs(SimpleNamespace(max_bs=max_bs), "decode backend")
+    setattr(worker, off_graphs.ATTRIBUTE, graphs)
+    batch = SimpleNamespace(spec_info=SimpleNamespace(draft_token=torch.tensor([5, 6])),
+                            seq_lens=torch.tensor([3, 4]), req_pool_indices=torch.tensor([0, 1]))
+    result = plain_off.plain_decode_step(worker, batch)
+    runner, backend = (graphs.runner, "decode backend") if replayed else (None, "verify backend")
+    # the slots the width-1 verify would write: req_to_token[request, pre-step length]
+    assert seen == [("batch", runner, backend, [3, 14]), ("forward", runner, backend, True)]
+    assert (model_runner.decode_cuda_graph_runner, model_runner.attn_backend) == (verify_graphs, "verify backend")
+    assert result.next_token_ids.tolist() == [7, 8] and result.next_token_ids.dtype == torch.int32
+    assert result.new_seq_lens.tolist() == [4, 5] and result.accept_lens.tolist() == [1, 1]
