@@ -99,6 +99,27 @@ def test_one_gpu_runs_the_engines_side_by_side_on_it_taking_turns():
         assert "$TURN_ARGS" in line and f"$KV_ARGS_{variable[3:-5]}" in line, line
 
 
+def test_the_adaptive_arms_in_two_halves_take_turns_on_gpu_0_on_disjoint_cores():
+    """"adaptive+adaptive2": every other arm of the list to a second serve_bench on the same GPU, each on half of
+    the cores, taking turns by their own lock file with KV pools of a set size; the arms alone keep their phase's
+    whole list and no turns."""
+    plan = dry_run("setup adaptive+adaptive2", RT_GPUS="1")
+    first, second = plan["adaptive"], plan["adaptive2"]
+    whole = dry_run("setup adaptive", RT_GPUS="1")
+    assert "adaptive2" not in whole and whole["run"]["adaptive_turns"] == "none" and whole["run"]["adaptive_kv"] == ""
+    arms = whole["adaptive"]["arms"].split(",")
+    assert first["arms"].split(",") == arms[0::2] and second["arms"].split(",") == arms[1::2]
+    assert (first["gpu"], second["gpu"]) == ("0", "0") and first["deadline"] == second["deadline"]
+    assert cpu_set(first["cpus"]).isdisjoint(cpu_set(second["cpus"]))
+    assert cpu_set(first["cpus"]) | cpu_set(second["cpus"]) == os.sched_getaffinity(0)
+    assert plan["run"]["adaptive_turns"] == "/tmp/rt/adaptive_turns.lock"
+    assert plan["run"]["adaptive_kv"] == "--kv-tokens=262144"
+    script = (KIT / "install_and_start.sh").read_text()
+    for variable in ("RT_ADAPTIVE_ARGS", "RT_ADAPTIVE2_ARGS"):  # the plan's options reach both halves
+        line = next(line for line in script.splitlines() if line.strip().startswith(variable + "="))
+        assert "$ADAPTIVE_TURNS" in line and "$KV_ARGS_ADAPTIVE" in line, line
+
+
 def test_the_lease_counts_from_its_first_call_when_told():
     import time
 
@@ -110,11 +131,11 @@ def test_the_lease_counts_from_its_first_call_when_told():
 def test_a_machine_without_the_drafters_trains_them_after_setup_and_one_with_them_does_not(tmp_path):
     trained = dry_run("setup serve adaptive", RT_BACK=str(tmp_path))["run"]
     assert trained == {"phases": "setup,regen,specforge+speculators,serve,adaptive", "drafters": "trained",
-                       "turns": "none", "serve_kv": "", "vllm_kv": ""}
+                       "turns": "none", "adaptive_turns": "none", "serve_kv": "", "vllm_kv": "", "adaptive_kv": ""}
     (tmp_path / "SHA256SUMS").write_text("0" * 64 + "  data.jsonl.gz\n")
     carried = dry_run("setup serve adaptive", RT_BACK=str(tmp_path))["run"]
-    assert carried == {"phases": "setup,serve,adaptive", "drafters": "carried", "turns": "none", "serve_kv": "",
-                       "vllm_kv": ""}
+    assert carried == {"phases": "setup,serve,adaptive", "drafters": "carried", "turns": "none",
+                       "adaptive_turns": "none", "serve_kv": "", "vllm_kv": "", "adaptive_kv": ""}
 
 
 def test_every_default_arm_is_one_the_benchmarks_know():

@@ -268,3 +268,45 @@ def test_an_engine_host_that_ends_mid_cells_is_reported_at_once_not_waited_on():
     with pytest.raises(serve_bench.EngineGone, match=r"engine process exited \(3\)"):
         serve_bench.Link(parent, process, timeout=600).recv()
     assert time.monotonic() - started < 60
+
+
+def _half(arms: dict, **fields) -> dict:
+    run = {"device": "GPU X", "sglang": "0.5.23", "torch": "2.14.1", "commit": "abc1234", "target": "T",
+           "tokenizer": "T", "drafter_files": {"d": {"model.safetensors": "ab" * 32}}, "prompts": "P",
+           "new_tokens": 4, "rounds": 2, "single": 2, "batches": [1], "attention_backend": "fa3",
+           "command": "serve_bench.py /out", "arms": arms}
+    return {**run, **fields}
+
+
+def _greedy_cell(tok_s: list[float], outputs: list[list[int]], **extra) -> dict:
+    return {"tok_s": tok_s, "tok_s_median": sorted(tok_s)[len(tok_s) // 2], "outputs": outputs, **extra}
+
+
+def test_two_halves_taken_side_by_side_are_one_run_with_plain_decodings_comparisons(tmp_path):
+    """install_and_start.sh's adaptive+adaptive2: the half without plain decoding gets its speedups and greedy
+    agreement from the other half's plain arm, as serve_bench gives them within one run (compare_cells)."""
+    plain = {"arm": "plain", "cells": {"batch1/greedy": _greedy_cell(
+        [100.0, 120.0], [[1, 2, 3, 4], [5, 6, 7, 8]], top2=[[[-0.1, -2.0]] * 4, [[-0.5, -0.6]] * 4])}}
+    # d/x: the second request departs at its third token, where plain decoding's top two are 0.1 nats apart
+    other = {"arm": "d/x/plugin", "cells": {"batch1/greedy": _greedy_cell(
+        [240.0, 300.0], [[1, 2, 3, 4], [5, 6, 9, 9]])}}
+    first, second = _half({"plain": plain}), _half({"d/x/plugin": other}, command="serve_bench.py /out2")
+    run = serve_bench.merged([first, second])
+    assert set(run["arms"]) == {"plain", "d/x/plugin"} and "/out2" in run["command"]
+    cell = run["arms"]["d/x/plugin"]["cells"]["batch1/greedy"]
+    assert cell["speedup_median"] == 2.5  # 300 / 120
+    assert cell["vs_plain"] == {"requests": 2, "exact": 1, "near_tie": 1, "mismatch": []}
+    with pytest.raises(ValueError, match="runs differ in rounds"):
+        serve_bench.merged([first, _half({"d/x/plugin": other}, rounds=3)])
+    with pytest.raises(ValueError, match="arms run twice: plain"):
+        serve_bench.merged([first, _half({"plain": plain})])
+    # table.py's import takes both halves and writes the one run
+    paths = []
+    for index, half in enumerate((first, second)):
+        paths.append(tmp_path / f"half{index}.json")
+        paths[-1].write_text(json.dumps(half))
+    table = load_siblings("benchmarks/real_target", "table")[0]
+    assert table.main(["import", *map(str, paths), str(tmp_path / "run.json")]) == 0
+    written = json.loads((tmp_path / "run.json").read_text())
+    assert written["arms"]["d/x/plugin"]["cells"]["batch1/greedy"]["speedup_best"] == 2.5  # 300 / 120
+    assert "outputs" not in written["arms"]["plain"]["cells"]["batch1/greedy"]

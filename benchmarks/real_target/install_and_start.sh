@@ -35,6 +35,7 @@ else DRAFTERS=trained; [[ " $PHASES " == *" regen "* ]] || PHASES="${PHASES/setu
 fi
 has_phase() { [[ " ${PHASES//+/ } " == *" $1 "* ]]; }
 side_by_side() { [[ " $PHASES " == *" vllm+serve "* || " $PHASES " == *" serve+vllm "* ]]; }
+halves() { has_phase adaptive2; }  # the adaptive arms in two halves taking turns (RT_PHASES "... adaptive+adaptive2")
 VLLM_SHARE=0; ADAPTIVE_SHARE=0
 has_phase vllm && ! side_by_side && VLLM_SHARE="${RT_VLLM_SHARE:-690}"
 has_phase adaptive && ADAPTIVE_SHARE="${RT_ADAPTIVE_SHARE:-480}"
@@ -57,7 +58,7 @@ print(",".join(map(str, c[:h])), ",".join(map(str, c[h:])))')
   export RT_GPU_SERVE="${RT_GPU_SERVE:-0}" RT_GPU_VLLM="${RT_GPU_VLLM:-$([ -n "$TURNS" ] && echo 0 || echo 1)}" \
     RT_CPUS_SERVE="${RT_CPUS_SERVE:-$FIRST_HALF}" RT_CPUS_VLLM="${RT_CPUS_VLLM:-$SECOND_HALF}"
 fi
-export RT_GPU_ADAPTIVE="${RT_GPU_ADAPTIVE:-0}"
+export RT_GPU_ADAPTIVE="${RT_GPU_ADAPTIVE:-0}" RT_GPU_ADAPTIVE2="${RT_GPU_ADAPTIVE2:-0}"
 # the speculators drafter's arms first (the issue's first drafter; vLLM's chain 3 was its best shape for it in 5 of
 # 6 cells of the fourth run and the seventh run's deadline dropped it), the trees last
 SERVE_ARMS="${RT_SERVE_ARMS:-plain,speculators/chain1/plugin,speculators/chain/plugin,specforge/chain1/plugin,specforge/chain/plugin,speculators/wide/plugin,specforge/wide/plugin}"
@@ -65,8 +66,22 @@ VLLM_ARMS="${RT_VLLM_ARMS:-plain,speculators/k3/vllm,speculators/k1/vllm,specfor
 # docs/adaptive-shape.md section 17's order (sections 14-16's arms: RT_ADAPTIVE_ARMS): speculation off by the plain
 # decode graphs, plain decoding (the off table's reference), the policy with them, then the other off paths
 ADAPTIVE_ARMS="${RT_ADAPTIVE_ARMS:-speculators/off-graph/plugin,plain,speculators/adaptive/plugin,speculators/off-graph-skip/plugin,speculators/off-verify/plugin,speculators/off-eager/plugin,speculators/off-skip/plugin}"
+ADAPTIVE2_ARMS=""; KV_ARGS_ADAPTIVE=""; ADAPTIVE_TURNS_FILE=""
+if halves; then  # every other arm to the second half; both on GPU 0, each on half of the cores, taking turns
+  IFS=, read -ra all_arms <<< "$ADAPTIVE_ARMS"; ADAPTIVE_ARMS=""
+  for i in "${!all_arms[@]}"; do
+    if [ $(( i % 2 )) = 0 ]; then ADAPTIVE_ARMS="${ADAPTIVE_ARMS:+$ADAPTIVE_ARMS,}${all_arms[$i]}"
+    else ADAPTIVE2_ARMS="${ADAPTIVE2_ARMS:+$ADAPTIVE2_ARMS,}${all_arms[$i]}"; fi
+  done
+  read -r FIRST_HALF SECOND_HALF < <(python3 -c 'import os; c = sorted(os.sched_getaffinity(0)); h = len(c) // 2
+print(",".join(map(str, c[:h])), ",".join(map(str, c[h:])))')
+  export RT_CPUS_ADAPTIVE="${RT_CPUS_ADAPTIVE:-$FIRST_HALF}" RT_CPUS_ADAPTIVE2="${RT_CPUS_ADAPTIVE2:-$SECOND_HALF}"
+  KV_ARGS_ADAPTIVE="--kv-tokens 262144"; ADAPTIVE_TURNS_FILE=/tmp/rt/adaptive_turns.lock
+fi
+ADAPTIVE_TURNS="${ADAPTIVE_TURNS_FILE:+--turns $ADAPTIVE_TURNS_FILE}"
 SERVE_END=$(( END - ADAPTIVE_SHARE - VLLM_SHARE )); VLLM_END=$(( END - ADAPTIVE_SHARE )); ADAPTIVE_END=$END
-for phase in serve vllm adaptive; do
+ADAPTIVE2_END=$END
+for phase in serve vllm adaptive adaptive2; do
   has_phase "$phase" || continue
   deadline="${phase^^}_END"; arms="${phase^^}_ARMS"; gpu="RT_GPU_${phase^^}"; cpus="RT_CPUS_${phase^^}"
   [ "${!deadline}" -le $(( START + 120 )) ] && \
@@ -74,7 +89,8 @@ for phase in serve vllm adaptive; do
   [ -n "${RT_DRY_RUN:-}" ] && echo "$phase deadline=$(( ${!deadline} - START )) gpu=${!gpu:-} cpus=${!cpus:-} arms=${!arms}"
 done
 [ -n "${RT_DRY_RUN:-}" ] && { echo "run phases=${PHASES// /,} drafters=$DRAFTERS turns=${TURNS:-none}" \
-                                   "serve_kv=${KV_ARGS_SERVE// /=} vllm_kv=${KV_ARGS_VLLM// /=}"; exit 0; }
+                                   "adaptive_turns=${ADAPTIVE_TURNS_FILE:-none}" \
+                                   "serve_kv=${KV_ARGS_SERVE// /=} vllm_kv=${KV_ARGS_VLLM// /=} adaptive_kv=${KV_ARGS_ADAPTIVE// /=}"; exit 0; }
 TURN_ARGS="${TURNS:+--turns $TURNS}"
 echo "$LEASE_END" > /tmp/lease_end
 cp whb50/b10/* /tmp/wh_b/ && cp whfa3/p3/* /tmp/fa3p/ && cp -r gpu_carry/wheels gpu_carry/data /tmp/rtc/ || exit 1
@@ -102,5 +118,6 @@ echo "run starts $(( $(date +%s) - START )) s into the call; the last arm's dead
 CARRY=/tmp/rtc E2E_COMMIT="$COMMIT" RT_PHASES="$PHASES" \
   RT_SERVE_ARGS="--rounds 2 --attention-backend fa3 --arms $SERVE_ARMS --deadline $SERVE_END $KV_ARGS_SERVE $TURN_ARGS ${RT_SERVE_EXTRA:-}" \
   RT_VLLM_ARGS="--rounds 2 --arms $VLLM_ARMS --deadline $VLLM_END $KV_ARGS_VLLM $TURN_ARGS" \
-  RT_ADAPTIVE_ARGS="--rounds 3 --batches 1,64 --attention-backend fa3 --arms $ADAPTIVE_ARMS --deadline $ADAPTIVE_END ${RT_ADAPTIVE_EXTRA:-}" \
+  RT_ADAPTIVE_ARGS="--rounds 3 --batches 1,64 --attention-backend fa3 --arms $ADAPTIVE_ARMS --deadline $ADAPTIVE_END $KV_ARGS_ADAPTIVE $ADAPTIVE_TURNS ${RT_ADAPTIVE_EXTRA:-}" \
+  RT_ADAPTIVE2_ARGS="--rounds 3 --batches 1,64 --attention-backend fa3 --arms $ADAPTIVE2_ARMS --deadline $ADAPTIVE2_END $KV_ARGS_ADAPTIVE $ADAPTIVE_TURNS ${RT_ADAPTIVE_EXTRA:-}" \
   bash benchmarks/real_target/run_gpu.sh start /tmp/rt

@@ -15,6 +15,8 @@
 #   serve       serve_bench.py: plain, plugin and stock arms on MT-bench first turns -> ROOT/serve
 #   adaptive    serve_bench.py again, into ROOT/adaptive, with RT_ADAPTIVE_ARGS (issue 39's diagnostic arms after
 #               issue 38's, on the same machine: docs/adaptive-shape.md section 14)
+#   adaptive2   the same into ROOT/adaptive2 with RT_ADAPTIVE2_ARGS: "adaptive+adaptive2" runs the arms in two
+#               halves taking turns (table.py import merges them)
 #   profile     step_profile.py on the target with the SpecForge drafter, this plugin's class and stock's
 #               -> ROOT/profile
 #   demo        `sglang-eagle demo --target` with the speculators drafter -> ROOT/demo.log
@@ -48,7 +50,7 @@ phase_command() {
     regen) echo "python3 $HERE/regenerate.py --target $ROOT/target --prompts $CARRY/data/sharegpt.jsonl --out $ROOT/data.jsonl --count \${RT_COUNT:-3000} --max-new-tokens \${RT_ANSWER_TOKENS:-512}" ;;
     specforge) echo "python3 $HERE/train_specforge.py --target $ROOT/target --data $ROOT/data.jsonl --out $ROOT/drafters/specforge --device cuda \${RT_SPECFORGE_ARGS:-}" ;;
     speculators) echo "python3 $HERE/train_speculators.py --target $ROOT/target --data $ROOT/data.jsonl --out $ROOT/drafters/speculators --num-layers \${RT_LAYERS:-2} --device cuda \${RT_SPECULATORS_ARGS:-}" ;;
-    serve|adaptive) echo "python3 $HERE/serve_bench.py $ROOT/$1 --target $ROOT/target --prompts $CARRY/data/mtbench.jsonl --drafter specforge=$ROOT/drafters/specforge --drafter speculators=$ROOT/drafters/speculators \${RT_${1^^}_ARGS:-}" ;;
+    serve|adaptive|adaptive2) echo "python3 $HERE/serve_bench.py $ROOT/$1 --target $ROOT/target --prompts $CARRY/data/mtbench.jsonl --drafter specforge=$ROOT/drafters/specforge --drafter speculators=$ROOT/drafters/speculators \${RT_${1^^}_ARGS:-}" ;;
     profile) echo "python3 benchmarks/gpu/step_profile.py $ROOT/profile --target $ROOT/target --drafter $ROOT/drafters/\${RT_PROFILE_DRAFTER:-specforge} --trees 0,1 --classes plugin,stock --rounds 2" ;;
     demo) echo "python3 -m sglang_eagle_ext demo --target $ROOT/target --drafter $ROOT/drafters/speculators --attention-backend triton \${RT_DEMO_ARGS:-}" ;;
     # vLLM's site first (its env sources the SGLang kit's env beneath it); serve_bench's cells and rules
@@ -70,7 +72,7 @@ done_marker() {  # a phase's output: present means done
   case "$1" in
     setup) echo "$ROOT/target/config.json" ;; regen) echo "$ROOT/data.jsonl" ;;
     specforge|speculators) echo "$ROOT/drafters/$1/config.json" ;;
-    serve|adaptive) echo "$ROOT/$1.done" ;; profile) echo "$ROOT/profile.done" ;; demo) echo "$ROOT/demo.done" ;;
+    serve|adaptive|adaptive2) echo "$ROOT/$1.done" ;; profile) echo "$ROOT/profile.done" ;; demo) echo "$ROOT/demo.done" ;;
     vllm) echo "$ROOT/vllm.done" ;; serve8b) echo "$ROOT/serve8b.done" ;; vllm8b) echo "$ROOT/vllm8b.done" ;;
     zipf) echo "$ROOT/zipf/models/target/model.safetensors.index.json" ;;
   esac
@@ -78,7 +80,7 @@ done_marker() {  # a phase's output: present means done
 
 limit_of() {
   local default; case "$1" in setup) default=240;; regen) default=400;; specforge|speculators) default=480;;
-    serve|adaptive) default=1500;; profile) default=500;; demo) default=300;; vllm) default=1500;; zipf) default=400;;
+    serve|adaptive|adaptive2) default=1500;; profile) default=500;; demo) default=300;; vllm) default=1500;; zipf) default=400;;
     serve8b|vllm8b) default=1500;; esac
   local var="RT_LIMIT_${1^^}"; echo "${!var:-$default}"
 }
@@ -107,7 +109,7 @@ run_phase() {
 pack() {  # results and logs into $OUT; the trained drafters' pieces not yet sent
   OUT="${OUT:-/tmp/rt_out}"; mkdir -p "$OUT"
   (cd "$ROOT" && tar czf "$OUT/results.tgz" --exclude='*.safetensors' --exclude=target --exclude=data.jsonl \
-     --exclude='drafters/*/checkpoints' status.txt device.txt host_probe.json ./*.log data.jsonl.summary.json serve adaptive profile vllm serve8b vllm8b drafters 2>/dev/null)
+     --exclude='drafters/*/checkpoints' status.txt device.txt host_probe.json ./*.log data.jsonl.summary.json serve adaptive adaptive2 profile vllm serve8b vllm8b drafters 2>/dev/null)
   ship_back
   ls -l "$OUT"
 }

@@ -493,6 +493,34 @@ def compare_cells(cells: dict, plain: dict | None, batches, is_plain: bool) -> N
                                                            cells["batch1/greedy"]["top2"][:count])
 
 
+# what two runs taken side by side (two serve_bench processes taking turns on one GPU, each with part of the arms)
+# must share to be one run: everything their cells are measured under
+SHARED_BY_HALVES = ("device", "sglang", "torch", "commit", "target", "tokenizer", "drafter_files", "prompts",
+                    "new_tokens", "rounds", "single", "batches", "attention_backend")
+
+
+def merged(runs: list[dict]) -> dict:
+    """Runs taken side by side as one: their arms together, and plain decoding's comparisons (the speedup, greedy
+    agreement) added to the arms of the runs that did not hold it. Refused (ValueError, naming the field) where the
+    runs differ in what their cells are measured under or hold an arm twice."""
+    first, arms = runs[0], {}
+    for run in runs:
+        differing = [key for key in SHARED_BY_HALVES if run.get(key) != first.get(key)]
+        if differing:
+            raise ValueError(f"runs differ in {', '.join(differing)}: not one run taken side by side")
+        twice = set(arms) & set(run["arms"])
+        if twice:
+            raise ValueError(f"arms run twice: {', '.join(sorted(twice))}")
+        arms.update(run["arms"])
+    plain = arms.get("plain")
+    if plain is not None and "cells" in plain:
+        for run in runs:
+            if "plain" not in run["arms"]:
+                for arm in run["arms"].values():
+                    compare_cells(arm.get("cells", {}), plain, first["batches"], False)
+    return {**first, "command": " ; ".join(run["command"] for run in runs), "arms": arms}
+
+
 def environment() -> dict:
     import sglang
 

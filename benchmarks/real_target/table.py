@@ -1,7 +1,8 @@
 """Tables of the real-target serving runs (``serve_bench.py``), and the committed copy of a run.
 
-``import RAW OUT`` writes a run's results without the generated token ids (kept as a digest per
-cell: enough to see two runs agree, not megabytes of ids); ``markdown RESULTS`` prints the full
+``import RAW [RAW ...] OUT`` writes a run's results without the generated token ids (kept as a digest per
+cell: enough to see two runs agree, not megabytes of ids), the halves of a run taken side by side merged first
+(``serve_bench.merged``); ``markdown RESULTS`` prints the full
 table; :func:`headline` is the README's short table (``scripts/readme_numbers.py``).
 
 usage::
@@ -192,14 +193,21 @@ def headline(results: dict, source: str, later: tuple[tuple[dict, str], ...] = (
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) == 3 and argv[0] == "import":
-        with open(argv[1], encoding="utf-8") as handle:
-            raw = json.load(handle)
-        os.makedirs(os.path.dirname(os.path.abspath(argv[2])), exist_ok=True)
-        with open(argv[2] + ".tmp", "w", encoding="utf-8") as handle:
-            json.dump(committed(raw), handle, indent=1)
+    if len(argv) >= 3 and argv[0] == "import":
+        raws = []
+        for path in argv[1:-1]:
+            with open(path, encoding="utf-8") as handle:
+                raws.append(json.load(handle))
+        if len(raws) > 1:  # halves of one run taken side by side
+            from serve_bench import merged
+
+            raws = [merged(raws)]
+        out = argv[-1]
+        os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+        with open(out + ".tmp", "w", encoding="utf-8") as handle:
+            json.dump(committed(raws[0]), handle, indent=1)
             handle.write("\n")
-        os.replace(argv[2] + ".tmp", argv[2])
+        os.replace(out + ".tmp", out)
         return 0
     if len(argv) >= 2 and argv[0] == "markdown":  # one section per run, in the order given
         sections = []
