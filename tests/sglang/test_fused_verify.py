@@ -159,3 +159,38 @@ def test_switch_default_and_log_phrase(monkeypatch):
     monkeypatch.setenv(fused_verify.ENV_SWITCH, "fast")
     with pytest.raises(ValueError, match="SGLANG_EAGLE_EXT_FUSED_VERIFY='fast'"):
         fused_verify.selected(verified)
+
+
+def test_the_first_verify_compiles_the_sampler_ahead_once_where_it_would_serve(monkeypatch):
+    """compile_ahead: at a process's first verify (greedy ones included), the fused sampler compiled for the logits'
+    vocabulary and dtype, once each, with the release's acceptance test; not where stock serves those logits; a
+    failure logged as this package's, the server served on, and not tried again."""
+    from sglang_eagle_ext.kernels.sampling import from_logits
+
+    compiled, lines = [], []
+    monkeypatch.setattr(fused_verify, "_compiled", set())
+    monkeypatch.setattr(from_logits, "compile_for_vocabulary", lambda vocab, device, dtype, strict_acceptance:
+                        compiled.append((vocab, dtype, strict_acceptance)))
+    fused_verify.compile_ahead(_context(), torch.zeros(4, 8), log=lines.append)
+    fused_verify.compile_ahead(_context(), torch.zeros(2, 8), log=lines.append)  # another batch: compiled already
+    fused_verify.compile_ahead(_context("0.5.16"), torch.zeros(4, 16, dtype=torch.bfloat16), log=lines.append)
+    assert compiled == [(8, torch.float32, True), (16, torch.bfloat16, False)]  # 0.5.21+'s strict test
+    assert "fused sampler compiled ahead for vocabulary 8 (float32) in" in lines[0] and len(lines) == 2
+    for context, logits in ((_context(tp=2), torch.zeros(4, 24)), (_context(), torch.zeros(4, 32, device="meta")),
+                            (_context(rocm=True), torch.zeros(4, 40)),
+                            (_context(), torch.zeros(4, 48, dtype=torch.float64))):
+        fused_verify.compile_ahead(context, logits, log=lines.append)
+    assert len(compiled) == 2 and len(lines) == 2  # stock serves each of those
+    fused_verify.compile_ahead(_context(tp=2, turned_on=True), torch.zeros(4, 56), log=lines.append)
+    assert compiled[-1] == (56, torch.float32, True)
+
+    def failing(vocab, device, dtype, strict_acceptance):
+        compiled.append("tried")
+        raise RuntimeError("PTX assembly failed")
+
+    monkeypatch.setattr(from_logits, "compile_for_vocabulary", failing)
+    for _ in range(2):
+        fused_verify.compile_ahead(_context(), torch.zeros(4, 64), log=lines.append)
+    assert compiled.count("tried") == 1
+    assert lines[-1].startswith("sglang-eagle-ext: fused sampler not compiled ahead (RuntimeError: PTX assembly "
+                                "failed); its first sampled verify compiles it (this package's failure")

@@ -108,3 +108,20 @@ def tree_sampling_from_logits(predicts: torch.Tensor, accept_index: torch.Tensor
     plan.sample(predicts, accept_index, accept_token_num, candidates, retrive_index, retrive_next_token,
                 retrive_next_sibling, uniform_samples, uniform_samples_for_final_sampling, logits, temperatures,
                 top_ks, top_ps, threshold_single, threshold_acc)
+
+
+def compile_for_vocabulary(vocab: int, device: torch.device, dtype: torch.dtype, *, strict_acceptance: bool) -> None:
+    """One call of :func:`tree_sampling_from_logits` on one request's chain of one draft (two rows) of ``vocab``
+    logits of ``dtype`` on ``device``, with SGLang's dtypes for the rest, so that Triton compiles the three
+    kernels before a server's first sampled verify waits for them (1-2 s each on an H200): what they are
+    specialised on is the vocabulary (its chunk count, its divisibility by 16), the dtypes and the acceptance
+    test, not the batch, the filters or the drafting shape (``tests/kernels/test_specialisation.py``,
+    ``test_compile_ahead.py``). Draws no random numbers: the generators' streams stay where the server left
+    them."""
+    int32, int64, float32 = (dict(dtype=kind, device=device) for kind in (torch.int32, torch.int64, torch.float32))
+    tree_sampling_from_logits(
+        torch.zeros(2, **int32), torch.full((1, 2), -1, **int32), torch.zeros(1, **int32),
+        torch.tensor([[0, 1]], **int64), torch.tensor([[0, 1]], **int64), torch.tensor([[1, -1]], **int64),
+        torch.tensor([[-1, -1]], **int64), torch.full((1, 2), 0.5, **float32), torch.full((1,), 0.5, **float32),
+        torch.linspace(-4.0, 4.0, vocab, **float32).to(dtype).repeat(2, 1), torch.ones(1, **float32),
+        torch.full((1,), 20, **int32), torch.full((1,), 0.9, **float32), strict_acceptance=strict_acceptance)

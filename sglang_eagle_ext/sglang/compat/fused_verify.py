@@ -15,7 +15,8 @@ adjusted logits (never modified, so logprobs are unchanged) and broadcasts the r
 sampled arm does. The release's acceptance test, thresholds and deterministic-coin seeding are
 kept; ``SIMULATE_ACC_LEN`` runs after the branch as before. The softmax, renorm passes and the
 ``[bs, n, V]`` probability and zero draft tensors are never built; the greedy arm's argmax is
-the one wasted pass.
+the one wasted pass. At a process's first verify of any kind the sampler is compiled for its logits'
+vocabulary and dtype (:func:`compile_ahead`), so that the first sampled verify does not wait for Triton.
 
 Hands back to stock SGLang (logged once per reason): a device that is not CUDA (ROCm included), an
 idle batch, an all-greedy batch (stock greedy is already what it should be), rejection sampling /
@@ -41,6 +42,7 @@ import importlib
 import os
 import sys
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -213,8 +215,40 @@ def _log_once(reason: str) -> None:
               f"later batches like it are not logged (pid {os.getpid()})", file=sys.stderr, flush=True)
 
 
+_compiled: set[tuple] = set()  # (vocabulary, dtype, device) the kernels were compiled for ahead, or tried
+
+
+def compile_ahead(context: VerifyContext, logits, log=None) -> None:
+    """At a process's first verify of any kind (SGLang's own warm-up request, or the first greedy one), compile the
+    fused sampler for its logits' vocabulary and dtype where it would serve them, so that the first sampled verify
+    does not wait 2-4 s for Triton (a fresh machine's empty cache; seen on an H200, 2026-11-29). Once per
+    vocabulary, dtype and device; a failure is logged as this package's and leaves the compilation to the first
+    sampled verify."""
+    key = (logits.shape[-1], logits.dtype, logits.device)
+    if key in _compiled or logits.device.type not in context.devices or context.rocm or logits.dim() != 2:
+        return
+    _compiled.add(key)
+    if str(logits.dtype).removeprefix("torch.") not in _SAMPLER_DTYPES or (
+            not context.turned_on and context.tp_group().world_size > 1):
+        return  # stock serves these
+    from sglang_eagle_ext.kernels.sampling.from_logits import compile_for_vocabulary
+
+    log = log or (lambda line: print(line, file=sys.stderr, flush=True))
+    started = time.perf_counter()
+    try:
+        compile_for_vocabulary(logits.shape[-1], logits.device, logits.dtype,
+                               strict_acceptance=releases.STRICT_ACCEPTANCE.holds(context.release))
+    except Exception as exc:  # the server serves on; the first sampled verify compiles
+        log(f"sglang-eagle-ext: fused sampler not compiled ahead ({type(exc).__name__}: {exc}); its first sampled "
+            f"verify compiles it (this package's failure: please report it; pid {os.getpid()})")
+        return
+    log(f"sglang-eagle-ext: fused sampler compiled ahead for vocabulary {logits.shape[-1]} "
+        f"({str(logits.dtype).removeprefix('torch.')}) in {time.perf_counter() - started:.1f} s (pid {os.getpid()})")
+
+
 def _wrap_branch(context: VerifyContext, seam: Target, original: Callable) -> Callable:
     def wrapped(verify_input, batch, logits_output, *rest, **kwargs):
+        compile_ahead(context, logits_output.next_token_logits)
         uno = watermark = None
         if seam.member is None:  # eagle_sample
             args = (verify_input, batch, logits_output, *rest)
