@@ -146,15 +146,24 @@ def overhead(results: dict, drafter: str) -> str:
              "| cell | chain 3/1/4 | spread | " + " | ".join(heads[shape] for shape in columns) + " |",
              "|" + "---|" * (3 + len(columns))]
     for key, base in reference["cells"].items():
-        values = []
-        for shape in columns:
-            arm_cell = arms[shape]["cells"].get(key)
-            values.append("-" if arm_cell is None else
-                          f"{arm_cell['tok_s_median']:,.0f} (x{arm_cell['tok_s_median'] / base['tok_s_median']:.2f}, "
-                          f"{arm_cell.get('accept_length', 0):.2f})")
         lines.append(f"| {key} | {base['tok_s_median']:,.0f} ({base.get('accept_length', 0):.2f}) | "
-                     f"{spread(base['tok_s']):.0%} | " + " | ".join(values) + " |")
+                     f"{spread(base['tok_s']):.0%} | " + " | ".join(_beside(arms, columns, key, base)) + " |")
     return "\n".join(lines) + "\n"
+
+
+def _beside(arms: dict, columns: list[str], key: str, base: dict, per_token: bool = False) -> list[str]:
+    """Each column's cell ``key`` beside ``base``: its tok/s, x base's, (its ms a token,) its acceptance length;
+    "-" where it was not measured."""
+    values = []
+    for shape in columns:
+        cell = arms[shape]["cells"].get(key)
+        if cell is None:
+            values.append("-")
+            continue
+        per = f"{1e3 / cell['tok_s_median']:.2f} ms, " if per_token else ""
+        values.append(f"{cell['tok_s_median']:,.0f} (x{cell['tok_s_median'] / base['tok_s_median']:.2f}, {per}"
+                      f"{cell.get('accept_length', 0):.2f})")
+    return values
 
 
 def off(results: dict, drafter: str) -> str:
@@ -176,14 +185,8 @@ def off(results: dict, drafter: str) -> str:
         base = results["arms"]["plain"]["cells"].get(key)
         if base is None:
             continue
-        values = []
-        for shape in columns:
-            arm_cell = arms[shape]["cells"].get(key)
-            values.append("-" if arm_cell is None else
-                          f"{arm_cell['tok_s_median']:,.0f} (x{arm_cell['tok_s_median'] / base['tok_s_median']:.2f}, "
-                          f"{1e3 / arm_cell['tok_s_median']:.2f} ms, {arm_cell.get('accept_length', 0):.2f})")
         lines.append(f"| {key} | {base['tok_s_median']:,.0f} ({1e3 / base['tok_s_median']:.2f} ms) | "
-                     f"{spread(base['tok_s']):.0%} | " + " | ".join(values) + " |")
+                     f"{spread(base['tok_s']):.0%} | " + " | ".join(_beside(arms, columns, key, base, True)) + " |")
     return "\n".join(lines) + "\n"
 
 
