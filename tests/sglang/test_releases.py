@@ -29,6 +29,7 @@ PRESENCE_CHECKS = {
     ("sglang/compat/adaptive_shape.py", "_bind_once_scheduler_loads"): "the binding's check of the name it rebinds: "
                                                                        "stops the server",
     ("sglang/compat/plain_off.py", "bind"): "the plain off's check of the verify it wraps: stops the server",
+    ("sglang/compat/off_graphs.py", "bind"): "the off graphs' check of the state build they wrap: stops the server",
     ("sglang/compat/adaptive_trees.py", "bind"): "the tree set's check of the seams it wraps: stops the server",
 }
 # The supported releases, each line's first
