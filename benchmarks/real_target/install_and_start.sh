@@ -45,15 +45,18 @@ fi
 # GPUs lent (RT_GPUS, else nvidia-smi's count; where it counts none, a dry run plans for two, a run for one)
 GPUS="${RT_GPUS:-$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')}"
 [ "${GPUS:-0}" -gt 0 ] 2>/dev/null || GPUS=$([ -n "${RT_DRY_RUN:-}" ] && echo 2 || echo 1)
+# the CPUs this process may use (a container's may not start at 0), in two halves, for two engines side by side
+cpu_halves() { read -r FIRST_HALF SECOND_HALF < <(python3 -c 'import os; c = sorted(os.sched_getaffinity(0))
+h = len(c) // 2; print(",".join(map(str, c[:h])), ",".join(map(str, c[h:])))'); }
+SHARED_KV_TOKENS=262144  # an SGLang engine's KV pool where another engine shares its GPU (see below)
 TURNS=""; KV_ARGS_SERVE=""; KV_ARGS_VLLM=""
-if side_by_side; then  # the CPUs this process may use (a container's may not start at 0), in two halves
-  read -r FIRST_HALF SECOND_HALF < <(python3 -c 'import os; c = sorted(os.sched_getaffinity(0)); h = len(c) // 2
-print(",".join(map(str, c[:h])), ",".join(map(str, c[h:])))')
+if side_by_side; then
+  cpu_halves
   # one GPU: both engines on it, taking turns (turns.py: their starts overlap, each measures alone), each KV pool
   # of a set size (SGLang 262,144 tokens, vLLM 8 GiB: each at least five times what 64 requests of the cells hold),
   # so that neither sizes its pool from memory the other is allocating as it starts; vLLM's memory share then only
   # sets the free memory it asks for at its start (vllm/v1/worker/utils.py request_memory): 0.3 of the GPU's
-  [ "$GPUS" -lt 2 ] && { TURNS=/tmp/rt/turns.lock; KV_ARGS_SERVE="--kv-tokens 262144"
+  [ "$GPUS" -lt 2 ] && { TURNS=/tmp/rt/turns.lock; KV_ARGS_SERVE="--kv-tokens $SHARED_KV_TOKENS"
                          KV_ARGS_VLLM="--kv-cache-bytes $(( 8 << 30 )) --memory 0.3"; }
   export RT_GPU_SERVE="${RT_GPU_SERVE:-0}" RT_GPU_VLLM="${RT_GPU_VLLM:-$([ -n "$TURNS" ] && echo 0 || echo 1)}" \
     RT_CPUS_SERVE="${RT_CPUS_SERVE:-$FIRST_HALF}" RT_CPUS_VLLM="${RT_CPUS_VLLM:-$SECOND_HALF}"
@@ -73,10 +76,9 @@ if halves; then  # every other arm to the second half; both on GPU 0, each on ha
     if [ $(( i % 2 )) = 0 ]; then ADAPTIVE_ARMS="${ADAPTIVE_ARMS:+$ADAPTIVE_ARMS,}${all_arms[$i]}"
     else ADAPTIVE2_ARMS="${ADAPTIVE2_ARMS:+$ADAPTIVE2_ARMS,}${all_arms[$i]}"; fi
   done
-  read -r FIRST_HALF SECOND_HALF < <(python3 -c 'import os; c = sorted(os.sched_getaffinity(0)); h = len(c) // 2
-print(",".join(map(str, c[:h])), ",".join(map(str, c[h:])))')
+  cpu_halves
   export RT_CPUS_ADAPTIVE="${RT_CPUS_ADAPTIVE:-$FIRST_HALF}" RT_CPUS_ADAPTIVE2="${RT_CPUS_ADAPTIVE2:-$SECOND_HALF}"
-  KV_ARGS_ADAPTIVE="--kv-tokens 262144"; ADAPTIVE_TURNS_FILE=/tmp/rt/adaptive_turns.lock
+  KV_ARGS_ADAPTIVE="--kv-tokens $SHARED_KV_TOKENS"; ADAPTIVE_TURNS_FILE=/tmp/rt/adaptive_turns.lock
 fi
 ADAPTIVE_TURNS="${ADAPTIVE_TURNS_FILE:+--turns $ADAPTIVE_TURNS_FILE}"
 SERVE_END=$(( END - ADAPTIVE_SHARE - VLLM_SHARE )); VLLM_END=$(( END - ADAPTIVE_SHARE )); ADAPTIVE_END=$END

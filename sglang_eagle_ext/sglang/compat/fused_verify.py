@@ -182,10 +182,9 @@ def _hand_back_reason(context: VerifyContext, verify_input, batch, logits_output
     """Why this call must be served by stock SGLang, or None when the fused path applies."""
     logits = logits_output.next_token_logits
     info = batch.sampling_info
-    if logits.device.type not in context.devices:
-        return f"device {logits.device.type}"
-    if context.rocm:  # SGLang verifies sampled batches greedily on ROCm (and we never ran there)
-        return "ROCm"
+    device = _device_reason(context, logits)
+    if device is not None:
+        return device
     if batch.forward_mode.is_idle():
         return "idle batch"
     if info.is_all_greedy:
@@ -199,6 +198,20 @@ def _hand_back_reason(context: VerifyContext, verify_input, batch, logits_output
         return "UNO target sampling"
     if watermark is not None and getattr(info, "has_watermark_candidates", False):
         return "watermark"
+    return _logits_reason(context, logits)
+
+
+def _device_reason(context: VerifyContext, logits) -> str | None:
+    """Why logits on this device go to stock SGLang, or None."""
+    if logits.device.type not in context.devices:
+        return f"device {logits.device.type}"
+    if context.rocm:  # SGLang verifies sampled batches greedily on ROCm (and we never ran there)
+        return "ROCm"
+    return None
+
+
+def _logits_reason(context: VerifyContext, logits) -> str | None:
+    """Why these logits, in this process's parallel layout, go to stock SGLang, or None."""
     if str(logits.dtype).removeprefix("torch.") not in _SAMPLER_DTYPES or logits.dim() != 2 or logits.stride(-1) != 1:
         return f"logits {logits.dtype} {tuple(logits.shape)}"
     if not context.turned_on and context.tp_group().world_size > 1:
@@ -225,11 +238,10 @@ def compile_ahead(context: VerifyContext, logits, log=None) -> None:
     vocabulary, dtype and device; a failure is logged as this package's and leaves the compilation to the first
     sampled verify."""
     key = (logits.shape[-1], logits.dtype, logits.device)
-    if key in _compiled or logits.device.type not in context.devices or context.rocm or logits.dim() != 2:
+    if key in _compiled:
         return
     _compiled.add(key)
-    if str(logits.dtype).removeprefix("torch.") not in _SAMPLER_DTYPES or (
-            not context.turned_on and context.tp_group().world_size > 1):
+    if _device_reason(context, logits) is not None or _logits_reason(context, logits) is not None:
         return  # stock serves these
     from sglang_eagle_ext.kernels.sampling.from_logits import compile_for_vocabulary
 

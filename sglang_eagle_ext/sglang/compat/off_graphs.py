@@ -125,7 +125,7 @@ def capture(worker, cuda_graph_bs, log=None, free_memory=_free_gpu_memory) -> Of
 
 @functools.cache
 def _runner_class():
-    from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode, ForwardMode
+    from sglang.srt.model_executor.forward_batch_info import ForwardMode
     from sglang.srt.model_executor.runner.decode_cuda_graph_runner import DecodeCudaGraphRunner
 
     class PlainDecodeGraphRunner(DecodeCudaGraphRunner):
@@ -137,15 +137,22 @@ def _runner_class():
                 raise RuntimeError(f"the runner's width is {self.captured_req_width} (ragged verify: "
                                    f"{self.ragged_verify_mode}), where a plain decode step's is 1")
             self.capture_forward_mode = ForwardMode.DECODE
-            hidden = (CaptureHiddenMode.NULL if self.model_runner.spec_algorithm.is_standalone()
-                      else CaptureHiddenMode.FULL)  # the drafter's extend reads the step's (aux) hidden states
-            self.capture_hidden_mode = max(self.capture_hidden_mode, hidden)
+            self.capture_hidden_mode = max(self.capture_hidden_mode, step_hidden_mode(self.model_runner))
             super().capture()
 
         def get_spec_info(self, num_tokens: int):
             return None  # a plain decode batch: the attention backend plans an ordinary decode
 
     return PlainDecodeGraphRunner
+
+
+def step_hidden_mode(model_runner):
+    """The hidden states a plain step hands the drafter's extend: the target's (EAGLE-3's aux states, packed as the
+    verify's are), none under the standalone algorithm, whose drafter reads none. The graphs are captured with
+    them and the step's batch asks for them (SGLang refuses to replay a graph for a batch asking for more)."""
+    from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode
+
+    return CaptureHiddenMode.NULL if model_runner.spec_algorithm.is_standalone() else CaptureHiddenMode.FULL
 
 
 def for_worker(worker) -> OffGraphs | None:

@@ -232,9 +232,8 @@ def plain_decode_step(worker, batch):
     requests = seq_lens.shape[0]
     # the slot the width-1 verify would write: the request's next reserved one, at its pre-step length
     slots = worker.req_to_token_pool.req_to_token[batch.req_pool_indices, seq_lens].to(torch.int64)
-    graphs = off_graphs.for_worker(worker)
-    target = (off_graphs.serving(model_runner, graphs)
-              if _graphed(model_runner.decode_cuda_graph_runner) and off_graphs.can_serve(graphs, requests)
+    graphs = off_graphs.for_worker(worker)  # captured only where depth 0's target decode is graphed
+    target = (off_graphs.serving(model_runner, graphs) if off_graphs.can_serve(graphs, requests)
               else _decode_runner_detached(model_runner))
     with target:  # the forward batch too is built against the runner and backend the forward uses
         forward_batch = _plain_forward_batch(batch, model_runner, verify_input.draft_token, slots)
@@ -259,7 +258,7 @@ def plain_decode_step(worker, batch):
 def _plain_forward_batch(batch, model_runner, input_ids, slots):
     """SGLang's ``ForwardBatch`` of a decode step of ``input_ids`` into ``slots``, built from the schedule batch,
     whose fields are put back at once (the draft extend reads them as the verify left them)."""
-    from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode, ForwardBatch, ForwardMode
+    from sglang.srt.model_executor.forward_batch_info import ForwardBatch, ForwardMode
 
     seq_lens = batch.seq_lens
     requests = seq_lens.shape[0]
@@ -273,9 +272,7 @@ def _plain_forward_batch(batch, model_runner, input_ids, slots):
         batch.seq_lens = seq_lens + 1
         batch.seq_lens_cpu = None if saved["seq_lens_cpu"] is None else saved["seq_lens_cpu"] + 1
         batch.seq_lens_sum = None if saved["seq_lens_sum"] is None else saved["seq_lens_sum"] + requests
-        capture = (CaptureHiddenMode.NULL if model_runner.spec_algorithm.is_standalone()
-                   else CaptureHiddenMode.FULL)  # the drafter's extend reads the step's (aux) hidden states
-        return ForwardBatch.init_new(batch, model_runner, capture_hidden_mode=capture,
+        return ForwardBatch.init_new(batch, model_runner, capture_hidden_mode=off_graphs.step_hidden_mode(model_runner),
                                      return_hidden_states_before_norm=False)
     finally:
         for name, value in saved.items():
