@@ -25,12 +25,11 @@ from typing import Any, Iterator, Mapping
 import torch
 
 from sglang_eagle_ext.drafter.dialects import PEAGLE_FIX, ConfigValues, read_config_values, with_run_config
-from sglang_eagle_ext.drafter.spec import (GATED_ACTIVATIONS, Dialect, DrafterSpec, LaterLayerNorm, aux_ids_fix,
-                                           declarations, default_of)
+from sglang_eagle_ext.drafter.spec import (GATED_ACTIVATIONS, IGNORED_TENSORS, PARALLEL_DRAFTING_TENSORS, Dialect,
+                                           DrafterSpec, LaterLayerNorm, aux_ids_fix, declarations, default_of,
+                                           expected_shapes, fused_parts, layer_index)
 from sglang_eagle_ext.drafter.target import TargetInfo, check_against_target, read_target
-from sglang_eagle_ext.drafter.tensors import (IGNORED_TENSORS, JSON_FILE_LIMIT, PARALLEL_DRAFTING_TENSORS, FileBytes,
-                                              TensorIndex, expected_shapes, fused_parts, layer_index, load_pickle,
-                                              split_fused)
+from sglang_eagle_ext.drafter.tensors import JSON_FILE_LIMIT, FileBytes, TensorIndex, load_pickle, split_fused
 from sglang_eagle_ext.errors import DrafterError, Problem, counted
 
 # Weight files in the order they are looked for, relative to the checkpoint directory.
@@ -51,7 +50,7 @@ class DrafterCheckpoint:
     meta_d2t: torch.Tensor | None = None  # d2t from a NeMo meta file, when the weights have none
 
     def tensors(self, dtype: torch.dtype | None = None) -> Iterator[tuple[str, torch.Tensor]]:
-        """Every canonical tensor of :func:`~.tensors.expected_shapes`, one at a time (fused
+        """Every canonical tensor of :func:`~.spec.expected_shapes`, one at a time (fused
         ``qkv_proj`` / ``gate_up_proj`` split; ignored tensors such as ``t2d`` left out; ``d2t``
         int64, everything else cast to ``dtype`` when given)."""
         expected = expected_shapes(self.spec)

@@ -41,7 +41,7 @@ from sglang.srt.models.llama import LlamaForCausalLM
 from sglang_eagle_ext.drafter.reader import DrafterCheckpoint
 from sglang_eagle_ext.sglang.compat import runtime
 from sglang_eagle_ext.sglang.compat.config_loading import served_drafter
-from sglang_eagle_ext.errors import DrafterError, Problem, counted
+from sglang_eagle_ext.errors import DrafterError, Problem
 from sglang_eagle_ext.drafter.spec import DrafterSpec, LaterLayerNorm
 
 logger = logging.getLogger(__name__)
@@ -232,8 +232,8 @@ class LlamaForCausalLMEagle3(LlamaForCausalLM):
         self.logits_processor = LogitsProcessor(logits_config)
         self.capture_aux_hidden_states = True
         self.hot_token_id = None
-        logger.info("sglang-eagle-ext: building draft %s (%s, %s, %d aux)",
-                    spec.path, spec.dialect.value, counted(spec.num_layers, "layer"), spec.num_aux_hidden_states)
+        logger.info("sglang-eagle-ext: building the %d-layer %s draft %s (%d aux)",
+                    spec.num_layers, spec.dialect.value, spec.path, spec.num_aux_hidden_states)
 
     def get_hot_token_id(self):
         return self.hot_token_id

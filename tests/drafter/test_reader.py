@@ -12,9 +12,8 @@ from safetensors.torch import save_file
 
 from sglang_eagle_ext.drafter.reader import read_drafter
 from sglang_eagle_ext.errors import DrafterError
-from sglang_eagle_ext.drafter.spec import Dialect, IdConvention, LaterLayerNorm
+from sglang_eagle_ext.drafter.spec import Dialect, IdConvention, LaterLayerNorm, expected_shapes
 from sglang_eagle_ext.drafter.target import read_target
-from sglang_eagle_ext.drafter.tensors import expected_shapes
 from tests.kit import fixtures
 from tests.kit.fixtures import Geometry, canonical_tensors, rename, shrink, template
 

@@ -14,7 +14,7 @@ import torch
 
 from sglang_eagle_ext.reference.drafter import DraftCache, ReferenceDrafter, causal_mask
 from sglang_eagle_ext.drafter.spec import AuxLayers, Dialect, DrafterSpec, IdConvention, LaterLayerNorm
-from sglang_eagle_ext.drafter.tensors import expected_shapes
+from sglang_eagle_ext.drafter.spec import expected_shapes
 
 H, T_TARGET, V = 32, 32, 96
 
