@@ -609,13 +609,16 @@ def test_plain_off_serves_only_depth_zero_batches_it_keeps_stocks_semantics_for(
     custom = SimpleNamespace(has_custom_logit_processor=True, has_watermark_candidates=False)
     assert "custom logit" in plain_off.stock_reason(worker, _depth_zero_batch(sampling_info=custom), None, True)
     assert "pipeline" in plain_off.stock_reason(worker, batch, object(), True)  # PP proxy tensors
-    for name in ("pp_size", "attn_dp_size"):
+    for name in ("pp_size", "attn_dp_size"):  # an engine's own: a fresh worker each (read once per worker)
         monkeypatch.setattr(parallel, name, 2)
-        assert "parallelism" in plain_off.stock_reason(worker, batch, None, True), name
+        assert "parallelism" in plain_off.stock_reason(_worker(), batch, None, True), name
         monkeypatch.setattr(parallel, name, 1)
     hybrid = _worker()
     hybrid.target_worker.model_runner.model_config.mamba = object()  # a mamba / GDN config, as stock detects it
     assert "hybrid" in plain_off.stock_reason(hybrid, batch, None, True)
+    mrope = _worker()
+    mrope.target_worker.model_runner.model_config.model_is_mrope = True
+    assert "multimodal rope" in plain_off.stock_reason(mrope, batch, None, True)
     assert "sparse" in plain_off.stock_reason(worker, _depth_zero_batch(hisparse_coordinator=object()), None, True)
     # a graphed target decode: plain decoding by its plain decode graphs where they hold the batch, else the
     # graphed width-1 verify, unless the eager plain path is asked for
@@ -626,6 +629,28 @@ def test_plain_off_serves_only_depth_zero_batches_it_keeps_stocks_semantics_for(
     assert plain_off.stock_reason(graphed, batch, None, graphs_only=True) is None
     two = _depth_zero_batch(seq_lens=SimpleNamespace(shape=(2,)))
     assert "above the plain decode graphs' largest" in plain_off.stock_reason(graphed, two, None, graphs_only=True)
+
+
+def test_plain_off_reads_an_engines_parallelism_and_target_kind_once_per_worker(monkeypatch):
+    """They do not change while an engine serves; reading a hybrid config each step cost a CPU-bound step about
+    a tenth of a millisecond. Batch facts are read every step."""
+    from sglang_eagle_ext.sglang.compat import plain_off
+
+    context = pytest.importorskip("sglang.srt.runtime_context")
+    hybrid_arch = pytest.importorskip("sglang.srt.configs.hybrid_arch")
+    parallel = SimpleNamespace(pp_size=1, attn_dp_size=1)
+    monkeypatch.setattr(context, "get_parallel", lambda: parallel)
+    reads = []
+    monkeypatch.setattr(hybrid_arch, "mambaish_config", lambda config: reads.append(config))
+    worker, batch = _worker(), _depth_zero_batch()
+    for _ in range(3):
+        assert plain_off.stock_reason(worker, batch, None, graphs_only=True) is None
+        assert plain_off.stock_reason(worker, _depth_zero_batch(has_grammar=True), None, True) == "grammar"
+    assert len(reads) == 1
+    monkeypatch.setattr(parallel, "pp_size", 2)  # not re-read by this worker; a new one reads it
+    assert plain_off.stock_reason(worker, batch, None, True) is None
+    assert plain_off.stock_reason(_worker(), batch, None, True) == plain_off.PARALLELISM
+    assert len(reads) == 1  # parallelism decided before the target's kind is read
 
 
 def test_plain_off_counts_reach_the_log_at_powers_of_two():
