@@ -310,3 +310,19 @@ def test_two_halves_taken_side_by_side_are_one_run_with_plain_decodings_comparis
     written = json.loads((tmp_path / "run.json").read_text())
     assert written["arms"]["d/x/plugin"]["cells"]["batch1/greedy"]["speedup_best"] == 2.5  # 300 / 120
     assert "outputs" not in written["arms"]["plain"]["cells"]["batch1/greedy"]
+
+
+def test_batch_sizes_must_begin_at_1_and_are_refused_at_parsing_otherwise():
+    """A run at --batches 16 measured plain decoding's arm and then stopped with a KeyError in compare_cells (an H200,
+    2026-11-29): batch 1's outputs are every batched cell's reference, so the sizes are checked before any arm."""
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    serve_bench.add_run_arguments(parser)
+    base = ["out", "--target", "t", "--prompts", "p"]
+    assert parser.parse_args(base + ["--batches", "1,16,64"]).batches == (1, 16, 64)
+    for text in ("16", "16,1", "1,16,16", "1,0", "1,x"):
+        with pytest.raises(SystemExit):
+            parser.parse_args(base + ["--batches", text])
+    with pytest.raises(argparse.ArgumentTypeError, match="the first of them 1.*e.g. 1,16"):
+        serve_bench.batch_sizes("16")

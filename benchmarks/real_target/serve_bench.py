@@ -527,6 +527,20 @@ def environment() -> dict:
     return {**engines.run_environment(), "sglang": sglang.__version__}
 
 
+def batch_sizes(text: str) -> tuple[int, ...]:
+    """``--batches``: comma-separated sizes, the first of them 1, refused at parsing otherwise: batch 1's outputs are
+    the reference every batched cell's agreement is read against (:func:`compare_cells`), after plain decoding's
+    arm has run."""
+    try:
+        sizes = tuple(int(size) for size in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: comma-separated whole numbers, e.g. 1,16,64") from None
+    if sizes[0] != 1 or min(sizes) < 1 or len(set(sizes)) != len(sizes):
+        raise argparse.ArgumentTypeError(f"{text!r}: distinct sizes, the first of them 1 (batch 1 is the reference "
+                                         f"of every batched cell's agreement), e.g. 1,{text.split(',')[0]}")
+    return sizes
+
+
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     """The options every engine's serving benchmark takes (this one and ``vllm_bench.py``): the same
     target, prompts, drafters, arms and cells."""
@@ -535,8 +549,7 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--prompts", required=True, help="JSON lines {prompt} (data.py mtbench)")
     parser.add_argument("--drafter", action="append", default=[], help="NAME=DIR, repeatable")
     parser.add_argument("--arms", help="comma-separated arm names (default: every arm)")
-    parser.add_argument("--batches", type=lambda text: tuple(int(b) for b in text.split(",")), default=BATCHES,
-                        help="batch sizes, the first of them 1")
+    parser.add_argument("--batches", type=batch_sizes, default=BATCHES, help="batch sizes, the first of them 1")
     parser.add_argument("--single", type=int, default=8, help="prompts of the batch-1 cells")
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--rounds", type=int, default=2)
