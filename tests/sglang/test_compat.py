@@ -335,3 +335,47 @@ def test_a_verify_step_ends_at_the_stop_string_reached_first():
         assert serve_steps(PatchedReq, tokens, [1] * len(tokens)) == expected, tokens
         stock_wrong += serve_steps(schedule_batch.Req, tokens, steps) != expected
     assert stock_wrong > 0  # the bug the patch exists for is still in the installed SGLang
+
+
+def test_a_method_is_wrapped_once_per_patch_and_two_patches_of_it_both_hold():
+    """wrap_method once skipped any second wrapper of a method already wrapped, so a second patch of the same
+    method would have been dropped without a word. One patch applied twice changes nothing; two patches stack."""
+    import functools
+
+    from sglang_eagle_ext.sglang.compat.patch import wrap_method
+
+    class Owner:
+        def method(self, x):
+            return [x]
+
+        @classmethod
+        def build(cls, x):
+            return [cls.__name__, x]
+
+    def tagging(original, tag):
+        def method(self, x):
+            return original(self, x) + [tag]
+        return method
+
+    def doubling(original):
+        def method(self, x):
+            return original(self, x) * 2
+        return method
+
+    assert wrap_method(Owner, "method", functools.partial(tagging, tag="a"))
+    assert not wrap_method(Owner, "method", functools.partial(tagging, tag="b"))  # the same patch: once
+    assert Owner().method(1) == [1, "a"]
+    assert wrap_method(Owner, "method", doubling)  # another patch wraps the wrapped method
+    assert Owner().method(1) == [1, "a", 1, "a"]
+    assert not wrap_method(Owner, "method", doubling)
+
+    class Later(Owner):
+        pass
+
+    def suffixing(original):
+        def build(cls, x):
+            return original(cls, x) + ["built"]
+        return build
+
+    assert wrap_method(Later, "build", suffixing)  # an inherited classmethod stays bound to the class it is read on
+    assert Later.build(2) == ["Later", 2, "built"] and Owner.build(2) == ["Owner", 2]

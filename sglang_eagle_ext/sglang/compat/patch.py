@@ -104,20 +104,29 @@ class Patch:
         return self.releases.contains(release, prereleases=True)
 
 
-_PATCHED_MARK = "__eagle_ext_original__"
+_PATCHED_MARK = "__eagle_ext_original__"  # on a wrapper: SGLang's own function beneath every wrapper
+_MAKERS_MARK = "__eagle_ext_makers__"  # on a wrapper: the functions that made the wrappers, innermost first
+
+
+def _maker(make: Callable) -> str:
+    function = getattr(make, "func", make)  # a functools.partial's function: one patch whatever its arguments
+    return f"{function.__module__}.{function.__qualname__}"
 
 
 def wrap_method(owner: Any, name: str, make: Callable[[Callable], Callable]) -> bool:
-    """Replace ``owner.name`` by ``make(original)`` once; keeps classmethods class-bound."""
+    """Replace ``owner.name`` by ``make(current)`` and return True; keeps classmethods class-bound. Once per
+    ``make``: a second call with the same function (or a partial of it) changes nothing and returns False. Two
+    patches of one method stack, the later one around the earlier, so that neither is dropped unseen."""
     raw = inspect.getattr_static(owner, name)
-    if getattr(raw, _PATCHED_MARK, None) is not None or getattr(
-            getattr(raw, "__func__", None), _PATCHED_MARK, None) is not None:
-        return False
     is_classmethod = isinstance(raw, classmethod)
-    original = raw.__func__ if is_classmethod else raw
-    wrapper = make(original)
-    functools.update_wrapper(wrapper, original)
-    setattr(wrapper, _PATCHED_MARK, original)
+    current = raw.__func__ if is_classmethod else raw
+    makers = getattr(current, _MAKERS_MARK, ())
+    if _maker(make) in makers:
+        return False
+    wrapper = make(current)
+    functools.update_wrapper(wrapper, current)
+    setattr(wrapper, _PATCHED_MARK, getattr(current, _PATCHED_MARK, current))
+    setattr(wrapper, _MAKERS_MARK, (*makers, _maker(make)))
     setattr(owner, name, classmethod(wrapper) if is_classmethod else wrapper)
     return True
 
