@@ -324,5 +324,7 @@ def test_batch_sizes_must_begin_at_1_and_are_refused_at_parsing_otherwise():
     for text in ("16", "16,1", "1,16,16", "1,0", "1,x"):
         with pytest.raises(SystemExit):
             parser.parse_args(base + ["--batches", text])
-    with pytest.raises(argparse.ArgumentTypeError, match="the first of them 1.*e.g. 1,16"):
-        serve_bench.batch_sizes("16")
+    for text in ("16", "1,0", "1,16,16"):  # the suggestion is one the parser takes
+        with pytest.raises(argparse.ArgumentTypeError, match="positive sizes, the first of them 1.*e.g. 1,16,64"):
+            serve_bench.batch_sizes(text)
+    assert serve_bench.batch_sizes("1,16,64") == (1, 16, 64)

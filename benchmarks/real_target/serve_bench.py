@@ -536,8 +536,8 @@ def batch_sizes(text: str) -> tuple[int, ...]:
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r}: comma-separated whole numbers, e.g. 1,16,64") from None
     if sizes[0] != 1 or min(sizes) < 1 or len(set(sizes)) != len(sizes):
-        raise argparse.ArgumentTypeError(f"{text!r}: distinct sizes, the first of them 1 (batch 1 is the reference "
-                                         f"of every batched cell's agreement), e.g. 1,{text.split(',')[0]}")
+        raise argparse.ArgumentTypeError(f"{text!r}: distinct positive sizes, the first of them 1 (batch 1 is the "
+                                         f"reference of every batched cell's agreement), e.g. 1,16,64")
     return sizes
 
 
@@ -549,7 +549,9 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--prompts", required=True, help="JSON lines {prompt} (data.py mtbench)")
     parser.add_argument("--drafter", action="append", default=[], help="NAME=DIR, repeatable")
     parser.add_argument("--arms", help="comma-separated arm names (default: every arm)")
-    parser.add_argument("--batches", type=batch_sizes, default=BATCHES, help="batch sizes, the first of them 1")
+    parser.add_argument("--batches", type=batch_sizes, default=BATCHES,
+                        help="distinct batch sizes, the first of them 1 (plain decoding's batch-1 outputs are every "
+                        "batched cell's reference, in every run)")
     parser.add_argument("--single", type=int, default=8, help="prompts of the batch-1 cells")
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--rounds", type=int, default=2)

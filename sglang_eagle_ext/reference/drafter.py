@@ -1,6 +1,6 @@
 """The EAGLE-3 drafter in plain PyTorch, built from a :class:`DrafterSpec` (no SGLang).
 
-The module tree mirrors the canonical tensor names of :mod:`sglang_eagle_ext.drafter.tensors`, so
+The module tree mirrors the canonical tensor names of :mod:`sglang_eagle_ext.drafter.spec`, so
 ``state_dict()`` *is* a canonical checkpoint and ``load_state_dict`` takes
 ``DrafterCheckpoint.load_tensors()`` unchanged. Forward semantics::
 

@@ -73,7 +73,7 @@ def random_vocab_map(g: Geometry, generator: torch.Generator) -> torch.Tensor:
 
 
 def canonical_tensors(g: Geometry, seed: int) -> dict[str, torch.Tensor]:
-    """Random fp32 tensors under canonical names (see ``sglang_eagle_ext.drafter.tensors``); norms near 1."""
+    """Random fp32 tensors under canonical names (see ``sglang_eagle_ext.drafter.spec``); norms near 1."""
     gen = torch.Generator().manual_seed(seed)
 
     def rand(*shape, scale=0.08):
