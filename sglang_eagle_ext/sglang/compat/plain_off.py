@@ -190,8 +190,8 @@ _ENGINE_REASON = "_sglang_eagle_ext_engine_reason"  # on the worker: engine_reas
 def engine_reason(worker) -> str | None:
     """What keeps every depth-0 batch of this engine on stock's width-1 verify, or ``None``: its parallelism and its
     target's kind, which do not change while it serves. Read at the first step and kept on the worker: reading a
-    config for hybrid layers takes about 150 attribute lookups, a tenth of a millisecond a step on a CPU-bound
-    step (profiled on a CPU, 2026-11-29)."""
+    config for hybrid layers walks it attribute by attribute, a cost an off step bound by the host feels
+    (``docs/adaptive-shape.md`` section 18)."""
     known = getattr(worker, _ENGINE_REASON, False)
     if known is not False:
         return known
