@@ -45,8 +45,14 @@ OVERHEAD_ARMS = {"pin3-stock": "stock's pinned", "pin3-cost": "ours pinned",
                  "hold3": "ours held at 3 of 4 depths"}
 OFF_ARMS = {"off-verify": "stock's width-1 verify + draft extend", "off-skip": "stock's width-1 verify",
             "off-eager": "plain step, eager + draft extend", "off-graph": "plain step, graphed + draft extend",
-            "off-graph-skip": "plain step, graphed"}
-DIAGNOSTICS = {**OVERHEAD_ARMS, **OFF_ARMS}
+            "off-graph-skip": "plain step, graphed",
+            "off16-graph": "plain step, graphed + draft extend (off to batch 16)",
+            "off16-deferred": "plain step, graphed + deferred draft extend (off to batch 16)",
+            "off16-skip": "plain step, graphed (off to batch 16)"}
+# the cost policy with the deferred drafter extend, and that audited (serve_bench.DIAGNOSTICS says why)
+DEFERRED_ARMS = {"adaptive-deferred": "adaptive, deferred extend",
+                 "adaptive-deferred-audit": "adaptive, deferred extend, audited"}
+DIAGNOSTICS = {**OVERHEAD_ARMS, **OFF_ARMS, **DEFERRED_ARMS}
 OVERHEAD_REFERENCE = "chain"
 
 

@@ -66,6 +66,8 @@ from sglang_eagle_ext.demo.run import NEAR_TIE, first_departure  # noqa: E402
 from sglang_eagle_ext.targets import file_sha256  # noqa: E402
 from sglang_eagle_ext.sglang.compat.adaptive_shape import TRACE_SWITCH  # noqa: E402
 from sglang_eagle_ext.sglang.compat.plain_off import OFF_SWITCH  # noqa: E402
+from sglang_eagle_ext.sglang.compat.deferred_extend import AUDIT_SWITCH as DEFERRED_AUDIT  # noqa: E402
+from sglang_eagle_ext.sglang.compat.deferred_extend import ENV_SWITCH as DEFERRED_SWITCH  # noqa: E402
 
 SHAPES = {shape.name: shape for shape in (engines.Shape("chain", 3, 1, 4), engines.Shape("tree", 5, 4, 8),
                                           engines.Shape("wide", 6, 8, 32), engines.Shape("chain1", 1, 1, 2),
@@ -88,6 +90,13 @@ SHAPES = {shape.name: shape for shape in (engines.Shape("chain", 3, 1, 4), engin
 # ("off-graph-skip"); adaptive_table.py's "off" sets them against plain decoding.
 OFF_AT_BATCH_1 = {1: (0,), 2: (1,)}
 SKIP_EXTEND = {"SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND": "1"}
+# What the deferred drafter extend saves (compat/deferred_extend.py, K = 8): engines off at batches 1 and 16 (the
+# nearest key's; chain 1 at 64) with the extend at every off step ("off16-graph"), deferred ("off16-deferred") and
+# skipped, the drafter left cold (the floor: "off16-skip"); the cost policy with it ("adaptive-deferred"), and with
+# each catch-up checked against stock's per-step extends, run as well (its log's audit lines; its times pay for
+# both: "adaptive-deferred-audit")
+OFF_BELOW_64 = {1: (0,), 64: (1,)}
+DEFERRED = {DEFERRED_SWITCH: "8"}
 DIAGNOSTICS = {shape.name: shape for shape in (
     engines.Shape("pin3-stock", 3, 1, 4, policy="stock", candidates=(3,)),
     engines.Shape("pin3-cost", 3, 1, 4, policy="cost", candidates=(3,)),
@@ -98,7 +107,12 @@ DIAGNOSTICS = {shape.name: shape for shape in (
     engines.Shape("off-skip", 1, 1, 2, policy="stock", candidates=OFF_AT_BATCH_1, env=SKIP_EXTEND),
     engines.Shape("off-eager", 1, 1, 2, policy="cost", candidates=OFF_AT_BATCH_1, env={OFF_SWITCH: "eager"}),
     engines.Shape("off-graph", 1, 1, 2, policy="cost", candidates=OFF_AT_BATCH_1),
-    engines.Shape("off-graph-skip", 1, 1, 2, policy="cost", candidates=OFF_AT_BATCH_1, env=SKIP_EXTEND))}
+    engines.Shape("off-graph-skip", 1, 1, 2, policy="cost", candidates=OFF_AT_BATCH_1, env=SKIP_EXTEND),
+    engines.Shape("off16-graph", 1, 1, 2, policy="cost", candidates=OFF_BELOW_64),
+    engines.Shape("off16-deferred", 1, 1, 2, policy="cost", candidates=OFF_BELOW_64, env=DEFERRED),
+    engines.Shape("off16-skip", 1, 1, 2, policy="cost", candidates=OFF_BELOW_64, env=SKIP_EXTEND),
+    engines.Shape("adaptive-deferred", 3, 1, 4, policy="cost", env=DEFERRED),
+    engines.Shape("adaptive-deferred-audit", 3, 1, 4, policy="cost", env={**DEFERRED, DEFERRED_AUDIT: "1"}))}
 ALL_SHAPES = {**SHAPES, **DIAGNOSTICS}
 DRIFT_REQUESTS = 64
 BATCHES = (1, 16, 64)

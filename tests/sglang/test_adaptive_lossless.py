@@ -43,6 +43,7 @@ import sys
 
 import pytest
 import torch
+from sglang_eagle_ext.sglang.compat import deferred_extend
 from sglang_eagle_ext.sglang.compat.plain_off import PLAIN
 from sglang_eagle_ext.sglang.shape_policy import DEFAULT_STEPS
 from tests.conftest import needs_sglang
@@ -137,12 +138,21 @@ def rank_test_p_value(previous: list[int], drawn: list[int], logits: torch.Tenso
     return float(torch.special.gammaincc(torch.tensor((len(expected) - 1) / 2, dtype=torch.float64), statistic / 2))
 
 
-@pytest.fixture(scope="module")
-def served(tmp_path_factory):
+# the drafter's extend at every off step (stock's), or deferred to a catch-up at 2 tokens a request or before a
+# drafting step (compat/deferred_extend.py), each catch-up audited against stock's extends, run as well
+DEFERRALS = {"extend-every-step": {}, "deferred-2-audited": {deferred_extend.ENV_SWITCH: "2",
+                                                             deferred_extend.AUDIT_SWITCH: "1"}}
+# the audit's line: catch-ups, requests, the largest KV and hidden-row differences, requests whose top-k ids differ
+AUDIT_LINE = re.compile(r"deferred drafter extend audit: (\d+) catch-ups over (\d+) requests: drafter KV max "
+                        r"\|difference\| (\S+), next hidden row (\S+), top-k ids differing in (\d+) requests")
+
+
+@pytest.fixture(scope="module", params=list(DEFERRALS))
+def served(request, tmp_path_factory):
     """The zipf pair built and served by :func:`engine_child` with the switch at ``cycle`` (the test mode, at
-    the tree's launch): the prompts, the child's results by run, the law (:func:`served_law`), the server's
-    stderr and the policy's trace rows (one a verify result: its bucket, traffic, depth, requests and accepted
-    drafts), in order."""
+    the tree's launch) and the drafter's extend as :data:`DEFERRALS` names: the prompts, the child's results by
+    run, the law (:func:`served_law`), the server's stderr and the policy's trace rows (one a verify result: its
+    bucket, traffic, depth, requests and accepted drafts), in order."""
     root = tmp_path_factory.mktemp("zipf")
     built = subprocess.run([sys.executable, "benchmarks/gpu/zipf_checkpoint.py", str(root), "--smoke",
                             *GEOMETRY_OPTIONS[DEVICE], "--device", "cpu"], cwd=ROOT, capture_output=True, text=True,
@@ -159,7 +169,11 @@ def served(tmp_path_factory):
     from sglang_eagle_ext.sglang.compat.plain_off import OFF_SWITCH
     from sglang_eagle_ext.sglang.plugin import SWITCH as PLUGIN_SWITCH
 
-    env = {**server_environment(DEVICE), ADAPTIVE_SWITCH: "cycle", TRACE_SWITCH: str(root / "trace")}
+    env = {**server_environment(DEVICE), ADAPTIVE_SWITCH: "cycle", TRACE_SWITCH: str(root / "trace"),
+           **DEFERRALS[request.param]}
+    if not DEFERRALS[request.param]:
+        env.pop(deferred_extend.ENV_SWITCH, None)
+        env.pop(deferred_extend.AUDIT_SWITCH, None)
     env.pop(OFF_SWITCH, None)  # its default: plain decoding, by the plain decode graphs under CUDA graphs
     # the checkout first, then what the environment had (on a CPU host the shims' folder)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
@@ -334,3 +348,28 @@ def test_tokens_of_plain_off_steps_alone_follow_the_targets_law(served):
         drawn += sequence[2:]
     assert rank_test_p_value(previous, drawn, law, TEMPERATURE) > 1e-4, "not drawn from the target's law"
     assert rank_test_p_value(previous, drawn, law, NEIGHBOUR_TEMPERATURE) < 1e-4
+
+
+@needs_sglang
+def test_deferred_catch_ups_rewrite_what_stocks_per_step_extends_wrote(served, request):
+    """Deferred: the drafter caught up both at 2 pending tokens (the depth-0-only batch) and before drafting steps
+    (the runs that switch shape every step), and the audit found each catch-up's drafter KV (every layer's keys
+    and values at the slots it rewrote, poisoned before it ran) and next-draft state (hidden row, top-k ids) equal
+    to what stock's per-step extends, run as well, had made: exactly on a CPU (float32), to float16 rounding on a
+    GPU. With the extend at every step, no catch-up ran."""
+    _, _, _, stderr, _ = served
+    if not DEFERRALS[request.node.callspec.params["served"]]:
+        assert "deferred drafter extend" not in stderr and "drafter extend at every off step" in stderr
+        return
+    assert "drafter extend deferred while off, at most 2 tokens a request" in stderr
+    occasions = dict(re.findall(r"deferred drafter extend: \d+ catch-ups? (at 2 tokens|before drafting) "
+                                r"\((\d+) requests", stderr))
+    assert set(occasions) == {"at 2 tokens", "before drafting"}, stderr[-3000:]
+    audits = AUDIT_LINE.findall(stderr)
+    assert audits, stderr[-3000:]
+    catch_ups, requests, kv, hidden, differing = audits[-1]
+    print(f"{DEVICE}: audit over {catch_ups} catch-ups ({requests} requests): KV {kv}, hidden {hidden}, "
+          f"top-k ids differing in {differing}")
+    tolerance = 0.0 if DEVICE == "cpu" else 5e-2
+    assert int(catch_ups) >= 8 and float(kv) <= tolerance and float(hidden) <= tolerance
+    assert int(differing) <= (0 if DEVICE == "cpu" else int(requests) // 100)

@@ -17,6 +17,8 @@ Switch values: unset or off: stock's policy; ``1`` / on: the cost policy; ``cycl
 turn, one per step (the test mode that checks outputs across switches). With either, depth 0 ("off") is plain
 decoding where :mod:`.plain_off` can serve the batch (``SGLANG_EAGLE_EXT_ADAPTIVE_OFF=plain|eager|stock``,
 its docstring says which batches and servers), else stock's width-1 verify; the activation line says which.
+``SGLANG_EAGLE_EXT_DEFERRED_EXTEND=K`` defers the drafter's extend of off steps to one catch-up every ``K``
+tokens or before the next drafting step (:mod:`.deferred_extend`).
 ``SGLANG_EAGLE_EXT_ADAPTIVE_TRACE=PREFIX`` also writes the policy's record (every verify result and switch,
 :class:`TraceFile`) to ``PREFIX.<pid>.jsonl``, one file per scheduler process. On a release before 0.5.21 a
 switch set on stops start-up with its reason. The switch takes effect only with ``--speculative-adaptive``
@@ -35,7 +37,7 @@ import time
 from packaging.version import Version
 
 from sglang_eagle_ext import env
-from sglang_eagle_ext.sglang.compat import adaptive_trees, plain_off, releases
+from sglang_eagle_ext.sglang.compat import adaptive_trees, deferred_extend, plain_off, releases
 from sglang_eagle_ext.sglang.compat.patch import SCHEDULER_MODULE, Patch, Target, require, wrap_method
 from sglang_eagle_ext.sglang.shape_policy import MODE_PHRASES, ShapePolicy
 
@@ -76,6 +78,10 @@ def selected(release: Version) -> str:
     mode = value if value in MODES[2:] else "on" if value in env.ON else "off"
     if mode != "off":
         plain_off.selected()  # a bad value of the off switch stops start-up too
+    if deferred_extend.selected() and mode == "off":
+        raise env.SwitchError(f"{deferred_extend.ENV_SWITCH} defers the drafter's extend while this package's "
+                              f"policy has speculation off; {ENV_SWITCH} is off. Set {ENV_SWITCH}=1 (with "
+                              f"--speculative-adaptive) or unset {deferred_extend.ENV_SWITCH}")
     if mode != "off" and release not in RELEASES:
         raise env.SwitchError(f"{ENV_SWITCH}={value}: the drafting shape is chosen per step on SGLang 0.5.21 and "
                               f"later (their --speculative-adaptive takes a policy); this is SGLang {release}. "
@@ -98,9 +104,10 @@ def _bind_once_scheduler_loads(_scheduler_module) -> str:
             TRAFFIC_SEAMS[0].path)
     wrap_method(worker.EAGLEWorkerV2, "forward_batch_generation", _telling_the_traffic)
     off = plain_off.bind(worker, plain_off.selected())
+    deferred = deferred_extend.bind(worker, deferred_extend.selected())  # inside the trees' top-k wraps
     trees = adaptive_trees.bind(worker)
     return (f"adaptive shape: {MODE_PHRASES[policy_mode]} "
-            f"in place of stock's under --speculative-adaptive ({ENV_SWITCH}={mode}); {off}; {trees}")
+            f"in place of stock's under --speculative-adaptive ({ENV_SWITCH}={mode}); {off}; {deferred}; {trees}")
 
 
 def _telling_the_traffic(original):

@@ -1,0 +1,66 @@
+"""The deferred drafter extend's parts that need no server (``compat/deferred_extend.py``): the catch-up's layout
+against a loop over the requests, and its switches. Its catch-ups in a CPU server, checked against stock's per-step
+extends by its audit, and the outputs it serves: ``test_adaptive_lossless.py``."""
+
+import random
+
+import pytest
+import torch
+from packaging.version import Version
+
+from sglang_eagle_ext import env
+from sglang_eagle_ext.sglang.compat import adaptive_shape, deferred_extend
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_the_layout_lists_each_requests_pending_tokens_in_order(seed):
+    """Request by request, column 0 up to its count; its first and last token where they lie in that list."""
+    generator = random.Random(seed)
+    counts = [generator.randint(1, 8) for _ in range(generator.randint(1, 12))]
+    request, column, first, last = deferred_extend.extend_layout(counts)
+    expected = [(r, c) for r, count in enumerate(counts) for c in range(count)]
+    assert list(zip(request.tolist(), column.tolist())) == expected
+    starts = [sum(counts[:r]) for r in range(len(counts))]
+    assert first.tolist() == starts
+    assert last.tolist() == [start + count - 1 for start, count in zip(starts, counts)]
+    assert all(tensor.dtype == torch.int64 for tensor in (request, column, first, last))
+
+
+@pytest.mark.parametrize("counts", [[], [2, 0, 1]])
+def test_a_request_without_pending_tokens_is_no_catch_up(counts):
+    with pytest.raises(ValueError, match="needs a pending token"):
+        deferred_extend.extend_layout(counts)
+
+
+@pytest.mark.parametrize("value, tokens", [(None, 0), ("0", 0), ("1", 1), (" 8 ", 8), ("64", 64)])
+def test_the_switch_gives_the_tokens_a_request_may_hold(monkeypatch, value, tokens):
+    if value is None:
+        monkeypatch.delenv(deferred_extend.ENV_SWITCH, raising=False)
+    else:
+        monkeypatch.setenv(deferred_extend.ENV_SWITCH, value)
+    assert deferred_extend.selected() == tokens
+
+
+@pytest.mark.parametrize("value", ["65", "-1", "on", "8k"])
+def test_a_value_the_switch_does_not_take_is_refused(monkeypatch, value):
+    monkeypatch.setenv(deferred_extend.ENV_SWITCH, value)
+    with pytest.raises(env.SwitchError, match=f"{deferred_extend.ENV_SWITCH}='{value}'.*1 to 64"):
+        deferred_extend.selected()
+
+
+def test_deferring_without_the_adaptive_policy_stops_start_up(monkeypatch):
+    """Only this package's policy runs depth 0 through the wrapped extend: the switch alone would do nothing."""
+    monkeypatch.delenv(adaptive_shape.ENV_SWITCH, raising=False)
+    monkeypatch.setenv(deferred_extend.ENV_SWITCH, "8")
+    with pytest.raises(env.SwitchError, match=f"Set {adaptive_shape.ENV_SWITCH}=1"):
+        adaptive_shape.selected(Version("0.5.23"))
+    monkeypatch.setenv(adaptive_shape.ENV_SWITCH, "1")
+    assert adaptive_shape.selected(Version("0.5.23")) == "on"
+
+
+def test_an_audit_without_deferral_stops_start_up(monkeypatch):
+    monkeypatch.setenv(deferred_extend.AUDIT_SWITCH, "1")
+    with pytest.raises(env.SwitchError, match=f"set {deferred_extend.ENV_SWITCH}"):
+        deferred_extend.bind(None, 0)
+    monkeypatch.setenv(deferred_extend.AUDIT_SWITCH, "0")
+    assert deferred_extend.bind(None, 0) == "drafter extend at every off step"
