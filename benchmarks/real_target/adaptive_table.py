@@ -21,7 +21,8 @@ does not change, and ``off`` sets the second beside plain decoding (:func:`off`)
 
 usage::
 
-    python3 benchmarks/real_target/adaptive_table.py markdown RUN.json DRAFTER   # the page
+    python3 benchmarks/real_target/adaptive_table.py markdown RUN.json DRAFTER [POLICY]  # the page (POLICY: the
+                                                                      # arm under test, default adaptive)
     python3 benchmarks/real_target/adaptive_table.py plot RUN.json DRAFTER OUT.png   # needs matplotlib
     python3 benchmarks/real_target/adaptive_table.py overhead RUN.json DRAFTER   # the diagnostics' table
     python3 benchmarks/real_target/adaptive_table.py off RUN.json DRAFTER   # where speculation off's step goes
@@ -49,6 +50,7 @@ OFF_ARMS = {"off-verify": "stock's width-1 verify + draft extend", "off-skip": "
             "off16-graph": "plain step, graphed + draft extend (off to batch 16)",
             "off16-deferred": "plain step, graphed + deferred draft extend (off to batch 16)",
             "off16-skip": "plain step, graphed (off to batch 16)"}
+OFF_UP_TO = {"off16-graph": 16, "off16-deferred": 16, "off16-skip": 16}  # the largest batch each is off at (else 1)
 # the cost policy with the deferred drafter extend, and that audited (serve_bench.DIAGNOSTICS says why)
 DEFERRED_ARMS = {"adaptive-deferred": "adaptive, deferred extend",
                  "adaptive-deferred-audit": "adaptive, deferred extend, audited"}
@@ -72,12 +74,12 @@ def arms_by_shape(results: dict, drafter: str) -> dict[str, dict]:
     return out
 
 
-def verdict(results: dict, drafter: str, key: str) -> dict | None:
-    """Cell ``key``: every arm's median tok/s, the best fixed shape, the ratios and whether the goal holds;
-    None when plain decoding or the adaptive arm did not measure it."""
+def verdict(results: dict, drafter: str, key: str, policy: str = "adaptive") -> dict | None:
+    """Cell ``key``: every arm's median tok/s, the best fixed shape, the ratios of ``policy`` (the arm under
+    test) and whether the goal holds; None when plain decoding or that arm did not measure it."""
     plain = results["arms"]["plain"]["cells"].get(key)
     arms = arms_by_shape(results, drafter)
-    adaptive = arms.get("adaptive", {}).get("cells", {}).get(key)
+    adaptive = arms.get(policy, {}).get("cells", {}).get(key)
     if plain is None or adaptive is None:
         return None
     fixed = {shape: arm["cells"][key]["tok_s_median"] for shape, arm in arms.items()
@@ -108,14 +110,15 @@ def _ratio(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}"
 
 
-def markdown(results: dict, drafter: str) -> str:
+def markdown(results: dict, drafter: str, policy: str = "adaptive") -> str:
     rows = {mode: [(key, row) for key in cell_keys(results, mode)
-                   if (row := verdict(results, drafter, key)) is not None] for mode in MODES}
+                   if (row := verdict(results, drafter, key, policy)) is not None] for mode in MODES}
     shapes = sorted({shape for cells in rows.values() for _, row in cells for shape in row["fixed"]})
     lines = [f"{results['device']}, SGLang {results['sglang']} (torch {results['torch']}, commit "
              f"{results['commit']}), {results['date']}; drafter {drafter}; {results['new_tokens']} new tokens a "
              f"request; the median of {results['rounds']} timed rounds. `{DEFAULT_SHAPE}` is SGLang's default shape "
-             "for a Llama target. Goal (issue 39): adaptive at least the best fixed shape and plain decoding "
+             "for a Llama target." + ("" if policy == "adaptive" else f" The adaptive arm is `{policy}`.")
+             + " Goal (issue 39): adaptive at least the best fixed shape and plain decoding "
              "at every batch size, ahead of every fixed shape and of stock's adaptive on the drift cell, judged "
              "against the A/A spread of plain decoding's rounds in the cell.", ""]
     for mode, mode_label in MODES.items():
@@ -157,42 +160,47 @@ def overhead(results: dict, drafter: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _beside(arms: dict, columns: list[str], key: str, base: dict, per_token: bool = False) -> list[str]:
-    """Each column's cell ``key`` beside ``base``: its tok/s, x base's, (its ms a token,) its acceptance length;
-    "-" where it was not measured."""
+def _beside(arms: dict, columns: list[str], key: str, base: dict, batch: int | None = None) -> list[str]:
+    """Each column's cell ``key`` beside ``base``: its tok/s, x base's, (with ``batch``, its ms a step: batch x
+    1000 / tok/s,) its acceptance length; "-" where it was not measured."""
     values = []
     for shape in columns:
         cell = arms[shape]["cells"].get(key)
         if cell is None:
             values.append("-")
             continue
-        per = f"{1e3 / cell['tok_s_median']:.2f} ms, " if per_token else ""
+        per = "" if batch is None else f"{batch * 1e3 / cell['tok_s_median']:.2f} ms, "
         values.append(f"{cell['tok_s_median']:,.0f} (x{cell['tok_s_median'] / base['tok_s_median']:.2f}, {per}"
                       f"{cell.get('accept_length', 0):.2f})")
     return values
 
 
 def off(results: dict, drafter: str) -> str:
-    """Per batch-1 cell, plain decoding's tok/s and ms a token, then each off arm's (:data:`OFF_ARMS`, speculation
-    off at batch 1 by one path each): its tok/s, its ratio to plain decoding's, its ms a token (at batch 1 one
-    request runs, so 1000 / tok/s: the step, prefill and scheduling included) and its acceptance length, which
-    is 1 where the arm ran off throughout. Spread: plain decoding's own rounds."""
+    """Per cell of a batch size some off arm is off at (:data:`OFF_ARMS`, each off by one path up to its
+    :data:`OFF_UP_TO` batch, 1 unless named), plain decoding's tok/s and ms a step, then each off arm's: its tok/s,
+    its ratio to plain decoding's, its ms a step (batch x 1000 / tok/s: a step makes a token a request when off,
+    prefill and scheduling included) and its acceptance length, which is 1 where the arm ran off throughout;
+    "-" where it is not off at that batch size. Spread: plain decoding's own rounds."""
     arms = arms_by_shape(results, drafter)
     columns = [shape for shape in OFF_ARMS if shape in arms]
     if not columns:
         return f"no off arm of drafter {drafter} ({', '.join(OFF_ARMS)})"
     lines = [f"{results['device']}, SGLang {results['sglang']} (commit {results['commit']}), {results['date']}; "
-             f"drafter {drafter}, speculation off at batch 1; output tok/s (the median of {results['rounds']} "
-             "rounds), then x plain decoding's, ms a token and the acceptance length. Spread: plain decoding's "
-             "own rounds.", "",
+             f"drafter {drafter}, speculation off; output tok/s (the median of {results['rounds']} rounds), then x "
+             "plain decoding's, ms a step and the acceptance length. Spread: plain decoding's own rounds.", "",
              "| cell | plain decoding | spread | " + " | ".join(OFF_ARMS[shape] for shape in columns) + " |",
              "|" + "---|" * (3 + len(columns))]
-    for key in (f"batch1/{mode}" for mode in MODES):
-        base = results["arms"]["plain"]["cells"].get(key)
-        if base is None:
+    for batch in results["batches"]:
+        off_here = {shape: arms[shape] if batch <= OFF_UP_TO.get(shape, 1) else {"cells": {}} for shape in columns}
+        if not any(off_here[shape]["cells"] for shape in columns):
             continue
-        lines.append(f"| {key} | {base['tok_s_median']:,.0f} ({1e3 / base['tok_s_median']:.2f} ms) | "
-                     f"{spread(base['tok_s']):.0%} | " + " | ".join(_beside(arms, columns, key, base, True)) + " |")
+        for key in (f"batch{batch}/{mode}" for mode in MODES):
+            base = results["arms"]["plain"]["cells"].get(key)
+            if base is None:
+                continue
+            lines.append(f"| {key} | {base['tok_s_median']:,.0f} ({batch * 1e3 / base['tok_s_median']:.2f} ms) | "
+                         f"{spread(base['tok_s']):.0%} | " + " | ".join(_beside(off_here, columns, key, base, batch))
+                         + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -235,6 +243,9 @@ def main(argv: list[str]) -> int:
             results = json.load(handle)
         if argv[0] in tables and len(argv) == 3:
             print(tables[argv[0]](results, argv[2]), end="")
+            return 0
+        if argv[0] == "markdown" and len(argv) == 4:
+            print(markdown(results, argv[2], argv[3]), end="")
             return 0
         if argv[0] == "plot" and len(argv) == 4:
             plot(results, argv[2], argv[3])

@@ -144,7 +144,8 @@ DEFERRALS = {"extend-every-step": {}, "deferred-2-audited": {deferred_extend.ENV
                                                              deferred_extend.AUDIT_SWITCH: "1"}}
 # the audit's line: catch-ups, requests, the largest KV and hidden-row differences, requests whose top-k ids differ
 AUDIT_LINE = re.compile(r"deferred drafter extend audit: (\d+) catch-ups over (\d+) requests: drafter KV max "
-                        r"\|difference\| (\S+), next hidden row (\S+), top-k ids differing in (\d+) requests")
+                        r"\|difference\| (\S+) \(values up to (\S+)\), next hidden row (\S+) \(values up to "
+                        r"(\S+)\), top-k ids differing in (\d+) requests")
 
 
 @pytest.fixture(scope="module", params=list(DEFERRALS))
@@ -367,9 +368,10 @@ def test_deferred_catch_ups_rewrite_what_stocks_per_step_extends_wrote(served, r
     assert set(occasions) == {"at 2 tokens", "before drafting"}, stderr[-3000:]
     audits = AUDIT_LINE.findall(stderr)
     assert audits, stderr[-3000:]
-    catch_ups, requests, kv, hidden, differing = audits[-1]
-    print(f"{DEVICE}: audit over {catch_ups} catch-ups ({requests} requests): KV {kv}, hidden {hidden}, "
-          f"top-k ids differing in {differing}")
-    tolerance = 0.0 if DEVICE == "cpu" else 5e-2
-    assert int(catch_ups) >= 8 and float(kv) <= tolerance and float(hidden) <= tolerance
+    catch_ups, requests, kv, kv_scale, hidden, hidden_scale, differing = audits[-1]
+    print(f"{DEVICE}: audit over {catch_ups} catch-ups ({requests} requests): KV {kv} of values up to {kv_scale}, "
+          f"hidden {hidden} of values up to {hidden_scale}, top-k ids differing in {differing}")
+    relative = 0.0 if DEVICE == "cpu" else 1e-2  # float16's rounding of GEMMs of another row count, on a GPU
+    assert int(catch_ups) >= 8 and float(kv_scale) > 0 and float(hidden_scale) > 0
+    assert float(kv) <= relative * float(kv_scale) and float(hidden) <= relative * float(hidden_scale)
     assert int(differing) <= (0 if DEVICE == "cpu" else int(requests) // 100)

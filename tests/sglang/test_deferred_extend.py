@@ -64,3 +64,35 @@ def test_an_audit_without_deferral_stops_start_up(monkeypatch):
         deferred_extend.bind(None, 0)
     monkeypatch.setenv(deferred_extend.AUDIT_SWITCH, "0")
     assert deferred_extend.bind(None, 0) == "drafter extend at every off step"
+
+
+@pytest.mark.parametrize("uniform", [True, False])
+def test_each_step_is_kept_at_its_requests_column_and_a_first_one_at_its_position(uniform):
+    """Steps appended to the buffers land, request by request (keyed by its pool slot), at the column its count
+    gives, and a request's first pending step sets its start to the step's length; against a loop over requests.
+    Requests that joined together (one count) take the one-column path, the others a column each."""
+    generator = torch.Generator().manual_seed(5 + uniform)
+    slots, most, width = 12, 4, 6
+    rows = torch.randn(3, width, generator=generator)
+    buffers = deferred_extend.PendingBuffers(slots, most, rows)
+    expected_tokens = torch.zeros(slots, most, dtype=torch.int64)
+    expected_rows = torch.zeros(slots, most, width)
+    expected_start = torch.zeros(slots, dtype=torch.int64)
+    pool = torch.tensor([7, 2, 9])
+    lengths = torch.tensor([40, 17, 23])
+    counts = [0, 0, 0] if uniform else [0, 1, 0]  # a flush comes at K = 4: columns stay below it
+    for step in range(3):
+        tokens = torch.randint(0, 1000, (3,), generator=generator, dtype=torch.int32)
+        rows = torch.randn(3, width, generator=generator)
+        batch = type("Batch", (), {"req_pool_indices": pool, "seq_lens": lengths + step})
+        buffers.append(batch, tokens, rows, counts)
+        for i, slot in enumerate(pool.tolist()):
+            expected_tokens[slot, counts[i]] = int(tokens[i])
+            expected_rows[slot, counts[i]] = rows[i]
+            if counts[i] == 0:
+                expected_start[slot] = int(lengths[i]) + step
+        counts = [count + 1 for count in counts]
+    assert torch.equal(buffers.tokens, expected_tokens)
+    assert torch.equal(buffers.rows, expected_rows)
+    assert torch.equal(buffers.start, expected_start)
+    assert int(buffers.start[7]) == 40  # the first request's start, set at its first step

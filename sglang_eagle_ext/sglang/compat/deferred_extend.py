@@ -160,6 +160,12 @@ class PendingBuffers:
         import torch
 
         pool = batch.req_pool_indices
+        if min(counts) == max(counts):  # requests that joined together (the usual case): one column, no copy
+            self.tokens[pool, counts[0]] = tokens.to(torch.int64)
+            self.rows[pool, counts[0]] = rows
+            if counts[0] == 0:
+                self.start[pool] = batch.seq_lens.to(torch.int64)
+            return
         column = torch.tensor(counts, dtype=torch.int64).to(pool.device, non_blocking=True)
         self.tokens[pool, column] = tokens.to(torch.int64)
         self.rows[pool, column] = rows
@@ -335,7 +341,8 @@ def catch_up(drafter, batch, buffers: PendingBuffers, rows: list[int] | None, wh
         forward_batch.extend_prefix_lens_cpu = list(host_starts)
     drafter.draft_runner.attn_backend.init_forward_metadata(forward_batch)
     forward_batch.mark_forward_metadata_ready()
-    written = None if buffers.audit is None else buffers.audit.kv(drafter, forward_batch.out_cache_loc)
+    slots = forward_batch.out_cache_loc
+    written = None if buffers.audit is None else buffers.audit.written_then_poisoned(drafter, slots)
     output = drafter.draft_runner.forward(forward_batch).logits_output
     for request in requests:
         setattr(request, _COUNT, 0)
@@ -348,7 +355,7 @@ def catch_up(drafter, batch, buffers: PendingBuffers, rows: list[int] | None, wh
     hidden = output.hidden_states[last]
     buffers.counts.add(where, len(requests), tokens)
     if buffers.audit is not None:
-        buffers.audit.compare(drafter, forward_batch.out_cache_loc, written, pool, topk_index, hidden)
+        buffers.audit.compare(drafter, slots, written, pool, topk_index, hidden)
     return topk_p, topk_index, hidden
 
 
@@ -382,7 +389,7 @@ class Audit:
         self.slots = slots
         self.reference = None  # (topk ids [slots, k], hidden rows [slots, width]) once the first extend ran
         self.catch_ups = 0
-        self.kv_difference = self.hidden_difference = 0.0
+        self.kv_seen = self.hidden_seen = (0.0, 0.0)  # the largest |difference| and the largest |value| seen
         self.rows = self.rows_differing = 0
 
     def keep(self, batch, state) -> None:
@@ -397,27 +404,40 @@ class Audit:
         self.reference[1][batch.req_pool_indices] = state.hidden_states
 
     @staticmethod
-    def kv(drafter, slots):
-        """The drafter's keys and values at ``slots`` (every layer), then those slots overwritten with a value no
-        forward writes, so that a catch-up that misses one shows in the comparison, and so does its attending
-        over one."""
+    def kv(drafter, slots) -> list:
+        """The drafter's keys and values at ``slots``, every layer's."""
         pool = drafter.draft_runner.token_to_kv_pool
-        written = [buffer[slots].clone() for buffer in (*pool.k_buffer, *pool.v_buffer)]
+        return [buffer[slots].clone() for buffer in (*pool.k_buffer, *pool.v_buffer)]
+
+    def written_then_poisoned(self, drafter, slots) -> list:
+        """:meth:`kv`, then those slots overwritten with a value no forward writes, so that a catch-up that misses
+        one shows in the comparison, and so does its attending over one."""
+        written = self.kv(drafter, slots)
+        pool = drafter.draft_runner.token_to_kv_pool
         for buffer in (*pool.k_buffer, *pool.v_buffer):
             buffer[slots] = POISON
         return written
 
     def compare(self, drafter, slots, written, pool, topk_index, hidden) -> None:
         rewritten = self.kv(drafter, slots)
-        self.kv_difference = max(self.kv_difference, *(float((a.float() - b.float()).abs().max())
-                                                       for a, b in zip(written, rewritten)))
+        for a, b in zip(written, rewritten):
+            self.kv_seen = _larger(self.kv_seen, a, b)
         ids, rows = self.reference[0][pool], self.reference[1][pool]
-        self.hidden_difference = max(self.hidden_difference, float((hidden.float() - rows.float()).abs().max()))
+        self.hidden_seen = _larger(self.hidden_seen, rows, hidden)
         width = topk_index.shape[1]  # a chain's catch-up before drafting: the first of the tree's sorted columns
         self.rows_differing += int((ids[:, :width] != topk_index).any(dim=1).sum())
         self.rows += len(pool)
         self.catch_ups += 1
         if self.catch_ups & (self.catch_ups - 1) == 0:
             _log(f"deferred drafter extend audit: {self.catch_ups} catch-ups over {self.rows} requests: drafter KV "
-                 f"max |difference| {self.kv_difference:.3g}, next hidden row {self.hidden_difference:.3g}, "
-                 f"top-k ids differing in {self.rows_differing} requests")
+                 f"max |difference| {self.kv_seen[0]:.3g} (values up to {self.kv_seen[1]:.3g}), next hidden row "
+                 f"{self.hidden_seen[0]:.3g} (values up to {self.hidden_seen[1]:.3g}), top-k ids differing in "
+                 f"{self.rows_differing} requests")
+
+
+def _larger(so_far: tuple[float, float], reference, value) -> tuple[float, float]:
+    """The largest absolute difference and the largest absolute reference value, over ``so_far`` and these."""
+    return (max(so_far[0], float((value.float() - reference.float()).abs().max())),
+            max(so_far[1], float(reference.float().abs().max())))
+
+
