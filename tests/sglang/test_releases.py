@@ -31,6 +31,8 @@ PRESENCE_CHECKS = {
     ("sglang/compat/plain_off.py", "bind"): "the plain off's check of the verify it wraps: stops the server",
     ("sglang/compat/off_graphs.py", "bind"): "the off graphs' check of the state build they wrap: stops the server",
     ("sglang/compat/adaptive_trees.py", "bind"): "the tree set's check of the seams it wraps: stops the server",
+    ("sglang/compat/deferred_extend.py", "bind"): "the deferred extend's check of the drafter seams it wraps: stops "
+                                                  "the server",
 }
 # The supported releases, each line's first
 LINES = [Version(f"0.5.{minor}") for minor in range(11, 24)]
