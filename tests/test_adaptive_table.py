@@ -68,6 +68,8 @@ def test_page_lists_every_cell_with_its_verdict():
      "zipf"),
     ("adaptive/serve_real-target_h200-fa3.md", "adaptive/serve_real-target_h200-fa3_sglang-0.5.23.json",
      "speculators"),
+    ("adaptive/deferred_real-target_h200-fa3.md", "adaptive/deferred_real-target_h200-fa3_sglang-0.5.23.json",
+     "speculators"),
 ])
 def test_committed_page_holds_the_tables_its_run_generates(page, run_file, drafter):
     results = json.loads((RESULTS / run_file).read_text())
@@ -121,3 +123,12 @@ def test_off_arms_are_set_beside_plain_decoding_at_batch_1_and_left_out_of_the_v
     assert "batch64" not in text and "off-skip" not in text
     del results["arms"]["d/off-verify/plugin"], results["arms"]["d/off-graph-skip/plugin"]
     assert adaptive_table.off(results, "d").startswith("no off arm of drafter d")
+
+
+def test_committed_deferred_page_holds_the_off_and_policy_tables_its_runs_generate():
+    page = (RESULTS / "adaptive/deferred_real-target_h200-fa3.md").read_text()
+    for run in ("deferred", "deferred-repeat"):
+        results = json.loads((RESULTS / f"adaptive/{run}_real-target_h200-fa3_sglang-0.5.23.json").read_text())
+        assert adaptive_table.off(results, "speculators") in page
+    results = json.loads((RESULTS / "adaptive/deferred_real-target_h200-fa3_sglang-0.5.23.json").read_text())
+    assert adaptive_table.markdown(results, "speculators", "adaptive-deferred") in page
