@@ -23,7 +23,8 @@ usage::
 
     python3 benchmarks/real_target/adaptive_table.py markdown RUN.json DRAFTER [POLICY]  # the page (POLICY: the
                                                                       # arm under test, default adaptive)
-    python3 benchmarks/real_target/adaptive_table.py plot RUN.json DRAFTER OUT.png   # needs matplotlib
+    python3 benchmarks/real_target/adaptive_table.py plot RUN.json DRAFTER OUT.png [ARM,...]  # needs matplotlib;
+                                                           # ARM: diagnostic arms drawn too
     python3 benchmarks/real_target/adaptive_table.py overhead RUN.json DRAFTER   # the diagnostics' table
     python3 benchmarks/real_target/adaptive_table.py off RUN.json DRAFTER   # where speculation off's step goes
 """
@@ -204,8 +205,9 @@ def off(results: dict, drafter: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot(results: dict, drafter: str, path: str) -> None:
-    """Output tok/s over plain decoding's per batch size, a line per arm, one panel per mode."""
+def plot(results: dict, drafter: str, path: str, extra: tuple[str, ...] = ()) -> None:
+    """Output tok/s over plain decoding's per batch size, a line per arm (the diagnostic arms left out but those
+    named in ``extra``), one panel per mode."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -216,13 +218,13 @@ def plot(results: dict, drafter: str, path: str) -> None:
         keys = [key for key in cell_keys(results, mode) if not key.startswith("drift/")]
         batches = [int(key.split("/")[0][len("batch"):]) for key in keys]
         for shape, arm in arms_by_shape(results, drafter).items():
-            if shape in DIAGNOSTICS:
+            if shape in DIAGNOSTICS and shape not in extra:
                 continue
             points = [(b, arm["cells"][k]["tok_s_median"] / results["arms"]["plain"]["cells"][k]["tok_s_median"])
                       for b, k in zip(batches, keys) if k in arm["cells"]]
             axis.plot([b for b, _ in points], [r for _, r in points], marker="o",
-                      label=POLICIES.get(shape, arm.get("shape") or shape),
-                      linewidth=2.5 if shape in POLICIES else 1.2)
+                      label=POLICIES.get(shape) or DIAGNOSTICS.get(shape) or arm.get("shape") or shape,
+                      linewidth=2.5 if shape in POLICIES or shape in extra else 1.2)
         axis.axhline(1.0, color="grey", linestyle="--", linewidth=1)
         axis.set_xscale("log", base=2)
         axis.set_title(mode_label)
@@ -238,7 +240,7 @@ def plot(results: dict, drafter: str, path: str) -> None:
 
 def main(argv: list[str]) -> int:
     tables = {"markdown": markdown, "overhead": overhead, "off": off}
-    if len(argv) in (3, 4) and argv[0] in (*tables, "plot"):
+    if len(argv) in (3, 4, 5) and argv[0] in (*tables, "plot"):
         with open(argv[1], encoding="utf-8") as handle:
             results = json.load(handle)
         if argv[0] in tables and len(argv) == 3:
@@ -247,8 +249,8 @@ def main(argv: list[str]) -> int:
         if argv[0] == "markdown" and len(argv) == 4:
             print(markdown(results, argv[2], argv[3]), end="")
             return 0
-        if argv[0] == "plot" and len(argv) == 4:
-            plot(results, argv[2], argv[3])
+        if argv[0] == "plot" and len(argv) in (4, 5):
+            plot(results, argv[2], argv[3], tuple(argv[4].split(",")) if len(argv) == 5 else ())
             return 0
     print(__doc__, file=sys.stderr)
     return 2
