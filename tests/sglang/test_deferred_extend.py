@@ -96,3 +96,14 @@ def test_each_step_is_kept_at_its_requests_column_and_a_first_one_at_its_positio
     assert torch.equal(buffers.rows, expected_rows)
     assert torch.equal(buffers.start, expected_start)
     assert int(buffers.start[7]) == 40  # the first request's start, set at its first step
+
+
+def test_pending_tokens_belong_to_the_pool_row_they_were_kept_in():
+    """A request's count holds only in the row its tokens were kept in: a decode server that resumes a retracted
+    request in another row (no prefill to reset it) finds none pending there, rather than another request's."""
+    request = type("Req", (), {"kv": type("ReqKvInfo", (), {"req_pool_idx": 5})()})()  # SGLang 0.5.23's fields
+    assert deferred_extend.pending(request) == 0
+    deferred_extend.set_pending(request, 3)
+    assert deferred_extend.pending(request) == 3
+    request.kv.req_pool_idx = 9
+    assert deferred_extend.pending(request) == 0

@@ -15,17 +15,20 @@ The catch-up reads the same inputs at the same positions and writes the same dra
 extends; its last row per request gives the next-draft state (top-k and hidden row) the last of them would have
 given, which replaces the stale rows. Between catch-ups a request's relayed draft state is stock's zero stub (the
 shapes the scheduler's merge and filter need): stale exactly while its count is above 0. A request's count lives on
-its ``Req`` (a finished or retracted one takes it away; every prefill resets it); its tokens and rows live in
+its ``Req`` with the pool row its tokens are kept in (a finished or retracted one takes it away, every prefill
+resets it, and a request resumed in another row has none there); its tokens and rows live in
 worker buffers keyed by its ``req_pool_idx`` (``(slots + 1) x K`` tokens and aux rows, allocated at the first
 deferred step and logged once). A request that finishes with pending tokens leaves up to ``K - 1`` positions of
 its drafter KV unwritten, which a later request sharing its prefix through the radix cache drafts over: lossless
 (the target verifies every draft), at some acceptance.
 
 Where deferral would read or write state it cannot keep right, every step keeps stock's per-step extend
-(:func:`kept_reason` names why, once per worker in the activation log): rejection sampling (its draft proposal is
-drawn per position), DSA top-k seeds from the extend, the standalone algorithm (no hidden rows), mixed chunked
-prefill (a decode tail's token extended inside a prefill), pipeline or attention-DP parallelism, unified-memory
-KV, and drafter attention backends that this path was not built against (FA3 and Triton only).
+(:func:`kept_reason` names why, once per worker in the log): rejection sampling (its draft proposal is drawn per
+position), DSA top-k seeds from the extend, the standalone algorithm (no hidden rows), mixed chunked prefill (a
+decode tail's token extended inside a prefill), batches synchronised across ranks for the MLP (their token counts
+scale by one width a request), pipeline parallelism, hybrid or mrope targets, unified-memory KV, and drafter
+attention backends that this path was not built against (FA3 and Triton only); per batch, hierarchical sparse
+attention (its buffers follow the extend).
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ MOST_PENDING = 64  # the switch's largest K: buffers grow with it, and the KV a 
 RELEASES = releases.PLAIN_OFF.releases
 _WORKER = "sglang.srt.speculative.eagle_worker_v2"
 _BACKENDS = ("FlashAttentionBackend", "TritonAttnBackend")  # their DRAFT_EXTEND_V2 plan takes per-request widths
-_COUNT = "_sglang_eagle_ext_pending"  # on a Req: its tokens not yet extended
+_COUNT = "_sglang_eagle_ext_pending"  # on a Req: its tokens not yet extended, and the pool row they are kept in
 _HOST_START = "_sglang_eagle_ext_pending_start"  # on a Req: the first one's position, where the host knows it
 _STATE = "_sglang_eagle_ext_deferred"  # on the drafter: its PendingBuffers, or the reason it keeps stock's extend
 
@@ -69,6 +72,12 @@ SEAMS = (
     Target(RELEASES, "sglang.srt.speculative.spec_utils", "renorm_draft_probs",
            params=("next_token_logits", "sampling_info", "use_rejection_sampling")),
     Target(RELEASES, "sglang.srt.utils.common", "fast_topk", params=("values", "topk", "dim")),
+    # a forward's per-rank token counts are the batch's times spec_info.num_tokens_per_req where this holds
+    # (ForwardBatch.init_new): a catch-up's widths differ per request
+    MLP_SYNC := Target(RELEASES, "sglang.srt.utils.common", "require_mlp_sync"),
+    # a request's req_to_token row: Req.kv.req_pool_idx
+    Target(RELEASES, "sglang.srt.managers.schedule_batch", "ReqKvInfo"),
+    Target(RELEASES, "sglang.srt.managers.schedule_batch", "Req", "__init__", reads=("self.kv",)),
 )
 
 
@@ -132,6 +141,8 @@ def kept_reason(drafter) -> str | None:
         return "mixed chunked prefill"
     if getattr(args, "enable_unified_memory", False):
         return "unified-memory KV"
+    if runtime.module_attribute(MLP_SYNC)():  # its token counts scale by a fixed width a request
+        return "batches synchronised across ranks for the MLP (attention-DP, a gathered MoE buffer)"
     backend = type(drafter.draft_runner.attn_backend).__name__
     if backend not in _BACKENDS:
         return f"the drafter's attention backend {backend} (built for {', '.join(_BACKENDS)})"
@@ -166,7 +177,7 @@ class PendingBuffers:
             if counts[0] == 0:
                 self.start[pool] = batch.seq_lens.to(torch.int64)
             return
-        column = torch.tensor(counts, dtype=torch.int64).to(pool.device, non_blocking=True)
+        column = _to_device(counts, pool.device)
         self.tokens[pool, column] = tokens.to(torch.int64)
         self.rows[pool, column] = rows
         self.start[pool] = torch.where(column == 0, batch.seq_lens.to(torch.int64), self.start[pool])
@@ -187,28 +198,38 @@ def _buffers(drafter, most_pending: int, rows, audit: bool):
 
 
 def pending(request) -> int:
-    return getattr(request, _COUNT, 0)
+    """The request's tokens not yet extended, kept in its pool row; 0 where it has since moved to another row (a
+    decode server resuming a retracted request gives it a new one without a prefill: those tokens are dropped,
+    which leaves holes in its drafter KV, lossless)."""
+    count, row = getattr(request, _COUNT, (0, None))
+    return count if row == request.kv.req_pool_idx else 0
+
+
+def set_pending(request, count: int) -> None:
+    setattr(request, _COUNT, (count, request.kv.req_pool_idx))
 
 
 def _deferring(original, most_pending: int, audit: bool):
     @functools.wraps(original)
     def _draft_extend_for_decode(self, batch, batch_result, *args, **kwargs):
+        if self.speculative_num_draft_tokens != 1 or batch.forward_mode.is_idle():
+            return original(self, batch, batch_result, *args, **kwargs)
         rows = batch_result.logits_output.hidden_states
-        if self.speculative_num_draft_tokens != 1 or batch.forward_mode.is_idle() or rows is None:
+        buffers = None if rows is None else _buffers(self, most_pending, rows, audit)
+        if buffers is None or getattr(batch, "hisparse_coordinator", None) is not None:
+            for request in batch.reqs:  # extended at this position by stock: pending tokens would be misplaced
+                set_pending(request, 0)
             return original(self, batch, batch_result, *args, **kwargs)
-        buffers = _buffers(self, most_pending, rows, audit)
-        if buffers is None:
-            return original(self, batch, batch_result, *args, **kwargs)
+        counts = [pending(request) for request in batch.reqs]
+        buffers.append(batch, batch_result.next_token_ids, rows, counts)  # first: graph-pool rows, copied now
         if buffers.audit is not None:  # stock's extend as well: its KV writes and next-draft state, the reference
             original(self, batch, batch_result, *args, **kwargs)
             buffers.audit.keep(batch, batch_result.next_draft_input)
-        counts = [pending(request) for request in batch.reqs]
-        buffers.append(batch, batch_result.next_token_ids, rows, counts)
         host_lengths = None if batch.seq_lens_cpu is None else batch.seq_lens_cpu.tolist()
         for i, request in enumerate(batch.reqs):
             if counts[i] == 0:
                 setattr(request, _HOST_START, None if host_lengths is None else host_lengths[i])
-            setattr(request, _COUNT, counts[i] + 1)
+            set_pending(request, counts[i] + 1)
         state = batch_result.next_draft_input
         if max(counts) + 1 >= most_pending:
             state.topk_p, state.topk_index, state.hidden_states = catch_up(self, batch, buffers, rows=None,
@@ -235,11 +256,9 @@ def _catching_up_before_drafting(original):
         behind = [i for i, request in enumerate(batch.reqs) if pending(request)]
         buffers = getattr(self, _STATE, None)
         if behind and isinstance(buffers, PendingBuffers):
-            import torch
-
             state = batch.spec_info
             topk_p, topk_index, hidden = catch_up(self, batch, buffers, rows=behind, where="before drafting")
-            where = torch.tensor(behind, dtype=torch.int64).to(self.device, non_blocking=True)
+            where = _to_device(behind, batch.req_pool_indices.device)
             # out of place: the relayed tensors may be shared stubs or another batch's views
             state.topk_p = state.topk_p.index_copy(0, where, topk_p.to(state.topk_p.dtype))
             state.topk_index = state.topk_index.index_copy(0, where, topk_index.to(state.topk_index.dtype))
@@ -252,9 +271,18 @@ def _resetting_at_prefill(original):
     @functools.wraps(original)
     def _draft_extend_for_prefill(self, batch, *args, **kwargs):
         for request in batch.reqs:  # a prefill extends the drafter over every token its requests have
-            setattr(request, _COUNT, 0)
+            set_pending(request, 0)
         return original(self, batch, *args, **kwargs)
     return _draft_extend_for_prefill
+
+
+def _to_device(values, device):
+    """A small host list (or int64 tensor) as an int64 tensor on ``device``, through pinned memory where that is a
+    GPU (a pageable copy would make the host wait for the stream)."""
+    import torch
+
+    host = values if isinstance(values, torch.Tensor) else torch.tensor(values, dtype=torch.int64)
+    return host.pin_memory().to(device, non_blocking=True) if device.type != "cpu" else host
 
 
 def extend_layout(counts: list[int]):
@@ -277,7 +305,7 @@ def extend_layout(counts: list[int]):
 _RESTORED = ("forward_mode", "input_ids", "out_cache_loc", "spec_info", "prefix_lens", "extend_lens",
              "extend_num_tokens", "extend_logprob_start_lens", "return_logprob", "top_logprobs_nums",
              "token_ids_logprobs", "reqs", "req_pool_indices", "seq_lens", "seq_lens_cpu", "seq_lens_sum",
-             "multimodal_inputs")
+             "multimodal_inputs", "orig_seq_lens")
 
 
 def catch_up(drafter, batch, buffers: PendingBuffers, rows: list[int] | None, where: str):
@@ -298,10 +326,10 @@ def catch_up(drafter, batch, buffers: PendingBuffers, rows: list[int] | None, wh
     request, column, first, last = extend_layout(counts)
     tokens, width = len(column), len(counts)
     packed = torch.cat((request, column, first, last, torch.tensor(counts, dtype=torch.int64)))
-    request, column, first, last, widths = torch.split(packed.to(device, non_blocking=True),  # one copy
+    request, column, first, last, widths = torch.split(_to_device(packed, device),  # one copy
                                                        [tokens, tokens, width, width, width])
-    pool = batch.req_pool_indices if rows is None else batch.req_pool_indices[
-        torch.tensor(rows, dtype=torch.int64).to(device, non_blocking=True)]
+    chosen = None if rows is None else _to_device(rows, device)
+    pool = batch.req_pool_indices if chosen is None else batch.req_pool_indices[chosen]
     start = buffers.start[pool]
     owner = pool[request]
     positions = start[request] + column
@@ -311,8 +339,10 @@ def catch_up(drafter, batch, buffers: PendingBuffers, rows: list[int] | None, wh
         batch.forward_mode = ForwardMode.DRAFT_EXTEND_V2
         batch.input_ids = buffers.tokens[owner, column]
         batch.out_cache_loc = drafter.req_to_token_pool.req_to_token[owner, positions].to(torch.int64)
+        # select_index: the output head and the hidden rows of each request's last token only
         batch.spec_info = EagleDraftExtendInput(hidden_states=buffers.rows[owner, column], positions=positions,
-                                                num_tokens_per_req=-1, num_tokens_for_logprob_per_req=1)
+                                                select_index=last, num_tokens_per_req=-1,
+                                                num_tokens_for_logprob_per_req=1)
         batch.extend_num_tokens = tokens
         batch.extend_logprob_start_lens = None
         batch.return_logprob, batch.top_logprobs_nums, batch.token_ids_logprobs = False, None, None
@@ -320,6 +350,8 @@ def catch_up(drafter, batch, buffers: PendingBuffers, rows: list[int] | None, wh
         batch.req_pool_indices = pool
         batch.seq_lens = start + widths  # the lengths after the writes, as the forward sees them
         batch.multimodal_inputs = [None] * len(requests)
+        if chosen is not None and saved["orig_seq_lens"] is not None:
+            batch.orig_seq_lens = saved["orig_seq_lens"][chosen]
         if on_host:
             ends = [begin + count for begin, count in zip(host_starts, counts)]
             batch.prefix_lens, batch.extend_lens = list(host_starts), list(counts)
@@ -328,9 +360,9 @@ def catch_up(drafter, batch, buffers: PendingBuffers, rows: list[int] | None, wh
         else:
             batch.prefix_lens, batch.extend_lens = start.to(torch.int32), widths.to(torch.int32)
             batch.seq_lens_cpu = None
-            if rows is not None and saved["seq_lens_sum"] is not None:
-                batch.seq_lens_sum = saved["seq_lens_sum"]  # the whole batch's: a bound
-        forward_batch = ForwardBatch.init_new(batch, drafter.draft_runner, capture_hidden_mode=CaptureHiddenMode.FULL,
+            # seq_lens_sum stays the batch's before the step: stock's own extend passes it so on this path, and
+            # neither FA3 nor Triton reads it in this mode
+        forward_batch = ForwardBatch.init_new(batch, drafter.draft_runner, capture_hidden_mode=CaptureHiddenMode.LAST,
                                               return_hidden_states_before_norm=False,
                                               extend_position_info=(positions, first.to(torch.int32), None))
     finally:
@@ -344,15 +376,19 @@ def catch_up(drafter, batch, buffers: PendingBuffers, rows: list[int] | None, wh
     slots = forward_batch.out_cache_loc
     written = None if buffers.audit is None else buffers.audit.written_then_poisoned(drafter, slots)
     output = drafter.draft_runner.forward(forward_batch).logits_output
+    # this forward read req_to_token after any read-done event a graph of this step recorded on the drafter's
+    # runner (the audit's stock extend): without one the scheduler's WAR barrier waits for the whole forward
+    # before it rewrites a freed request's row (scheduler._apply_war_barrier)
+    drafter.draft_runner.shared_read_done_event = None
     for request in requests:
-        setattr(request, _COUNT, 0)
-    logits = output.next_token_logits[last]
+        set_pending(request, 0)
+    logits = output.next_token_logits
     if drafter.topk == 1:  # the drafter's argmax, probability 1: the worker's own choice at top-k 1
         topk_index = torch.argmax(logits, dim=-1, keepdim=True)
         topk_p = torch.ones_like(topk_index, dtype=torch.float32)
     else:
         topk_p, topk_index = fast_topk(renorm_draft_probs(logits, batch.sampling_info, False), drafter.topk, dim=-1)
-    hidden = output.hidden_states[last]
+    hidden = output.hidden_states
     buffers.counts.add(where, len(requests), tokens)
     if buffers.audit is not None:
         buffers.audit.compare(drafter, slots, written, pool, topk_index, hidden)
@@ -376,7 +412,7 @@ class Counts:
                  f"({counts[1]} requests, {counts[2]} tokens)")
 
 
-POISON = 1000.0  # what the audit writes into the drafter's KV at the slots a catch-up must rewrite
+POISON = 300.0  # what the audit writes into the drafter's KV at the slots a catch-up must rewrite (an fp8 e4m3 value)
 
 
 class Audit:
