@@ -94,9 +94,10 @@ SKIP_EXTEND = {"SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND": "1"}
 # nearest key's; chain 1 at 64) with the extend at every off step ("off16-graph"), deferred ("off16-deferred") and
 # skipped, the drafter left cold (the floor: "off16-skip"); the cost policy with it ("adaptive-deferred"), and with
 # each catch-up checked against stock's per-step extends, run as well (its log's audit lines; its times pay for
-# both: "adaptive-deferred-audit")
+# both: "adaptive-deferred-audit"); and at K = 32, the catch-up's eager forward a quarter as often ("-deferred32")
 OFF_BELOW_64 = {1: (0,), 64: (1,)}
 DEFERRED = {DEFERRED_SWITCH: "8"}
+DEFERRED_32 = {DEFERRED_SWITCH: "32"}
 DIAGNOSTICS = {shape.name: shape for shape in (
     engines.Shape("pin3-stock", 3, 1, 4, policy="stock", candidates=(3,)),
     engines.Shape("pin3-cost", 3, 1, 4, policy="cost", candidates=(3,)),
@@ -111,7 +112,9 @@ DIAGNOSTICS = {shape.name: shape for shape in (
     engines.Shape("off16-graph", 1, 1, 2, policy="cost", candidates=OFF_BELOW_64),
     engines.Shape("off16-deferred", 1, 1, 2, policy="cost", candidates=OFF_BELOW_64, env=DEFERRED),
     engines.Shape("off16-skip", 1, 1, 2, policy="cost", candidates=OFF_BELOW_64, env=SKIP_EXTEND),
+    engines.Shape("off16-deferred32", 1, 1, 2, policy="cost", candidates=OFF_BELOW_64, env=DEFERRED_32),
     engines.Shape("adaptive-deferred", 3, 1, 4, policy="cost", env=DEFERRED),
+    engines.Shape("adaptive-deferred32", 3, 1, 4, policy="cost", env=DEFERRED_32),
     engines.Shape("adaptive-deferred-audit", 3, 1, 4, policy="cost", env={**DEFERRED, DEFERRED_AUDIT: "1"}))}
 ALL_SHAPES = {**SHAPES, **DIAGNOSTICS}
 DRIFT_REQUESTS = 64
