@@ -153,10 +153,11 @@ class PendingBuffers:
     """Per ``req_pool_idx``: the pending tokens ``[slots, K]`` (int64), the target's aux rows ``[slots, K, width]``
     and the first pending position ``[slots]`` (int64), on the drafter's device."""
 
-    def __init__(self, slots: int, most_pending: int, rows, audit: Audit | None = None):
+    def __init__(self, slots: int, most_pending: int, rows, audit: Audit | None = None,
+                 stub_spec: tuple | None = None):
         import torch
 
-        self.most_pending = most_pending
+        self.stub_spec = stub_spec  # the drafter's hidden width and dtype, for the zero stub of a deferred step
         self.tokens = torch.zeros((slots, most_pending), dtype=torch.int64, device=rows.device)
         self.rows = torch.zeros((slots, most_pending, rows.shape[1]), dtype=rows.dtype, device=rows.device)
         self.start = torch.zeros(slots, dtype=torch.int64, device=rows.device)
@@ -191,8 +192,11 @@ def _buffers(drafter, most_pending: int, rows, audit: bool):
             _log(f"deferred drafter extend: not used, the drafter's extend runs at every off step ({reason})")
             state = reason
         else:
+            from sglang.srt.speculative.eagle_utils import get_draft_recurrent_hidden_state_spec
+
             slots = drafter.req_to_token_pool.req_to_token.shape[0]
-            state = PendingBuffers(slots, most_pending, rows, Audit(slots) if audit else None)
+            state = PendingBuffers(slots, most_pending, rows, Audit(slots) if audit else None,
+                                   get_draft_recurrent_hidden_state_spec(drafter.draft_runner))
         setattr(drafter, _STATE, state)
     return state if isinstance(state, PendingBuffers) else None
 
@@ -215,17 +219,19 @@ def _deferring(original, most_pending: int, audit: bool):
         if self.speculative_num_draft_tokens != 1 or batch.forward_mode.is_idle():
             return original(self, batch, batch_result, *args, **kwargs)
         rows = batch_result.logits_output.hidden_states
-        buffers = None if rows is None else _buffers(self, most_pending, rows, audit)
-        if buffers is None or getattr(batch, "hisparse_coordinator", None) is not None:
+        if rows is None or getattr(batch, "hisparse_coordinator", None) is not None:
             for request in batch.reqs:  # extended at this position by stock: pending tokens would be misplaced
                 set_pending(request, 0)
+            return original(self, batch, batch_result, *args, **kwargs)
+        buffers = _buffers(self, most_pending, rows, audit)
+        if buffers is None:  # this engine keeps stock's extend at every step: nothing is ever pending
             return original(self, batch, batch_result, *args, **kwargs)
         counts = [pending(request) for request in batch.reqs]
         buffers.append(batch, batch_result.next_token_ids, rows, counts)  # first: graph-pool rows, copied now
         if buffers.audit is not None:  # stock's extend as well: its KV writes and next-draft state, the reference
             original(self, batch, batch_result, *args, **kwargs)
             buffers.audit.keep(batch, batch_result.next_draft_input)
-        host_lengths = None if batch.seq_lens_cpu is None else batch.seq_lens_cpu.tolist()
+        host_lengths = None if batch.seq_lens_cpu is None or min(counts) else batch.seq_lens_cpu.tolist()
         for i, request in enumerate(batch.reqs):
             if counts[i] == 0:
                 setattr(request, _HOST_START, None if host_lengths is None else host_lengths[i])
@@ -235,16 +241,15 @@ def _deferring(original, most_pending: int, audit: bool):
             state.topk_p, state.topk_index, state.hidden_states = catch_up(self, batch, buffers, rows=None,
                                                                            where=f"at {most_pending} tokens")
         else:
-            state.topk_p, state.topk_index, state.hidden_states = _stub(self, len(counts))
+            state.topk_p, state.topk_index, state.hidden_states = _stub(self, buffers, len(counts))
     return _draft_extend_for_decode
 
 
-def _stub(drafter, requests: int):
+def _stub(drafter, buffers: PendingBuffers, requests: int):
     """Stock's zero draft state of a skipped extend (``EAGLEWorkerV2._stub_skipped_draft_extend``'s shapes)."""
     import torch
-    from sglang.srt.speculative.eagle_utils import get_draft_recurrent_hidden_state_spec
 
-    width, dtype = get_draft_recurrent_hidden_state_spec(drafter.draft_runner)
+    width, dtype = buffers.stub_spec
     return (torch.zeros((requests, drafter.topk), dtype=torch.float32, device=drafter.device),
             torch.zeros((requests, drafter.topk), dtype=torch.int64, device=drafter.device),
             torch.zeros((requests, width), dtype=dtype, device=drafter.device))
@@ -407,7 +412,7 @@ class Counts:
         counts[0] += 1
         counts[1] += requests
         counts[2] += tokens
-        if counts[0] & (counts[0] - 1) == 0:
+        if plain_off.at_power_of_two(counts[0]):
             _log(f"deferred drafter extend: {counts[0]} catch-up{'s' if counts[0] > 1 else ''} {where} "
                  f"({counts[1]} requests, {counts[2]} tokens)")
 
@@ -464,7 +469,7 @@ class Audit:
         self.rows_differing += int((ids[:, :width] != topk_index).any(dim=1).sum())
         self.rows += len(pool)
         self.catch_ups += 1
-        if self.catch_ups & (self.catch_ups - 1) == 0:
+        if plain_off.at_power_of_two(self.catch_ups):
             _log(f"deferred drafter extend audit: {self.catch_ups} catch-ups over {self.rows} requests: drafter KV "
                  f"max |difference| {self.kv_seen[0]:.3g} (values up to {self.kv_seen[1]:.3g}), next hidden row "
                  f"{self.hidden_seen[0]:.3g} (values up to {self.hidden_seen[1]:.3g}), top-k ids differing in "

@@ -113,6 +113,11 @@ def bind(worker_module, mode: str) -> str:
     return "off: plain decoding, by the target's own decode graphs where its decode is graphed"
 
 
+def at_power_of_two(count: int) -> bool:
+    """Whether a running count is due in the log: at powers of two, a handful of lines a run however long."""
+    return count & (count - 1) == 0
+
+
 class OffCounts:
     """Steps at depth 0 by path, logged when a count reaches a power of two."""
 
@@ -123,7 +128,7 @@ class OffCounts:
     def add(self, path: str) -> None:
         count = self.counts.get(path, 0) + 1
         self.counts[path] = count
-        if count & (count - 1) == 0:
+        if at_power_of_two(count):
             self._log(f"sglang-eagle-ext: adaptive off: {count} step{'s' if count > 1 else ''} by {path}")
 
 
