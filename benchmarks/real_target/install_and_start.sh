@@ -30,10 +30,14 @@ START=$(date +%s); LEFT="$1"; COMMIT="$2"
 LEASE_END=$(( ${RT_LEASE_START:-$START} + LEFT )); END=$(( LEASE_END - ${RT_TAIL:-45} ))
 PHASES="${RT_PHASES:-setup serve vllm}"
 BACK="${RT_BACK:-gpu_carry/back}"
-if [ -e "$BACK/SHA256SUMS" ]; then DRAFTERS=carried
+has_phase() { [[ " ${PHASES//+/ } " == *" $1 "* ]]; }
+# the 8B-geometry phases (zipf, serve8b) write their own target and drafter: without a phase that serves the real
+# target, the trained drafters are neither carried nor trained
+if ! has_phase serve && ! has_phase vllm && ! has_phase adaptive && ! has_phase profile && ! has_phase demo; then
+  DRAFTERS=none
+elif [ -e "$BACK/SHA256SUMS" ]; then DRAFTERS=carried
 else DRAFTERS=trained; [[ " $PHASES " == *" regen "* ]] || PHASES="${PHASES/setup/setup regen specforge+speculators}"
 fi
-has_phase() { [[ " ${PHASES//+/ } " == *" $1 "* ]]; }
 side_by_side() { [[ " $PHASES " == *" vllm+serve "* || " $PHASES " == *" serve+vllm "* ]]; }
 halves() { has_phase adaptive2; }  # the adaptive arms in two halves taking turns (RT_PHASES "... adaptive+adaptive2")
 VLLM_SHARE=0; ADAPTIVE_SHARE=0
@@ -69,6 +73,9 @@ VLLM_ARMS="${RT_VLLM_ARMS:-plain,speculators/k3/vllm,speculators/k1/vllm,specfor
 # docs/adaptive-shape.md section 17's order (sections 14-16's arms: RT_ADAPTIVE_ARMS): speculation off by the plain
 # decode graphs, plain decoding (the off table's reference), the policy with them, then the other off paths
 ADAPTIVE_ARMS="${RT_ADAPTIVE_ARMS:-speculators/off-graph/plugin,plain,speculators/adaptive/plugin,speculators/off-graph-skip/plugin,speculators/off-verify/plugin,speculators/off-eager/plugin,speculators/off-skip/plugin}"
+# issue 39's 8B-geometry run: plain decoding, the policy with the deferred extend, every fixed shape of its set
+# (chain 1, 3, 5), SGLang's default shape (tree 5/4/8) and stock's adaptive mode, the GPU audit of the deferral
+SERVE8B_ARMS="${RT_SERVE8B_ARMS:-plain,zipf/adaptive-deferred/plugin,zipf/chain5/plugin,zipf/chain/plugin,zipf/stock-adaptive/plugin,zipf/tree/plugin,zipf/adaptive-deferred-audit/plugin,zipf/chain1/plugin}"
 ADAPTIVE2_ARMS=""; KV_ARGS_ADAPTIVE=""; ADAPTIVE_TURNS_FILE=""
 if halves; then  # every other arm to the second half; both on GPU 0, each on half of the cores, taking turns
   IFS=, read -ra all_arms <<< "$ADAPTIVE_ARMS"; ADAPTIVE_ARMS=""
@@ -82,8 +89,8 @@ if halves; then  # every other arm to the second half; both on GPU 0, each on ha
 fi
 ADAPTIVE_TURNS="${ADAPTIVE_TURNS_FILE:+--turns $ADAPTIVE_TURNS_FILE}"
 SERVE_END=$(( END - ADAPTIVE_SHARE - VLLM_SHARE )); VLLM_END=$(( END - ADAPTIVE_SHARE )); ADAPTIVE_END=$END
-ADAPTIVE2_END=$END
-for phase in serve vllm adaptive adaptive2; do
+ADAPTIVE2_END=$END; SERVE8B_END=$(( END - ADAPTIVE_SHARE ))
+for phase in serve vllm serve8b adaptive adaptive2; do
   has_phase "$phase" || continue
   deadline="${phase^^}_END"; arms="${phase^^}_ARMS"; gpu="RT_GPU_${phase^^}"; cpus="RT_CPUS_${phase^^}"
   [ "${!deadline}" -le $(( START + 120 )) ] && \
@@ -120,6 +127,8 @@ echo "run starts $(( $(date +%s) - START )) s into the call; the last arm's dead
 CARRY=/tmp/rtc E2E_COMMIT="$COMMIT" RT_PHASES="$PHASES" \
   RT_SERVE_ARGS="--rounds 2 --attention-backend fa3 --arms $SERVE_ARMS --deadline $SERVE_END $KV_ARGS_SERVE $TURN_ARGS ${RT_SERVE_EXTRA:-}" \
   RT_VLLM_ARGS="--rounds 2 --arms $VLLM_ARMS --deadline $VLLM_END $KV_ARGS_VLLM $TURN_ARGS" \
+  RT_SERVE8B_ARGS="--rounds 2 --attention-backend fa3 --batches 1,4,16,32,64 --drift --start-timeout 480 --arms $SERVE8B_ARMS --deadline $SERVE8B_END ${RT_SERVE8B_EXTRA:-}" \
+  RT_TOKENIZER="${RT_TOKENIZER:-/tmp/rt/target}" \
   RT_ADAPTIVE_ARGS="--rounds 3 --batches 1,64 --attention-backend fa3 --arms $ADAPTIVE_ARMS --deadline $ADAPTIVE_END $KV_ARGS_ADAPTIVE $ADAPTIVE_TURNS ${RT_ADAPTIVE_EXTRA:-}" \
   RT_ADAPTIVE2_ARGS="--rounds 3 --batches 1,64 --attention-backend fa3 --arms $ADAPTIVE2_ARMS --deadline $ADAPTIVE2_END $KV_ARGS_ADAPTIVE $ADAPTIVE_TURNS ${RT_ADAPTIVE_EXTRA:-}" \
   bash benchmarks/real_target/run_gpu.sh start /tmp/rt

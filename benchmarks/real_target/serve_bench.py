@@ -380,7 +380,8 @@ SERVING_COMPILE = re.compile(r"Triton kernel '(\w+)' took ([\d.]+) s to compile 
 
 def serving_compiles(log_path: str) -> list[dict]:
     """The Triton compilations SGLang (0.5.23: ``utils/triton_load_watch.py``, at warning level, those of a
-    second or more) logged in the arm's timed cells, after its untimed warm-up: each stalled the engine."""
+    second or more) logged after the arm's start-up warm-up (each cell's untimed pass included, so a compilation
+    listed here stalled a timed round or that pass): each stalled the engine."""
     with open(log_path, encoding="utf-8", errors="replace") as handle:
         lines = handle.read().split("\n" + START_LINE, 1)
     return [{"kernel": kernel, "seconds": float(seconds)}
@@ -464,7 +465,12 @@ def measure_cells(parent, cells: dict, args, ids, name: str) -> None:
 
 def time_rounds(parent, cells: dict, prefix: str, waves, new_tokens, rounds: int) -> None:
     """``rounds`` timed rounds of cells ``PREFIX/<mode>`` (modes in rotating order): tokens/s of each round,
-    tokens and verify steps summed, the greedy outputs of the first round."""
+    tokens and verify steps summed, the greedy outputs of the first round. One untimed greedy pass of the same
+    waves goes first: the first pass of a cell's prompts ran 1.3-1.5x slower than the next in every arm (the
+    first H200 runs; prompts not yet in the radix cache, first launches at their lengths), which made the A/A
+    spread of two rounds 25-40 % where the rounds that followed agreed within 5 %."""
+    parent.send((waves, "greedy", new_tokens, False))
+    parent.recv()
     for round_ in range(rounds):
         for mode in (list(MODES) if round_ % 2 == 0 else list(MODES)[::-1]):
             parent.send((waves, mode, new_tokens, False))
