@@ -98,6 +98,11 @@ SKIP_EXTEND = {"SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND": "1"}
 OFF_BELOW_64 = {1: (0,), 64: (1,)}
 DEFERRED = {DEFERRED_SWITCH: "8"}
 DEFERRED_32 = {DEFERRED_SWITCH: "32"}
+# Depth 7 (the 8B geometry's first deferred run, 2026-11-29: stock's adaptive mode, whose batch-1 slot drafts 7
+# deep, made 901 tok/s at greedy batch 1 where chain 5, the deepest of the policy's default set, made 744): the
+# cost policy over off, 1, 3, 5 and 7 ("adaptive7-deferred", a candidates file as a user would pass it) and the
+# fixed chain 7/1/8 (DEEP, not in --shapes' default)
+DEPTHS_TO_7 = (0, 1, 3, 5, 7)
 DIAGNOSTICS = {shape.name: shape for shape in (
     engines.Shape("pin3-stock", 3, 1, 4, policy="stock", candidates=(3,)),
     engines.Shape("pin3-cost", 3, 1, 4, policy="cost", candidates=(3,)),
@@ -115,8 +120,10 @@ DIAGNOSTICS = {shape.name: shape for shape in (
     engines.Shape("off16-deferred32", 1, 1, 2, policy="cost", candidates=OFF_BELOW_64, env=DEFERRED_32),
     engines.Shape("adaptive-deferred", 3, 1, 4, policy="cost", env=DEFERRED),
     engines.Shape("adaptive-deferred32", 3, 1, 4, policy="cost", env=DEFERRED_32),
-    engines.Shape("adaptive-deferred-audit", 3, 1, 4, policy="cost", env={**DEFERRED, DEFERRED_AUDIT: "1"}))}
-ALL_SHAPES = {**SHAPES, **DIAGNOSTICS}
+    engines.Shape("adaptive-deferred-audit", 3, 1, 4, policy="cost", env={**DEFERRED, DEFERRED_AUDIT: "1"}),
+    engines.Shape("adaptive7-deferred", 3, 1, 4, policy="cost", candidates=DEPTHS_TO_7, env=DEFERRED))}
+DEEP = {shape.name: shape for shape in (engines.Shape("chain7", 7, 1, 8),)}
+ALL_SHAPES = {**SHAPES, **DIAGNOSTICS, **DEEP}
 DRIFT_REQUESTS = 64
 BATCHES = (1, 16, 64)
 MODES = {"greedy": {"temperature": 0.0}, "sampled": {"temperature": 0.7, "top_p": 0.9}}

@@ -92,8 +92,9 @@ RUNS = (("greedy", {"temperature": 0.0, "max_new_tokens": GREEDY_TOKENS}, False,
 
 
 def engine_child() -> None:
-    """Runs in a fresh process: one engine launched at :data:`LAUNCH` with :data:`ADAPTIVE_CONFIG`, the
-    :data:`RUNS` in turn, one RESULT line. Arguments: TARGET DRAFTER PROMPTS_JSON."""
+    """Runs in a fresh process: one engine launched at :data:`LAUNCH` with :data:`ADAPTIVE_CONFIG` (written into
+    WORK, this server's own folder), the :data:`RUNS` in turn, one RESULT line. Arguments: TARGET DRAFTER
+    PROMPTS_JSON WORK."""
     from sglang_eagle_ext.sglang.compat import cpu
 
     if DEVICE == "cpu":
@@ -102,10 +103,10 @@ def engine_child() -> None:
 
     from sglang_eagle_ext.sglang.compat.releases import installed_release
 
-    target, drafter, prompts = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+    target, drafter, prompts, work = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), sys.argv[4]
     # the GPU server as users run it (graphs, overlap), with an attention backend every kit has
     device_options = cpu.engine_options(installed_release()) if DEVICE == "cpu" else {"attention_backend": "triton"}
-    config_path = os.path.join(os.path.dirname(target), "adaptive.json")
+    config_path = os.path.join(work, "adaptive.json")
     with open(config_path, "w", encoding="utf-8") as handle:
         json.dump(ADAPTIVE_CONFIG, handle)
     engine = sglang.Engine(speculative_adaptive_config=config_path,
@@ -148,12 +149,14 @@ AUDIT_LINE = re.compile(r"deferred drafter extend audit: (\d+) catch-ups over (\
                         r"(\S+)\), top-k ids differing in (\d+) requests")
 
 
-@pytest.fixture(scope="module", params=list(DEFERRALS))
-def served(request, tmp_path_factory):
-    """The zipf pair built and served by :func:`engine_child` with the switch at ``cycle`` (the test mode, at
-    the tree's launch) and the drafter's extend as :data:`DEFERRALS` names: the prompts, the child's results by
-    run, the law (:func:`served_law`), the server's stderr and the policy's trace rows (one a verify result: its
-    bucket, traffic, depth, requests and accepted drafts), in order."""
+@pytest.fixture(scope="module")
+def servers(tmp_path_factory):
+    """The zipf pair built once and served by :func:`engine_child` twice at once, with the switch at ``cycle``
+    (the test mode, at the tree's launch) and the drafter's extend as each of :data:`DEFERRALS` names (side by
+    side, since a CPU server's step is mostly one Python thread's scheduling: on CI's 2 cores one after the other
+    took 194 and 215 s): {deferral: (the prompts, the child's results by run, the law (:func:`served_law`), the
+    server's stderr, the policy's trace rows (one a verify result: its bucket, traffic, depth, requests and
+    accepted drafts), in order)}."""
     root = tmp_path_factory.mktemp("zipf")
     built = subprocess.run([sys.executable, "benchmarks/gpu/zipf_checkpoint.py", str(root), "--smoke",
                             *GEOMETRY_OPTIONS[DEVICE], "--device", "cpu"], cwd=ROOT, capture_output=True, text=True,
@@ -170,28 +173,59 @@ def served(request, tmp_path_factory):
     from sglang_eagle_ext.sglang.compat.plain_off import OFF_SWITCH
     from sglang_eagle_ext.sglang.plugin import SWITCH as PLUGIN_SWITCH
 
-    env = {**server_environment(DEVICE), ADAPTIVE_SWITCH: "cycle", TRACE_SWITCH: str(root / "trace"),
-           **DEFERRALS[request.param]}
-    if not DEFERRALS[request.param]:
-        env.pop(deferred_extend.ENV_SWITCH, None)
-        env.pop(deferred_extend.AUDIT_SWITCH, None)
-    env.pop(OFF_SWITCH, None)  # its default: plain decoding, by the plain decode graphs under CUDA graphs
-    # the checkout first, then what the environment had (on a CPU host the shims' folder)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-    env.pop(PLUGIN_SWITCH, None)  # the plugin at its default: on
-    run = subprocess.run([sys.executable, "-c", f"from {__name__} import engine_child; engine_child()",
-                          target, drafter, json.dumps(prompts)],
-                         cwd=ROOT, capture_output=True, text=True, env=env, timeout=900)
-    results = [line for line in run.stdout.splitlines() if line.startswith("RESULT ")]
-    assert run.returncode == 0 and results, run.stderr[-4000:]
-    assert OFF_ACTIVATION in run.stderr  # the activation line
-    assert ("plain decode graphs captured" in run.stderr) == (DEVICE == "cuda")  # a CPU server captures none
-    assert f"round-robin (test mode) over depths {list(SET)}" in run.stderr
-    assert "adaptive set: tree 5/4/8 with off, chain 1/1/2, chain 3/1/4" in run.stderr
-    # the scheduler's rows, written every 2 s while it runs (its last ones may be lost at the shutdown)
-    trace = [json.loads(line) for path in sorted(root.glob("trace.*.jsonl")) for line in path.read_text().splitlines()]
-    trace.sort(key=lambda row: row["t"])
-    return prompts, json.loads(results[0][len("RESULT "):]), served_law(target), run.stderr, trace
+    children = {}
+    for name, switches in DEFERRALS.items():
+        work = root / name
+        work.mkdir()
+        env = {**server_environment(DEVICE), ADAPTIVE_SWITCH: "cycle", TRACE_SWITCH: str(work / "trace"), **switches}
+        if not switches:
+            env.pop(deferred_extend.ENV_SWITCH, None)
+            env.pop(deferred_extend.AUDIT_SWITCH, None)
+        env.pop(OFF_SWITCH, None)  # its default: plain decoding, by the plain decode graphs under CUDA graphs
+        # the checkout first, then what the environment had (on a CPU host the shims' folder)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+        env.pop(PLUGIN_SWITCH, None)  # the plugin at its default: on
+        # into files, not pipes: a child whose pipe nobody reads while the other is waited on would stall
+        with open(work / "stdout", "w") as stdout, open(work / "stderr", "w") as stderr:
+            children[name] = (work, subprocess.Popen(
+                [sys.executable, "-c", f"from {__name__} import engine_child; engine_child()", target, drafter,
+                 json.dumps(prompts), str(work)], cwd=ROOT, stdout=stdout, stderr=stderr, env=env))
+    try:
+        returncodes = {name: child.wait(timeout=900) for name, (_, child) in children.items()}
+    finally:
+        for _, child in children.values():
+            if child.poll() is None:
+                child.kill()
+    law = served_law(target)
+    served_runs = {}
+    for name, (work, _) in children.items():
+        stderr = (work / "stderr").read_text()
+        served_runs[name] = (prompts, served_result(returncodes[name], (work / "stdout").read_text(), stderr), law,
+                             stderr, served_trace(work))
+    return served_runs
+
+
+def served_result(returncode: int, stdout: str, stderr: str) -> dict:
+    """A server's results by run, after the checks of its start-up lines."""
+    results = [line for line in stdout.splitlines() if line.startswith("RESULT ")]
+    assert returncode == 0 and results, stderr[-4000:]
+    assert OFF_ACTIVATION in stderr  # the activation line
+    assert ("plain decode graphs captured" in stderr) == (DEVICE == "cuda")  # a CPU server captures none
+    assert f"round-robin (test mode) over depths {list(SET)}" in stderr
+    assert "adaptive set: tree 5/4/8 with off, chain 1/1/2, chain 3/1/4" in stderr
+    return json.loads(results[0][len("RESULT "):])
+
+
+def served_trace(work) -> list[dict]:
+    """The scheduler's trace rows, written every 2 s while it ran (its last ones may be lost at the shutdown)."""
+    trace = [json.loads(line) for path in sorted(work.glob("trace.*.jsonl")) for line in path.read_text().splitlines()]
+    return sorted(trace, key=lambda row: row["t"])
+
+
+@pytest.fixture(scope="module", params=list(DEFERRALS))
+def served(request, servers):
+    """One of :func:`servers`' two: the prompts, results by run, law, stderr and trace."""
+    return servers[request.param]
 
 
 def served_law(target: str) -> torch.Tensor:
