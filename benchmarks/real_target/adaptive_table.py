@@ -51,14 +51,16 @@ OFF_ARMS = {"off-verify": "stock's width-1 verify + draft extend", "off-skip": "
             "off16-graph": "plain step, graphed + draft extend (off to batch 16)",
             "off16-deferred": "plain step, graphed + deferred draft extend (off to batch 16)",
             "off16-deferred32": "plain step, graphed + deferred draft extend, K 32 (off to batch 16)",
-            "off16-skip": "plain step, graphed (off to batch 16)"}
+            "off16-skip": "plain step, graphed (off to batch 16)",
+            "off16-two-tokens": "2 plain steps, graphed + deferred draft extend (off to batch 16)"}
 OFF_UP_TO = {shape: 16 for shape in OFF_ARMS if shape.startswith("off16-")}  # the largest batch each is off at (else 1)
-# the cost policy with the deferred drafter extend (K 8, K 32), that audited, and over depths to 7
-# (serve_bench.DIAGNOSTICS says why)
+# the cost policy with the deferred drafter extend (K 8, K 32), that audited, over depths to 7, and with off of 2
+# tokens (serve_bench.DIAGNOSTICS says why)
 DEFERRED_ARMS = {"adaptive-deferred": "adaptive, deferred extend",
                  "adaptive-deferred32": "adaptive, deferred extend K 32",
                  "adaptive-deferred-audit": "adaptive, deferred extend, audited",
-                 "adaptive7-deferred": "adaptive to depth 7, deferred extend"}
+                 "adaptive7-deferred": "adaptive to depth 7, deferred extend",
+                 "adaptive-two-tokens": "adaptive, off of 2 tokens, deferred extend"}
 DIAGNOSTICS = {**OVERHEAD_ARMS, **OFF_ARMS, **DEFERRED_ARMS}
 OVERHEAD_REFERENCE = "chain"
 

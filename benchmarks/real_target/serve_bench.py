@@ -66,6 +66,7 @@ from sglang_eagle_ext.demo.run import NEAR_TIE, first_departure  # noqa: E402
 from sglang_eagle_ext.targets import file_sha256  # noqa: E402
 from sglang_eagle_ext.sglang.compat.adaptive_shape import TRACE_SWITCH  # noqa: E402
 from sglang_eagle_ext.sglang.compat.plain_off import OFF_SWITCH  # noqa: E402
+from sglang_eagle_ext.sglang.compat.plain_off import TOKENS_SWITCH as OFF_TOKENS_SWITCH  # noqa: E402
 from sglang_eagle_ext.sglang.compat.deferred_extend import AUDIT_SWITCH as DEFERRED_AUDIT  # noqa: E402
 from sglang_eagle_ext.sglang.compat.deferred_extend import ENV_SWITCH as DEFERRED_SWITCH  # noqa: E402
 
@@ -98,6 +99,9 @@ SKIP_EXTEND = {"SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND": "1"}
 OFF_BELOW_64 = {1: (0,), 64: (1,)}
 DEFERRED = {DEFERRED_SWITCH: "8"}
 DEFERRED_32 = {DEFERRED_SWITCH: "32"}
+# off making 2 plain tokens a request a step (docs/adaptive-shape.md section 21), off at batch 1 and 16 and under
+# the cost policy
+OFF_TWO_TOKENS = {**DEFERRED, OFF_TOKENS_SWITCH: "2"}
 # Depth 7 (the 8B geometry's first deferred run, 2026-11-29: stock's adaptive mode, whose batch-1 slot drafts 7
 # deep, made 901 tok/s at greedy batch 1 where chain 5, the deepest of the policy's default set, made 744): the
 # cost policy over off, 1, 3, 5 and 7 ("adaptive7-deferred", a candidates file as a user would pass it) and the
@@ -121,7 +125,9 @@ DIAGNOSTICS = {shape.name: shape for shape in (
     engines.Shape("adaptive-deferred", 3, 1, 4, policy="cost", env=DEFERRED),
     engines.Shape("adaptive-deferred32", 3, 1, 4, policy="cost", env=DEFERRED_32),
     engines.Shape("adaptive-deferred-audit", 3, 1, 4, policy="cost", env={**DEFERRED, DEFERRED_AUDIT: "1"}),
-    engines.Shape("adaptive7-deferred", 3, 1, 4, policy="cost", candidates=DEPTHS_TO_7, env=DEFERRED))}
+    engines.Shape("adaptive7-deferred", 3, 1, 4, policy="cost", candidates=DEPTHS_TO_7, env=DEFERRED),
+    engines.Shape("off16-two-tokens", 1, 1, 2, policy="cost", candidates=OFF_BELOW_64, env=OFF_TWO_TOKENS),
+    engines.Shape("adaptive-two-tokens", 3, 1, 4, policy="cost", env=OFF_TWO_TOKENS))}
 DEEP = {shape.name: shape for shape in (engines.Shape("chain7", 7, 1, 8),)}
 ALL_SHAPES = {**SHAPES, **DIAGNOSTICS, **DEEP}
 DRIFT_REQUESTS = 64

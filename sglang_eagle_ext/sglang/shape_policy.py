@@ -194,7 +194,7 @@ class ShapePolicy:
     def __init__(self, initial_steps: int, cfg_path: str | None = None, *, mode: str = "cost",
                  clock: Callable[[], float] = time.perf_counter, log: Callable[[str], None] | None = None,
                  trace: Callable[[dict], None] | None = None, tree: tuple[int, int, int] | None = None,
-                 cpu_clock: Callable[[], float] = time.process_time):
+                 cpu_clock: Callable[[], float] = time.process_time, off_tokens: int = 1):
         self._by_key = load_candidates(cfg_path)
         self._keys = sorted(self._by_key)
         self._initial = initial_steps
@@ -211,6 +211,7 @@ class ShapePolicy:
         # acceptance its own (a chain's cannot tell it) and its cost off the chains' line
         self._tree = tree
         self.tree_acceptance = {traffic: DepthAcceptance() for traffic in TRAFFIC}
+        self._off_tokens = off_tokens  # tokens a request a step of depth 0 makes (compat/plain_off.py)
         self._traffic = "sampled"  # of the next decision; without note_batch every batch counts as this
         # the decisions whose verify results have not come back: (bucket, traffic, depth, first step after a
         # switch); under the overlap scheduler the next decision is made before the last result arrives
@@ -350,6 +351,8 @@ class ShapePolicy:
     def expected_tokens(self, traffic: str, steps: int) -> float | None:
         """Tokens per request per step of depth ``steps`` for ``traffic``; the other kind's figure until this
         kind has drafted."""
+        if steps == 0:  # every token plain decoding's, none a draft
+            return float(self._off_tokens)
         acceptance = self._acceptance_of(steps)
         tokens = acceptance[traffic].expected_tokens(steps)
         if tokens is None:

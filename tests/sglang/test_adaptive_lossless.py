@@ -44,7 +44,7 @@ import sys
 import pytest
 import torch
 from sglang_eagle_ext.sglang.compat import deferred_extend
-from sglang_eagle_ext.sglang.compat.plain_off import PLAIN
+from sglang_eagle_ext.sglang.compat.plain_off import PLAIN, TOKENS_SWITCH
 from sglang_eagle_ext.sglang.shape_policy import DEFAULT_STEPS
 from tests.conftest import needs_sglang
 from tests.script_module import ROOT, load_siblings
@@ -53,7 +53,7 @@ _, zipf_target = load_siblings("benchmarks/gpu", "verify_workload", "zipf_target
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 GEOMETRY_OPTIONS = {"cpu": ["--fewest-heads"], "cuda": []}  # zipf_checkpoint's, beside --smoke (docstring: why)
-OFF_ACTIVATION = "off: plain decoding, by the target's own decode graphs where its decode is graphed"
+OFF_ACTIVATION = "off: plain decoding{}, by the target's own decode graphs where its decode is graphed"
 
 TEMPERATURE = 0.7
 PROMPT_TOKENS, GREEDY_REQUESTS, GREEDY_TOKENS, SAMPLED_REQUESTS, SAMPLED_TOKENS = 12, 8, 16, 16, 40
@@ -140,9 +140,17 @@ def rank_test_p_value(previous: list[int], drawn: list[int], logits: torch.Tenso
 
 
 # the drafter's extend at every off step (stock's), or deferred to a catch-up at 2 tokens a request or before a
-# drafting step (compat/deferred_extend.py), each catch-up audited against stock's extends, run as well
+# drafting step (compat/deferred_extend.py), each catch-up audited against stock's extends, run as well; and
+# deferred at 4 with every off step making 2 plain tokens a request (plain_off.TOKENS_SWITCH; unaudited: stock's
+# extends are width-1)
 DEFERRALS = {"extend-every-step": {}, "deferred-2-audited": {deferred_extend.ENV_SWITCH: "2",
-                                                             deferred_extend.AUDIT_SWITCH: "1"}}
+                                                             deferred_extend.AUDIT_SWITCH: "1"},
+             "deferred-4-off-2-tokens": {deferred_extend.ENV_SWITCH: "4", TOKENS_SWITCH: "2"}}
+
+
+def off_tokens(deferral: str) -> int:
+    """Tokens a request an off step of the server ``deferral`` makes."""
+    return int(DEFERRALS[deferral].get(TOKENS_SWITCH, 1))
 # the audit's line: catch-ups, requests, the largest KV and hidden-row differences, requests whose top-k ids differ
 AUDIT_LINE = re.compile(r"deferred drafter extend audit: (\d+) catch-ups over (\d+) requests: drafter KV max "
                         r"\|difference\| (\S+) \(values up to (\S+)\), next hidden row (\S+) \(values up to "
@@ -151,10 +159,11 @@ AUDIT_LINE = re.compile(r"deferred drafter extend audit: (\d+) catch-ups over (\
 
 @pytest.fixture(scope="module")
 def servers(tmp_path_factory):
-    """The zipf pair built once and served by :func:`engine_child` twice at once, with the switch at ``cycle``
-    (the test mode, at the tree's launch) and the drafter's extend as each of :data:`DEFERRALS` names (side by
-    side, since a CPU server's step is mostly one Python thread's scheduling: on CI's 2 cores one after the other
-    took 194 and 215 s): {deferral: (the prompts, the child's results by run, the law (:func:`served_law`), the
+    """The zipf pair built once and served by :func:`engine_child` for each of :data:`DEFERRALS` at once, with the
+    switch at ``cycle`` (the test mode, at the tree's launch) and the drafter's extend (and off's tokens) as it
+    names (side by side, since a CPU server's step is mostly one Python thread's scheduling: on CI's 2 cores two
+    of them one after the other took 194 and 215 s, together 232 s): {deferral: (the prompts, the child's results
+    by run, the law (:func:`served_law`), the
     server's stderr, the policy's trace rows (one a verify result: its bucket, traffic, depth, requests and
     accepted drafts), in order)}."""
     root = tmp_path_factory.mktemp("zipf")
@@ -178,9 +187,9 @@ def servers(tmp_path_factory):
         work = root / name
         work.mkdir()
         env = {**server_environment(DEVICE), ADAPTIVE_SWITCH: "cycle", TRACE_SWITCH: str(work / "trace"), **switches}
-        if not switches:
-            env.pop(deferred_extend.ENV_SWITCH, None)
-            env.pop(deferred_extend.AUDIT_SWITCH, None)
+        for switch in (deferred_extend.ENV_SWITCH, deferred_extend.AUDIT_SWITCH, TOKENS_SWITCH):
+            if switch not in switches:
+                env.pop(switch, None)
         env.pop(OFF_SWITCH, None)  # its default: plain decoding, by the plain decode graphs under CUDA graphs
         # the checkout first, then what the environment had (on a CPU host the shims' folder)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
@@ -200,16 +209,17 @@ def servers(tmp_path_factory):
     served_runs = {}
     for name, (work, _) in children.items():
         stderr = (work / "stderr").read_text()
-        served_runs[name] = (prompts, served_result(returncodes[name], (work / "stdout").read_text(), stderr), law,
-                             stderr, served_trace(work))
+        served_runs[name] = (prompts, served_result(returncodes[name], (work / "stdout").read_text(), stderr,
+                                                    off_tokens(name)), law, stderr, served_trace(work))
     return served_runs
 
 
-def served_result(returncode: int, stdout: str, stderr: str) -> dict:
-    """A server's results by run, after the checks of its start-up lines."""
+def served_result(returncode: int, stdout: str, stderr: str, tokens: int) -> dict:
+    """A server's results by run, after the checks of its start-up lines (off making ``tokens`` a request)."""
     results = [line for line in stdout.splitlines() if line.startswith("RESULT ")]
     assert returncode == 0 and results, stderr[-4000:]
-    assert OFF_ACTIVATION in stderr  # the activation line
+    several = f", {tokens} tokens a request a step ({TOKENS_SWITCH})" if tokens > 1 else ""
+    assert OFF_ACTIVATION.format(several) in stderr  # the activation line
     assert ("plain decode graphs captured" in stderr) == (DEVICE == "cuda")  # a CPU server captures none
     assert f"round-robin (test mode) over depths {list(SET)}" in stderr
     assert "adaptive set: tree 5/4/8 with off, chain 1/1/2, chain 3/1/4" in stderr
@@ -240,7 +250,7 @@ def served_law(target: str) -> torch.Tensor:
 
 
 @needs_sglang
-def test_greedy_output_is_the_targets_argmax_chain_and_every_chains_drafts_are_accepted_whole(served):
+def test_greedy_output_is_the_targets_argmax_chain_and_every_chains_drafts_are_accepted_whole(served, request):
     """Greedy: each token is the argmax of the law after the one before, across chains, the tree and off. This
     drafter drafts the argmax chain, so when the state carried across the switches is intact every step of the
     greedy batch (8 requests) at chain depth d accepts d drafts a request, every tree step at least its first
@@ -250,6 +260,7 @@ def test_greedy_output_is_the_targets_argmax_chain_and_every_chains_drafts_are_a
     after a switch, or a tree drafting from a chain's columns, would break one or the other. Tree steps were
     taken and accepted drafts."""
     prompts, results, law, _, trace = served
+    tokens = off_tokens(request.node.callspec.params["served"])
     prompts = prompts[:GREEDY_REQUESTS]
     top2 = law.topk(2, dim=-1).values
     assert (top2[:, 0] - top2[:, 1]).min() > 0.01  # no argmax here is a float32 rounding away from another
@@ -258,7 +269,7 @@ def test_greedy_output_is_the_targets_argmax_chain_and_every_chains_drafts_are_a
         assert output["output_ids"] == argmax_chain(argmax, prompt[-1], GREEDY_TOKENS)
     verify = sorted(output["verify"] for output in results["greedy"])
     print(f"{DEVICE}: verify steps for {GREEDY_TOKENS - 1} tokens: {verify}")
-    assert set(verify) <= cycle_steps(GREEDY_TOKENS - 1)
+    assert set(verify) <= cycle_steps(GREEDY_TOKENS - 1, off=tokens)
     # the greedy run's steps: the only greedy batch of 8 requests (the penalized and log-prob ones have 2)
     steps = [(row["depth"], row["accepted"]) for row in trace
              if "accepted" in row and row["traffic"] == "greedy" and row["requests"] == GREEDY_REQUESTS][:-1]
@@ -267,8 +278,8 @@ def test_greedy_output_is_the_targets_argmax_chain_and_every_chains_drafts_are_a
     for depth, accepted in steps:
         if depth == TREE[0]:
             assert GREEDY_REQUESTS <= accepted <= GREEDY_REQUESTS * depth
-        else:
-            assert accepted == GREEDY_REQUESTS * depth
+        else:  # an off step's plain tokens after its first reach the policy as accepted "drafts"
+            assert accepted == GREEDY_REQUESTS * (depth or tokens - 1)
 
 
 def argmax_chain(argmax: torch.Tensor, token: int, length: int) -> list[int]:
@@ -304,10 +315,10 @@ def test_off_is_plain_decoding_except_where_stock_must_verify(served):
         assert output["output_ids"] == argmax_chain(argmax, prompt[-1], FALLBACK_TOKENS)
 
 
-def cycle_steps(tokens: int, tree_tokens=TREE_TOKENS) -> set[int]:
+def cycle_steps(tokens: int, tree_tokens=TREE_TOKENS, off: int = 1) -> set[int]:
     """Verify steps that make ``tokens`` tokens when the set's shapes come in turn, from each shape the turn may
-    start at, every chain's drafts are accepted whole (depth d: d + 1 tokens) and each tree step makes any of
-    ``tree_tokens``."""
+    start at, every chain's drafts are accepted whole (depth d: d + 1 tokens), each tree step makes any of
+    ``tree_tokens`` and each off step ``off``."""
     counts = set()
 
     def walk(position: int, made: int, steps: int) -> None:
@@ -315,7 +326,7 @@ def cycle_steps(tokens: int, tree_tokens=TREE_TOKENS) -> set[int]:
             counts.add(steps)
             return
         depth = SET[position % len(SET)]
-        for step_tokens in (tree_tokens if depth == TREE[0] else (depth + 1,)):
+        for step_tokens in (tree_tokens if depth == TREE[0] else (depth + 1 if depth else off,)):
             walk(position + 1, made + step_tokens, steps + 1)
 
     for start in range(len(SET)):
@@ -366,14 +377,16 @@ def test_the_rank_test_accepts_only_the_law_the_tokens_came_from(seed, tokens):
 
 
 @needs_sglang
-def test_tokens_of_plain_off_steps_alone_follow_the_targets_law(served):
+def test_tokens_of_plain_off_steps_alone_follow_the_targets_law(served, request):
     """A batch of 24 requests, where the config allows depth 0 only: every token after the prefill's was drawn by
     the plain off (the target's DECODE forward and SGLang's sampler), one a step; the ranks pass the law's
     chi-square test and fail a neighbouring law's (a plain path that took the argmax, or sampled at another
     temperature, fails here; the mixed run above has too few plain tokens to show it)."""
     prompts, results, law, stderr, _ = served
+    tokens = off_tokens(request.node.callspec.params["served"])
     outputs = results["sampled-off"]
-    assert all(len(o["output_ids"]) == OFF_TOKENS and o["verify"] == OFF_TOKENS - 1 for o in outputs)
+    steps = -(-(OFF_TOKENS - 1) // tokens)  # an off step makes `tokens` a request, the last one cut at the length
+    assert all(len(o["output_ids"]) == OFF_TOKENS and o["verify"] == steps for o in outputs)
     # the log counts plain steps at powers of two over the whole run: at least the one at or below this batch's 15
     assert off_steps(stderr, PLAIN) >= 1 << (OFF_TOKENS - 1).bit_length() - 1
     previous, drawn = [], []
@@ -387,19 +400,25 @@ def test_tokens_of_plain_off_steps_alone_follow_the_targets_law(served):
 
 @needs_sglang
 def test_deferred_catch_ups_rewrite_what_stocks_per_step_extends_wrote(served, request):
-    """Deferred: the drafter caught up both at 2 pending tokens (the depth-0-only batch) and before drafting steps
+    """Deferred: the drafter caught up both at K pending tokens (the depth-0-only batch) and before drafting steps
     (the runs that switch shape every step), and the audit found each catch-up's drafter KV (every layer's keys
     and values at the slots it rewrote, poisoned before it ran) and next-draft state (hidden row, top-k ids) equal
     to what stock's per-step extends, run as well, had made: exactly on a CPU (float32), to float16 rounding on a
-    GPU. With the extend at every step, no catch-up ran."""
+    GPU. With the extend at every step, no catch-up ran; with off steps of 2 tokens (no audit: stock's extends are
+    width-1) the other tests' outputs are the check."""
     _, _, _, stderr, _ = served
-    if not DEFERRALS[request.node.callspec.params["served"]]:
+    switches = DEFERRALS[request.node.callspec.params["served"]]
+    if not switches:
         assert "deferred drafter extend" not in stderr and "drafter extend at every off step" in stderr
         return
-    assert "drafter extend deferred while off, at most 2 tokens a request" in stderr
-    occasions = dict(re.findall(r"deferred drafter extend: \d+ catch-ups? (at 2 tokens|before drafting) "
+    most = switches[deferred_extend.ENV_SWITCH]
+    assert f"drafter extend deferred while off, at most {most} tokens a request" in stderr
+    occasions = dict(re.findall(rf"deferred drafter extend: \d+ catch-ups? (at {most} tokens|before drafting) "
                                 r"\((\d+) requests", stderr))
-    assert set(occasions) == {"at 2 tokens", "before drafting"}, stderr[-3000:]
+    assert set(occasions) == {f"at {most} tokens", "before drafting"}, stderr[-3000:]
+    if deferred_extend.AUDIT_SWITCH not in switches:  # off steps of several tokens: the outputs are the check
+        assert not AUDIT_LINE.findall(stderr)
+        return
     audits = AUDIT_LINE.findall(stderr)
     assert audits, stderr[-3000:]
     catch_ups, requests, kv, kv_scale, hidden, hidden_scale, differing = audits[-1]

@@ -49,8 +49,9 @@ class Server:
     """A simulated decode loop: ``cost(steps, batch)`` seconds per step on a fake clock. Under the overlap
     scheduler (``overlap``) the next step is decided before the last step's result is processed."""
 
-    def __init__(self, cost, seed: int = 0, overlap: bool = True, rates=lambda steps: RATES):
+    def __init__(self, cost, seed: int = 0, overlap: bool = True, rates=lambda steps: RATES, off_tokens: int = 1):
         self.cost, self.rng, self.now, self.overlap, self.rates = cost, random.Random(seed), 0.0, overlap, rates
+        self.off_tokens = off_tokens  # tokens a request an off step makes, reported as SGLang does: n - 1 "drafts"
 
     def clock(self) -> float:
         return self.now
@@ -66,7 +67,7 @@ class Server:
                     policy.on_verify_complete(*waiting)
                 chosen.append(steps)
                 self.now += self.cost(steps, batch)
-                counts = draw(self.rng, steps, batch, self.rates(steps))
+                counts = draw(self.rng, steps, batch, self.rates(steps)) if steps else [self.off_tokens - 1] * batch
                 made += sum(1 + c for c in counts)
                 waiting = (counts, batch)
                 if not self.overlap:
@@ -142,6 +143,28 @@ def test_each_batch_size_runs_its_best_fixed_depth(batch, overlap):
     assert min(fixed, key=fixed.get) == best  # the cost model's best is the simulated best
     assert chosen.count(best) / len(chosen) > 0.95, (best, {s: chosen.count(s) for s in DEFAULT_STEPS})
     assert seconds <= 1.05 * fixed[best]  # probes included; sampling noise both ways
+
+
+def test_an_off_step_of_several_tokens_is_weighed_by_the_tokens_it_makes():
+    """Off making 2 tokens a request a step (each a plain forward: 0.1 + 0.05 x batch ms more than a 1-token
+    step) is the best depth at batch 1 of a host-bound step, where off at 1 token is the worst: the policy told
+    so runs off and matches that fixed choice; a policy not told so keeps a chain."""
+    def two_token_cost(steps: int, batch: int) -> float:
+        return cost(steps, batch) + (0 if steps else 1e-3 * (0.1 + 0.05 * batch))
+
+    fixed = {s: Server(two_token_cost, seed=3, off_tokens=2).run(Fixed(s), [(1, 3000)])[0] for s in DEFAULT_STEPS}
+    assert min(fixed, key=fixed.get) == 0 and fixed[0] < 0.9 * min(fixed[s] for s in DEFAULT_STEPS if s)
+    server = Server(two_token_cost, seed=3, off_tokens=2)
+    policy = policy_on(server, off_tokens=2)
+    server.run(policy, [(1, 300)])
+    seconds, chosen = server.run(policy, [(1, 3000)])
+    assert chosen.count(0) / len(chosen) > 0.95 and seconds <= 1.05 * fixed[0]
+    # not told, a policy on the same server weighs off at one token and keeps a chain
+    unaware_server = Server(two_token_cost, seed=3, off_tokens=2)
+    unaware = policy_on(unaware_server)
+    unaware_server.run(unaware, [(1, 300)])
+    _, unaware_chosen = unaware_server.run(unaware, [(1, 3000)])
+    assert unaware_chosen.count(0) / len(unaware_chosen) < 0.05
 
 
 TREE = (5, 4, 8)  # the set's tree at depth 5, in place of chain 5

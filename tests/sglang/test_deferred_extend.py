@@ -66,13 +66,15 @@ def test_an_audit_without_deferral_stops_start_up(monkeypatch):
     assert deferred_extend.bind(None, 0) == "drafter extend at every off step"
 
 
+@pytest.mark.parametrize("per_step", [1, 2])
 @pytest.mark.parametrize("uniform", [True, False])
-def test_each_step_is_kept_at_its_requests_column_and_a_first_one_at_its_position(uniform):
-    """Steps appended to the buffers land, request by request (keyed by its pool slot), at the column its count
-    gives, and a request's first pending step sets its start to the step's length; against a loop over requests.
-    Requests that joined together (one count) take the one-column path, the others a column each."""
-    generator = torch.Generator().manual_seed(5 + uniform)
-    slots, most, width = 12, 4, 6
+def test_each_step_is_kept_at_its_requests_column_and_a_first_one_at_its_position(uniform, per_step):
+    """Steps appended to the buffers land, request by request (keyed by its pool slot), at the columns its count
+    gives, a step's tokens in order (an off step makes ``per_step`` a request: tokens and rows request by
+    request), and a request's first pending step sets its start to the step's length; against a loop over
+    requests. Requests that joined together (one count) take the one-slice path, the others a column each."""
+    generator = torch.Generator().manual_seed(5 + uniform + 2 * per_step)
+    slots, most, width = 12, 8, 6
     rows = torch.randn(3, width, generator=generator)
     buffers = deferred_extend.PendingBuffers(slots, most, rows)
     expected_tokens = torch.zeros(slots, most, dtype=torch.int64)
@@ -80,22 +82,52 @@ def test_each_step_is_kept_at_its_requests_column_and_a_first_one_at_its_positio
     expected_start = torch.zeros(slots, dtype=torch.int64)
     pool = torch.tensor([7, 2, 9])
     lengths = torch.tensor([40, 17, 23])
-    counts = [0, 0, 0] if uniform else [0, 1, 0]  # a flush comes at K = 4: columns stay below it
+    counts = [0, 0, 0] if uniform else [0, 1, 0]  # a catch-up comes before K = 8: columns stay below it
     for step in range(3):
-        tokens = torch.randint(0, 1000, (3,), generator=generator, dtype=torch.int32)
-        rows = torch.randn(3, width, generator=generator)
-        batch = type("Batch", (), {"req_pool_indices": pool, "seq_lens": lengths + step})
-        buffers.append(batch, tokens, rows, counts)
+        tokens = torch.randint(0, 1000, (3 * per_step,), generator=generator, dtype=torch.int32)
+        rows = torch.randn(3 * per_step, width, generator=generator)
+        batch = type("Batch", (), {"req_pool_indices": pool, "seq_lens": lengths + step * per_step})
+        buffers.append(batch, tokens, rows, counts, per_step)
         for i, slot in enumerate(pool.tolist()):
-            expected_tokens[slot, counts[i]] = int(tokens[i])
-            expected_rows[slot, counts[i]] = rows[i]
+            for j in range(per_step):
+                expected_tokens[slot, counts[i] + j] = int(tokens[i * per_step + j])
+                expected_rows[slot, counts[i] + j] = rows[i * per_step + j]
             if counts[i] == 0:
-                expected_start[slot] = int(lengths[i]) + step
-        counts = [count + 1 for count in counts]
+                expected_start[slot] = int(lengths[i]) + step * per_step
+        counts = [count + per_step for count in counts]
     assert torch.equal(buffers.tokens, expected_tokens)
     assert torch.equal(buffers.rows, expected_rows)
     assert torch.equal(buffers.start, expected_start)
     assert int(buffers.start[7]) == 40  # the first request's start, set at its first step
+
+
+@pytest.mark.parametrize("tokens, deferral, audit, off, fix", [
+    ("2", None, None, None, f"Set {deferred_extend.ENV_SWITCH}=8"),
+    ("4", "2", None, None, f"Set {deferred_extend.ENV_SWITCH}=8"),
+    ("2", "8", "1", None, f"Unset {deferred_extend.AUDIT_SWITCH}"),
+    ("2", "8", None, "stock", "Unset SGLANG_EAGLE_EXT_ADAPTIVE_OFF "),
+    ("9", "8", None, None, "1 to 8"),
+])
+def test_an_off_step_of_several_tokens_it_cannot_serve_stops_start_up(monkeypatch, tokens, deferral, audit, off, fix):
+    """Several tokens a request an off step need the deferral to hold them (stock's extend takes one), no audit
+    (it compares with stock's width-1 extends) and off by plain decoding; the error names the fix."""
+    from sglang_eagle_ext.sglang.compat import plain_off
+
+    monkeypatch.setenv(adaptive_shape.ENV_SWITCH, "1")
+    monkeypatch.setenv(plain_off.TOKENS_SWITCH, tokens)
+    for name, value in ((deferred_extend.ENV_SWITCH, deferral), (deferred_extend.AUDIT_SWITCH, audit),
+                        (plain_off.OFF_SWITCH, off)):
+        if value is None:
+            monkeypatch.delenv(name, raising=False)
+        else:
+            monkeypatch.setenv(name, value)
+    with pytest.raises(env.SwitchError, match=f"{plain_off.TOKENS_SWITCH}=.*{fix}"):
+        adaptive_shape.selected(Version("0.5.23"))
+    monkeypatch.setenv(plain_off.TOKENS_SWITCH, "2")
+    monkeypatch.setenv(deferred_extend.ENV_SWITCH, "8")
+    monkeypatch.delenv(deferred_extend.AUDIT_SWITCH, raising=False)
+    monkeypatch.delenv(plain_off.OFF_SWITCH, raising=False)
+    assert adaptive_shape.selected(Version("0.5.23")) == "on"
 
 
 def test_pending_tokens_belong_to_the_pool_row_they_were_kept_in():

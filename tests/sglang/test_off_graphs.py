@@ -144,7 +144,7 @@ def test_the_plain_step_forwards_through_the_graphs_where_they_hold_the_batch(mo
     model_runner = SimpleNamespace(decode_cuda_graph_runner=verify_graphs, attn_backend="verify backend",
                                    sample=sample)
 
-    def forward_batch(batch, runner, input_ids, slots):
+    def forward_batch(batch, runner, input_ids, slots, offset=0):
         seen.append(("batch", model_runner.decode_cuda_graph_runner, model_runner.attn_backend, slots.tolist()))
         return "forward batch"
 
@@ -168,3 +168,51 @@ def test_the_plain_step_forwards_through_the_graphs_where_they_hold_the_batch(mo
     assert (model_runner.decode_cuda_graph_runner, model_runner.attn_backend) == (verify_graphs, "verify backend")
     assert result.next_token_ids.tolist() == [7, 8] and result.next_token_ids.dtype == torch.int32
     assert result.new_seq_lens.tolist() == [4, 5] and result.accept_lens.tolist() == [1, 1]
+
+
+@pytest.mark.parametrize("asked, reserved, routed, made", [(3, 6, False, 3), (3, 2, False, 2), (3, 6, True, 1)])
+def test_an_off_step_of_several_tokens_feeds_each_token_back_and_returns_them_as_accepted(monkeypatch, asked,
+                                                                                          reserved, routed, made):
+    """An off step of ``asked`` tokens a request: forward k decodes the token forward k - 1 sampled (the first
+    the previous bonus token) into the request's slot at its pre-step length + k, at lengths + k + 1; the result
+    holds the tokens request by request, every one accepted, the aux rows of each forward in the same order
+    (copied: a graph's next replay overwrites its output), the last token as the bonus token and the lengths + the
+    tokens made. Fewer where a step reserves fewer slots a request, one where the forward returns routing."""
+    import torch
+
+    seen, forwards = [], []
+    model_runner = SimpleNamespace(decode_cuda_graph_runner=None, attn_backend="backend",
+                                   sample=lambda logits_output, forward_batch: logits_output.drawn)
+
+    def forward_batch(batch, runner, input_ids, slots, offset=0):
+        seen.append((input_ids.tolist(), slots.tolist(), offset))
+        return "forward batch"
+
+    rows = torch.zeros(2, 3)  # one output buffer, as a graph's: every forward writes it in place
+
+    def forward(batch, forward_batch, is_verify):
+        k = len(forwards)
+        forwards.append(k)
+        rows.copy_(torch.full((2, 3), float(k)) + torch.tensor([[0.0], [0.5]]))
+        logits = SimpleNamespace(hidden_states=rows, drawn=torch.tensor([10 + k, 20 + k]))
+        return SimpleNamespace(logits_output=logits, can_run_cuda_graph=False, indexer_topk_output=None,
+                               routed_experts_output="routing" if routed else None)
+
+    monkeypatch.setattr(plain_off, "_plain_forward_batch", forward_batch)
+    worker = SimpleNamespace(target_worker=SimpleNamespace(model_runner=model_runner, forward_batch_generation=forward),
+                             req_to_token_pool=SimpleNamespace(req_to_token=torch.arange(20).view(2, 10)))
+    setattr(worker, plain_off._RESERVED, reserved)
+    batch = SimpleNamespace(spec_info=SimpleNamespace(draft_token=torch.tensor([5, 6])),
+                            seq_lens=torch.tensor([3, 4]), req_pool_indices=torch.tensor([0, 1]))
+    result = plain_off.plain_decode_step(worker, batch, asked)
+    fed = [[5, 6]] + [[10 + k, 20 + k] for k in range(made - 1)]
+    assert seen == [(fed[k], [3 + k, 14 + k], k) for k in range(made)]
+    assert result.next_token_ids.tolist() == [10 + k for k in range(made)] + [20 + k for k in range(made)]
+    assert result.speculative_num_draft_tokens == made and result.accept_lens.tolist() == [made, made]
+    assert result.accept_index.tolist() == [list(range(made)), list(range(made, 2 * made))]
+    assert result.new_seq_lens.tolist() == [3 + made, 4 + made]
+    assert result.next_draft_input.bonus_tokens.tolist() == [10 + made - 1, 20 + made - 1]
+    if made > 1:  # request by request, forward by forward: k, then k + 0.5 for the second request
+        assert result.logits_output.hidden_states[:, 0].tolist() == (
+            [float(k) for k in range(made)] + [k + 0.5 for k in range(made)])
+

@@ -78,6 +78,7 @@ def selected(release: Version) -> str:
     mode = value if value in MODES[2:] else "on" if value in env.ON else "off"
     if mode != "off":
         plain_off.selected()  # a bad value of the off switch stops start-up too
+        _checked_off_tokens()
     if deferred_extend.selected() and mode == "off":
         raise env.SwitchError(f"{deferred_extend.ENV_SWITCH} defers the drafter's extend while this package's "
                               f"policy has speculation off; {ENV_SWITCH} is off. Set {ENV_SWITCH}=1 (with "
@@ -89,6 +90,28 @@ def selected(release: Version) -> str:
     return mode
 
 
+def _checked_off_tokens() -> int:
+    """The off step's tokens a request (:data:`plain_off.TOKENS_SWITCH`): more than one only where the drafter's
+    extend is deferred to hold them (stock's width-1 extend takes one a request) without the audit (which compares
+    with stock's extends) and off is plain decoding."""
+    tokens = plain_off.selected_tokens()
+    if tokens == 1:
+        return 1
+    deferral, fix = deferred_extend.selected(), f"or unset {plain_off.TOKENS_SWITCH}"
+    if deferral < tokens:
+        raise env.SwitchError(f"{plain_off.TOKENS_SWITCH}={tokens}: an off step of {tokens} tokens a request needs the "
+                              f"drafter's extend deferred for at least as many ({deferred_extend.ENV_SWITCH} is "
+                              f"{deferral or 'unset'}). Set {deferred_extend.ENV_SWITCH}={max(8, tokens)} {fix}")
+    if deferred_extend.audited():
+        raise env.SwitchError(f"{plain_off.TOKENS_SWITCH}={tokens}: the audit ({deferred_extend.AUDIT_SWITCH}) "
+                              f"checks catch-ups against stock's width-1 extends, which an off step of {tokens} "
+                              f"tokens has none of. Unset {deferred_extend.AUDIT_SWITCH} {fix}")
+    if plain_off.selected() == "stock":
+        raise env.SwitchError(f"{plain_off.TOKENS_SWITCH}={tokens}: off is stock's width-1 verify "
+                              f"({plain_off.OFF_SWITCH}=stock), one token a step. Unset {plain_off.OFF_SWITCH} {fix}")
+    return tokens
+
+
 def _bind_once_scheduler_loads(_scheduler_module) -> str:
     release = releases.installed_release()
     mode = selected(release)
@@ -98,12 +121,13 @@ def _bind_once_scheduler_loads(_scheduler_module) -> str:
     require(hasattr(worker, POLICY_NAME.name), POLICY_NAME.path)
     prefix = env.text(TRACE_SWITCH)
     policy_mode = "cost" if mode == "on" else mode
-    worker.AdaptiveSpeculativeParams = functools.partial(ShapePolicy, mode=policy_mode,
+    off_tokens = _checked_off_tokens()
+    worker.AdaptiveSpeculativeParams = functools.partial(ShapePolicy, mode=policy_mode, off_tokens=off_tokens,
                                                          trace=TraceFile(prefix) if prefix else None)
     require(hasattr(worker, "EAGLEWorkerV2") and hasattr(worker.EAGLEWorkerV2, "forward_batch_generation"),
             TRAFFIC_SEAMS[0].path)
     wrap_method(worker.EAGLEWorkerV2, "forward_batch_generation", _telling_the_traffic)
-    off = plain_off.bind(worker, plain_off.selected())
+    off = plain_off.bind(worker, plain_off.selected(), off_tokens)
     deferred = deferred_extend.bind(worker, deferred_extend.selected())  # inside the trees' top-k wraps
     trees = adaptive_trees.bind(worker)
     return (f"adaptive shape: {MODE_PHRASES[policy_mode]} "

@@ -167,21 +167,26 @@ class PendingBuffers:
         _log(f"deferred drafter extend: {slots} request slots x {most_pending} tokens of {rows.shape[1]} aux "
              f"values ({rows.dtype}), {mib:.1f} MiB")
 
-    def append(self, batch, tokens, rows, counts: list[int]) -> None:
-        """Each request's token, aux row and (for a request's first) position, at column ``counts[i]``."""
+    def append(self, batch, tokens, rows, counts: list[int], width: int = 1) -> None:
+        """Each request's ``width`` tokens and aux rows (``tokens`` ``[R * width]`` and ``rows``
+        ``[R * width, W]``, request by request) at columns ``counts[i] ..``, and for a request's first its
+        position."""
         import torch
 
         pool = batch.req_pool_indices
-        if min(counts) == max(counts):  # requests that joined together (the usual case): one column, no copy
-            self.tokens[pool, counts[0]] = tokens.to(torch.int64)
-            self.rows[pool, counts[0]] = rows
+        tokens = tokens.to(torch.int64).view(len(counts), width)
+        rows = rows.view(len(counts), width, rows.shape[-1])
+        if min(counts) == max(counts):  # requests that joined together (the usual case): one slice, no copy
+            self.tokens[pool, counts[0]:counts[0] + width] = tokens
+            self.rows[pool, counts[0]:counts[0] + width] = rows
             if counts[0] == 0:
                 self.start[pool] = batch.seq_lens.to(torch.int64)
             return
-        column = _to_device(counts, pool.device)
-        self.tokens[pool, column] = tokens.to(torch.int64)
-        self.rows[pool, column] = rows
-        self.start[pool] = torch.where(column == 0, batch.seq_lens.to(torch.int64), self.start[pool])
+        first = _to_device(counts, pool.device)
+        column = first.unsqueeze(1) + torch.arange(width, device=pool.device)
+        self.tokens[pool.unsqueeze(1), column] = tokens
+        self.rows[pool.unsqueeze(1), column] = rows
+        self.start[pool] = torch.where(first == 0, batch.seq_lens.to(torch.int64), self.start[pool])
 
 
 def _buffers(drafter, most_pending: int, rows, audit: bool):
@@ -226,8 +231,12 @@ def _deferring(original, most_pending: int, audit: bool):
         buffers = _buffers(self, most_pending, rows, audit)
         if buffers is None:  # this engine keeps stock's extend at every step: nothing is ever pending
             return original(self, batch, batch_result, *args, **kwargs)
+        width = batch_result.speculative_num_draft_tokens or 1  # tokens a request: 1, or an off step's several
         counts = [pending(request) for request in batch.reqs]
-        buffers.append(batch, batch_result.next_token_ids, rows, counts)  # first: graph-pool rows, copied now
+        if max(counts) + width > most_pending:  # a wider step than the last one left room for
+            catch_up(self, batch, buffers, rows=None, where=f"at {most_pending} tokens")
+            counts = [0] * len(counts)
+        buffers.append(batch, batch_result.next_token_ids, rows, counts, width)  # first: graph-pool rows, copied
         if buffers.audit is not None:  # stock's extend as well: its KV writes and next-draft state, the reference
             original(self, batch, batch_result, *args, **kwargs)
             buffers.audit.keep(batch, batch_result.next_draft_input)
@@ -235,9 +244,9 @@ def _deferring(original, most_pending: int, audit: bool):
         for i, request in enumerate(batch.reqs):
             if counts[i] == 0:
                 setattr(request, _HOST_START, None if host_lengths is None else host_lengths[i])
-            set_pending(request, counts[i] + 1)
+            set_pending(request, counts[i] + width)
         state = batch_result.next_draft_input
-        if max(counts) + 1 >= most_pending:
+        if max(counts) + 2 * width > most_pending:  # the next step's tokens would not fit: catch up now
             state.topk_p, state.topk_index, state.hidden_states = catch_up(self, batch, buffers, rows=None,
                                                                            where=f"at {most_pending} tokens")
         else:

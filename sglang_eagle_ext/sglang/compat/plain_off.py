@@ -45,6 +45,10 @@ from sglang_eagle_ext.sglang.compat.patch import Target, require, wrap_method
 
 OFF_SWITCH = "SGLANG_EAGLE_EXT_ADAPTIVE_OFF"
 OFF_MODES = ("plain", "eager", "stock")
+# tokens a request an off step makes by plain decoding (docs/adaptive-shape.md section 21): each a DECODE forward
+# of the one before, so that the speculative worker's and the scheduler's work of a step is shared by them
+TOKENS_SWITCH = "SGLANG_EAGLE_EXT_ADAPTIVE_OFF_TOKENS"
+MOST_TOKENS = 8
 RELEASES = releases.PLAIN_OFF.releases
 _WORKER = "sglang.srt.speculative.eagle_worker_v2"
 
@@ -90,6 +94,8 @@ SEAMS = (Target(RELEASES, _WORKER, "EAGLEWorkerV2", "verify", params=("self", "b
          Target(RELEASES, "sglang.srt.runtime_context", "get_parallel"),
          Target(RELEASES, "sglang.srt.model_executor.runner.eager_runner", "EagerRunner"),
          Target(RELEASES, "sglang.srt.managers.utils", "GenerationBatchResult"),
+         # the KV slots a decode step reserves a request: how many tokens an off step may make
+         Target(RELEASES, "sglang.srt.mem_cache.allocation_sizing", "get_alloc_len_per_decode"),
          Target(RELEASES, "sglang.srt.speculative.eagle_info", "EagleDraftInput"))
 
 
@@ -97,7 +103,18 @@ def selected() -> str:
     return env.choice(OFF_SWITCH, OFF_MODES, "plain")
 
 
-def bind(worker_module, mode: str) -> str:
+def selected_tokens() -> int:
+    """Tokens a request an off step makes (1, the default: one, as stock's width-1 verify does)."""
+    value = env.text(TOKENS_SWITCH)
+    if value is None:
+        return 1
+    if not value.isdigit() or not 1 <= int(value) <= MOST_TOKENS:
+        raise env.SwitchError(f"{TOKENS_SWITCH}={value!r}: expected the tokens a request an off step makes by plain "
+                              f"decoding, 1 to {MOST_TOKENS} (unset: 1)")
+    return int(value)
+
+
+def bind(worker_module, mode: str, tokens: int = 1) -> str:
     """Wrap ``EAGLEWorkerV2.verify``; the phrase of the activation line that says what "off" runs."""
     if mode == "stock":
         return f"off: stock's width-1 verify ({OFF_SWITCH}=stock)"
@@ -106,11 +123,13 @@ def bind(worker_module, mode: str) -> str:
         return f"off: stock's width-1 verify (plain decoding as off is built for SGLang {RELEASES}; this is {release})"
     verify = SEAMS[0]
     require(hasattr(getattr(worker_module, verify.name, None), verify.member), verify.path)
-    wrap_method(getattr(worker_module, verify.name), verify.member, functools.partial(_plain_when_off, mode=mode))
+    wrap_method(getattr(worker_module, verify.name), verify.member,
+                functools.partial(_plain_when_off, mode=mode, tokens=tokens))
+    several = f", {tokens} tokens a request a step ({TOKENS_SWITCH})" if tokens > 1 else ""
     if mode == "eager":
-        return f"off: plain decoding, eager even under CUDA graphs ({OFF_SWITCH}=eager)"
+        return f"off: plain decoding{several}, eager even under CUDA graphs ({OFF_SWITCH}=eager)"
     off_graphs.bind(worker_module)
-    return "off: plain decoding, by the target's own decode graphs where its decode is graphed"
+    return f"off: plain decoding{several}, by the target's own decode graphs where its decode is graphed"
 
 
 def at_power_of_two(count: int) -> bool:
@@ -136,7 +155,7 @@ COUNTS = OffCounts()
 PLAIN = "plain decoding"
 
 
-def _plain_when_off(original, mode: str):
+def _plain_when_off(original, mode: str, tokens: int):
     @functools.wraps(original)
     def verify(self, batch, pp_proxy_tensors=None, grammar_barrier=None):
         if not is_width_one_verify(self, batch):
@@ -148,7 +167,7 @@ def _plain_when_off(original, mode: str):
             COUNTS.add(f"stock's width-1 verify ({reason})")
             return original(self, batch, pp_proxy_tensors=pp_proxy_tensors, grammar_barrier=grammar_barrier)
         COUNTS.add(PLAIN)
-        return plain_decode_step(self, batch)
+        return plain_decode_step(self, batch, tokens)
     return verify
 
 
@@ -244,59 +263,95 @@ def _decode_runner_detached(model_runner):
 _RESTORED = ("seq_lens", "seq_lens_cpu", "seq_lens_sum", "spec_info")
 
 
-def plain_decode_step(worker, batch):
-    """The target's DECODE forward of the previous bonus tokens and SGLang's sampling, as a width-1 verify
-    result (accept length 1 a request, the sampled token as next bonus token)."""
+def plain_decode_step(worker, batch, tokens: int = 1):
+    """``tokens`` DECODE forwards of the target, each of the token the one before sampled (the first of the
+    previous bonus tokens), with SGLang's sampling, as a verify result whose every token is accepted: accept
+    length ``tokens`` a request, the last sampled token as next bonus token, the aux hidden states of each forward
+    in order (the drafter's extend reads a row a token). Fewer where the slots a decode step reserves a request
+    hold fewer (:func:`reserved_tokens`)."""
     import torch
     from sglang.srt.managers.utils import GenerationBatchResult
     from sglang.srt.speculative.eagle_info import EagleDraftInput
 
     model_runner = worker.target_worker.model_runner
-    verify_input = batch.spec_info
     seq_lens = batch.seq_lens
     requests = seq_lens.shape[0]
-    # the slot the width-1 verify would write: the request's next reserved one, at its pre-step length
-    slots = worker.req_to_token_pool.req_to_token[batch.req_pool_indices, seq_lens].to(torch.int64)
+    tokens = min(tokens, reserved_tokens(worker)) if tokens > 1 else 1
+    # the slots the forwards write: the request's next reserved ones, from its pre-step length
+    req_to_token = worker.req_to_token_pool.req_to_token
     graphs = off_graphs.for_worker(worker)  # captured only where depth 0's target decode is graphed
     target = (off_graphs.serving(model_runner, graphs) if off_graphs.can_serve(graphs, requests)
               else _decode_runner_detached(model_runner))
-    with target:  # the forward batch too is built against the runner and backend the forward uses
-        forward_batch = _plain_forward_batch(batch, model_runner, verify_input.draft_token, slots)
-        forward = worker.target_worker.forward_batch_generation(batch=None, forward_batch=forward_batch,
-                                                                is_verify=True)  # is_verify: not sampled yet
-    tokens = model_runner.sample(forward.logits_output, forward_batch).to(torch.int32)
+    drawn, rows, forward_batches = [], [], []
+    made = batch.spec_info.draft_token
+    with target:  # the forward batches too are built against the runner and backend the forwards use
+        for k in range(tokens):
+            slots = req_to_token[batch.req_pool_indices, seq_lens + k].to(torch.int64)
+            forward_batch = _plain_forward_batch(batch, model_runner, made, slots, offset=k)
+            forward = worker.target_worker.forward_batch_generation(batch=None, forward_batch=forward_batch,
+                                                                    is_verify=True)  # is_verify: not sampled yet
+            made = model_runner.sample(forward.logits_output, forward_batch).to(torch.int32)
+            drawn.append(made)
+            forward_batches.append(forward_batch)
+            if tokens > 1 and forward.logits_output.hidden_states is not None:
+                # a graph's output rows: the next replay overwrites them
+                rows.append(forward.logits_output.hidden_states.clone())
+            if forward.routed_experts_output is not None or forward.indexer_topk_output is not None:
+                break  # a step's routing or indexer output is one forward's: one token
+    tokens = len(drawn)
+    logits_output = forward.logits_output
+    if tokens > 1 and rows:
+        logits_output.hidden_states = torch.stack(rows, dim=1).flatten(0, 1)
     return GenerationBatchResult(
-        logits_output=forward.logits_output,
-        next_token_ids=tokens,
+        logits_output=logits_output,
+        next_token_ids=torch.stack(drawn, dim=1).flatten() if tokens > 1 else made,
         can_run_cuda_graph=forward.can_run_cuda_graph,
-        speculative_num_draft_tokens=1,
-        next_draft_input=EagleDraftInput(bonus_tokens=tokens),
-        accept_lens=torch.ones(requests, dtype=torch.int32, device=tokens.device),
-        accept_index=torch.arange(requests, dtype=torch.int32, device=tokens.device).unsqueeze(1),
-        new_seq_lens=seq_lens + 1,
+        speculative_num_draft_tokens=tokens,
+        next_draft_input=EagleDraftInput(bonus_tokens=made),
+        accept_lens=torch.full((requests,), tokens, dtype=torch.int32, device=made.device),
+        accept_index=torch.arange(requests * tokens, dtype=torch.int32, device=made.device).view(requests, tokens),
+        new_seq_lens=seq_lens + tokens,
         routed_experts_output=forward.routed_experts_output,
         indexer_topk_output=forward.indexer_topk_output,
-        extra_keep_alive_refs=[forward_batch],
+        extra_keep_alive_refs=forward_batches,
     )
 
 
-def _plain_forward_batch(batch, model_runner, input_ids, slots):
-    """SGLang's ``ForwardBatch`` of a decode step of ``input_ids`` into ``slots``, built from the schedule batch,
-    whose fields are put back at once (the draft extend reads them as the verify left them)."""
+_RESERVED = "_sglang_eagle_ext_reserved_tokens"  # on the worker: reserved_tokens' answer, once read
+
+
+def reserved_tokens(worker) -> int:
+    """KV slots a decode step reserves a request beyond its length (SGLang's ``get_alloc_len_per_decode``: at
+    depth 0 the draft-token bound of the adaptive set's largest shape), the most tokens an off step may make.
+    Read at the first step of several tokens and kept on the worker: the bound is published once, at start-up."""
+    known = getattr(worker, _RESERVED, None)
+    if known is None:
+        from sglang.srt.mem_cache.allocation_sizing import get_alloc_len_per_decode
+
+        known = get_alloc_len_per_decode()
+        setattr(worker, _RESERVED, known)
+    return known
+
+
+def _plain_forward_batch(batch, model_runner, input_ids, slots, offset: int = 0):
+    """SGLang's ``ForwardBatch`` of a decode step of ``input_ids`` into ``slots``, ``offset`` tokens past the
+    verify's position, built from the schedule batch, whose fields are put back at once (the draft extend reads
+    them as the verify left them)."""
     from sglang.srt.model_executor.forward_batch_info import ForwardBatch, ForwardMode
 
     seq_lens = batch.seq_lens
     requests = seq_lens.shape[0]
     saved = {name: getattr(batch, name) for name in _RESTORED}
+    grown = offset + 1
     try:
-        # a decode batch counts the input token in its lengths (positions = lengths - 1 = the verify's)
+        # a decode batch counts the input token in its lengths (positions = lengths - 1 = the verify's + offset)
         batch.forward_mode = ForwardMode.DECODE
         batch.input_ids = input_ids
         batch.out_cache_loc = slots
         batch.spec_info = None  # the attention backend then plans an ordinary decode
-        batch.seq_lens = seq_lens + 1
-        batch.seq_lens_cpu = None if saved["seq_lens_cpu"] is None else saved["seq_lens_cpu"] + 1
-        batch.seq_lens_sum = None if saved["seq_lens_sum"] is None else saved["seq_lens_sum"] + requests
+        batch.seq_lens = seq_lens + grown
+        batch.seq_lens_cpu = None if saved["seq_lens_cpu"] is None else saved["seq_lens_cpu"] + grown
+        batch.seq_lens_sum = None if saved["seq_lens_sum"] is None else saved["seq_lens_sum"] + requests * grown
         return ForwardBatch.init_new(batch, model_runner, capture_hidden_mode=off_graphs.step_hidden_mode(model_runner),
                                      return_hidden_states_before_norm=False)
     finally:
