@@ -211,7 +211,10 @@ class ShapePolicy:
         # acceptance its own (a chain's cannot tell it) and its cost off the chains' line
         self._tree = tree
         self.tree_acceptance = {traffic: DepthAcceptance() for traffic in TRAFFIC}
-        self._off_tokens = off_tokens  # tokens a request a step of depth 0 makes (compat/plain_off.py)
+        # tokens a request a step of depth 0 makes by traffic (compat/plain_off.py: off_tokens asked, fewer where a
+        # batch keeps stock's width-1 verify or the engine cannot make them), measured as acceptance is
+        self._off_asked = off_tokens
+        self._off_tokens = {traffic: float(off_tokens) for traffic in TRAFFIC}
         self._traffic = "sampled"  # of the next decision; without note_batch every batch counts as this
         # the decisions whose verify results have not come back: (bucket, traffic, depth, first step after a
         # switch); under the overlap scheduler the next decision is made before the last result arrives
@@ -291,6 +294,11 @@ class ShapePolicy:
             # a clock that did not advance (two results handed over at once) times nothing
             self._times.setdefault((key, steps), deque(maxlen=WINDOW)).append(now - previous)
         self._acceptance_of(steps)[traffic].observe(num_correct_drafts_per_req, steps)
+        if steps == 0 and self._off_asked > 1 and num_correct_drafts_per_req:  # off's tokens after the first
+            # reach it as SGLang's "drafts"
+            kept = DECAY ** len(num_correct_drafts_per_req)
+            made = 1 + sum(num_correct_drafts_per_req) / len(num_correct_drafts_per_req)
+            self._off_tokens[traffic] = kept * self._off_tokens[traffic] + (1 - kept) * made
         if self._trace is not None:
             self._trace({"t": round(now - self._started, 6), "bucket": key, "traffic": traffic, "depth": steps,
                          "requests": len(num_correct_drafts_per_req), "accepted": sum(num_correct_drafts_per_req),
@@ -352,7 +360,7 @@ class ShapePolicy:
         """Tokens per request per step of depth ``steps`` for ``traffic``; the other kind's figure until this
         kind has drafted."""
         if steps == 0:  # every token plain decoding's, none a draft
-            return float(self._off_tokens)
+            return self._off_tokens[traffic]
         acceptance = self._acceptance_of(steps)
         tokens = acceptance[traffic].expected_tokens(steps)
         if tokens is None:

@@ -139,3 +139,73 @@ def test_pending_tokens_belong_to_the_pool_row_they_were_kept_in():
     assert deferred_extend.pending(request) == 3
     request.kv.req_pool_idx = 9
     assert deferred_extend.pending(request) == 0
+
+
+class _Drafter:
+    """The drafter worker as the deferral's wrapper sees it at depth 0, with its buffers already made."""
+    speculative_num_draft_tokens = 1
+    topk = 1
+    device = "cpu"
+
+
+def _step(pool_rows: list[int], lengths: list[int], width: int, requests: list):
+    """A depth-0 step's batch and result: ``width`` tokens a request (off's several, or stock's one)."""
+    from types import SimpleNamespace
+
+    batch = SimpleNamespace(reqs=requests, req_pool_indices=torch.tensor(pool_rows), seq_lens=torch.tensor(lengths),
+                            seq_lens_cpu=torch.tensor(lengths), forward_mode=SimpleNamespace(is_idle=lambda: False),
+                            hisparse_coordinator=None)
+    result = SimpleNamespace(speculative_num_draft_tokens=width, next_draft_input=SimpleNamespace(),
+                             next_token_ids=torch.arange(len(pool_rows) * width),
+                             logits_output=SimpleNamespace(hidden_states=torch.randn(len(pool_rows) * width, 4)))
+    return batch, result
+
+
+def test_a_wider_step_after_width_one_steps_catches_up_only_the_requests_behind(monkeypatch):
+    """Width-1 depth-0 steps (a batch stock's verify served) leave a request K - 1 tokens behind; an off step of 2
+    then would not fit: the requests behind catch up first (a request that joined with none is no catch-up), and
+    every request holds its new tokens after."""
+    from types import SimpleNamespace
+
+    most = 8
+    buffers = deferred_extend.PendingBuffers(16, most, torch.zeros(1, 4))
+    buffers.stub_spec = (4, torch.float32)
+    drafter = _Drafter()
+    setattr(drafter, deferred_extend._STATE, buffers)
+    caught = []
+
+    def catch_up(drafter, batch, buffers, rows, where):
+        chosen = batch.reqs if rows is None else [batch.reqs[i] for i in rows]
+        caught.append(([deferred_extend.pending(request) for request in chosen], where))
+        for request in chosen:
+            deferred_extend.set_pending(request, 0)
+        return torch.zeros(len(chosen), 1), torch.zeros(len(chosen), 1, dtype=torch.int64), torch.zeros(len(chosen), 4)
+
+    monkeypatch.setattr(deferred_extend, "catch_up", catch_up)
+    wrapped = deferred_extend._deferring(lambda *args, **kwargs: pytest.fail("stock's extend"), most, audit=False)
+    old = [SimpleNamespace(kv=SimpleNamespace(req_pool_idx=row)) for row in (3, 5)]
+    for step in range(most - 1):
+        wrapped(drafter, *_step([3, 5], [20 + step, 30 + step], 1, old))
+    assert caught == [] and [deferred_extend.pending(r) for r in old] == [most - 1] * 2
+    joined = SimpleNamespace(kv=SimpleNamespace(req_pool_idx=9))  # a prefill left it nothing pending
+    wrapped(drafter, *_step([3, 5, 9], [27, 37, 12], 2, old + [joined]))
+    assert caught[0] == ([most - 1, most - 1], f"at {most} tokens")  # only the two behind
+    assert [deferred_extend.pending(r) for r in old + [joined]] == [2, 2, 2]
+
+
+def test_an_off_step_of_several_tokens_that_reaches_stocks_width_one_extend_is_stopped_as_ours():
+    """Where the drafter keeps stock's extend (here: no aux rows), an off step of 2 tokens would be fed to an
+    extend that takes one a request: stopped with this package's error, not served wrong; one token passes."""
+    from types import SimpleNamespace
+
+    drafter = _Drafter()
+    calls = []
+    wrapped = deferred_extend._deferring(lambda *args, **kwargs: calls.append(args) or "stock's", 8, audit=False)
+    request = SimpleNamespace(kv=SimpleNamespace(req_pool_idx=1))
+    batch, result = _step([1], [10], 2, [request])
+    result.logits_output.hidden_states = None
+    with pytest.raises(RuntimeError, match="this package's fault"):
+        wrapped(drafter, batch, result)
+    batch, result = _step([1], [10], 1, [request])
+    result.logits_output.hidden_states = None
+    assert wrapped(drafter, batch, result) == "stock's" and len(calls) == 1

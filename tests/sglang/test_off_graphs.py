@@ -170,14 +170,14 @@ def test_the_plain_step_forwards_through_the_graphs_where_they_hold_the_batch(mo
     assert result.new_seq_lens.tolist() == [4, 5] and result.accept_lens.tolist() == [1, 1]
 
 
-@pytest.mark.parametrize("asked, reserved, routed, made", [(3, 6, False, 3), (3, 2, False, 2), (3, 6, True, 1)])
-def test_an_off_step_of_several_tokens_feeds_each_token_back_and_returns_them_as_accepted(monkeypatch, asked,
-                                                                                          reserved, routed, made):
-    """An off step of ``asked`` tokens a request: forward k decodes the token forward k - 1 sampled (the first
-    the previous bonus token) into the request's slot at its pre-step length + k, at lengths + k + 1; the result
-    holds the tokens request by request, every one accepted, the aux rows of each forward in the same order
-    (copied: a graph's next replay overwrites its output), the last token as the bonus token and the lengths + the
-    tokens made. Fewer where a step reserves fewer slots a request, one where the forward returns routing."""
+@pytest.mark.parametrize("allowed, routed, made", [(3, False, 3), (2, False, 2), (3, True, 1)])
+def test_an_off_step_of_several_tokens_feeds_each_token_back_and_returns_them_as_accepted(monkeypatch, allowed,
+                                                                                          routed, made):
+    """An off step of 3 tokens a request asked: forward k decodes the token forward k - 1 sampled (the first the
+    previous bonus token) into the request's slot at its pre-step length + k; the result holds the tokens request
+    by request, every one accepted, the aux rows of each forward in the same order (copied: a graph's next replay
+    overwrites its output), the last token as the bonus token and the lengths + the tokens made. As many as the
+    engine allows (:func:`plain_off.step_tokens`), one where the forward returns routing."""
     import torch
 
     seen, forwards = [], []
@@ -201,10 +201,10 @@ def test_an_off_step_of_several_tokens_feeds_each_token_back_and_returns_them_as
     monkeypatch.setattr(plain_off, "_plain_forward_batch", forward_batch)
     worker = SimpleNamespace(target_worker=SimpleNamespace(model_runner=model_runner, forward_batch_generation=forward),
                              req_to_token_pool=SimpleNamespace(req_to_token=torch.arange(20).view(2, 10)))
-    setattr(worker, plain_off._RESERVED, reserved)
+    setattr(worker, plain_off._STEP_TOKENS, allowed)
     batch = SimpleNamespace(spec_info=SimpleNamespace(draft_token=torch.tensor([5, 6])),
                             seq_lens=torch.tensor([3, 4]), req_pool_indices=torch.tensor([0, 1]))
-    result = plain_off.plain_decode_step(worker, batch, asked)
+    result = plain_off.plain_decode_step(worker, batch, 3)
     fed = [[5, 6]] + [[10 + k, 20 + k] for k in range(made - 1)]
     assert seen == [(fed[k], [3 + k, 14 + k], k) for k in range(made)]
     assert result.next_token_ids.tolist() == [10 + k for k in range(made)] + [20 + k for k in range(made)]
@@ -215,4 +215,53 @@ def test_an_off_step_of_several_tokens_feeds_each_token_back_and_returns_them_as
     if made > 1:  # request by request, forward by forward: k, then k + 0.5 for the second request
         assert result.logits_output.hidden_states[:, 0].tolist() == (
             [float(k) for k in range(made)] + [k + 0.5 for k in range(made)])
+
+
+@pytest.mark.parametrize("reason, reserved, allowed", [(None, 6, 3), (None, 2, 2), ("mixed chunked prefill", 6, 1)])
+def test_an_engine_makes_several_off_tokens_only_where_its_drafter_defers_and_slots_are_reserved(
+        monkeypatch, capsys, reason, reserved, allowed):
+    """Read once a worker: one token where the drafter keeps stock's width-1 extend (it takes one token a
+    request), at most the KV slots a decode step reserves a request; a smaller answer is logged with its why."""
+    from sglang.srt.mem_cache import allocation_sizing
+
+    from sglang_eagle_ext.sglang.compat import deferred_extend
+
+    asked = []
+    monkeypatch.setattr(deferred_extend, "deferral_reason", lambda drafter: asked.append(drafter) or reason)
+    monkeypatch.setattr(allocation_sizing, "get_alloc_len_per_decode", lambda: reserved)
+    worker = SimpleNamespace(draft_worker="drafter")
+    assert plain_off.step_tokens(worker, 1) == 1 and asked == []  # the default reads nothing
+    assert plain_off.step_tokens(worker, 3) == allowed and plain_off.step_tokens(worker, 3) == allowed
+    assert asked == ["drafter"]  # once
+    log = capsys.readouterr().err
+    assert (f"off: {allowed} token" in log) == (allowed < 3)
+    assert (reason or "reserves 2 KV slots") in log if allowed < 3 else log == ""
+
+
+def test_forward_k_of_an_off_step_decodes_at_its_own_lengths_and_the_batch_is_put_back(monkeypatch):
+    """The forward batch of token k: a DECODE of the input into the slots given, at lengths (device, host, sum)
+    k + 1 past the step's, so its positions are the verify's + k; the schedule batch's lengths and spec input
+    as they were, for the draft extend."""
+    import torch
+    from sglang.srt.model_executor.forward_batch_info import ForwardBatch, ForwardMode
+
+    seen = {}
+
+    def init_new(batch, model_runner, capture_hidden_mode, return_hidden_states_before_norm):
+        seen.update(mode=batch.forward_mode, input_ids=batch.input_ids.tolist(), slots=batch.out_cache_loc.tolist(),
+                    spec=batch.spec_info, seq_lens=batch.seq_lens.tolist(), host=batch.seq_lens_cpu.tolist(),
+                    total=batch.seq_lens_sum, hidden=capture_hidden_mode)
+        return "forward batch"
+
+    monkeypatch.setattr(ForwardBatch, "init_new", staticmethod(init_new))
+    monkeypatch.setattr(plain_off.off_graphs, "step_hidden_mode", lambda runner: "FULL")
+    spec = object()
+    batch = SimpleNamespace(seq_lens=torch.tensor([3, 9]), seq_lens_cpu=torch.tensor([3, 9]), seq_lens_sum=12,
+                            spec_info=spec, forward_mode="TARGET_VERIFY", input_ids=None, out_cache_loc=None)
+    made = plain_off._plain_forward_batch(batch, "runner", torch.tensor([5, 6]), torch.tensor([30, 91]), offset=2)
+    assert made == "forward batch"
+    assert seen == {"mode": ForwardMode.DECODE, "input_ids": [5, 6], "slots": [30, 91], "spec": None,
+                    "seq_lens": [6, 12], "host": [6, 12], "total": 18, "hidden": "FULL"}
+    assert batch.seq_lens.tolist() == [3, 9] and batch.seq_lens_cpu.tolist() == [3, 9]
+    assert batch.seq_lens_sum == 12 and batch.spec_info is spec
 

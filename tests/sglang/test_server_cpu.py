@@ -172,3 +172,26 @@ def test_depths_switched_every_step_keep_greedy_equal_to_plain(shared_target, sh
     steps, tokens = sum(o["spec_verify_ct"] for o in served.outputs), sum(o["completion_tokens"] - 1
                                                                            for o in served.outputs)
     assert all(o["completion_tokens"] == GREEDY_TOKENS for o in served.outputs) and 0 < steps < tokens
+
+
+def test_off_steps_of_two_plain_tokens_keep_greedy_equal_to_plain(shared_target, shared_drafter,
+                                                                   shared_greedy_reference, monkeypatch):
+    """The same cycle with every off step making 2 plain tokens a request (``SGLANG_EAGLE_EXT_ADAPTIVE_OFF_TOKENS``,
+    the drafter's extend deferred at 4): the second token of a step is a DECODE forward at the next position over
+    the target's KV the first one wrote, and this target's next token depends on its context, so a wrong position,
+    length or slot shows in the greedy output, which must still equal plain greedy decoding; the drafter drafts
+    warm after the catch-ups (drafts accepted)."""
+    from sglang_eagle_ext.sglang.compat import deferred_extend, plain_off
+
+    monkeypatch.setenv(plain_off.TOKENS_SWITCH, "2")
+    monkeypatch.setenv(deferred_extend.ENV_SWITCH, "4")
+    served = serve_greedy(shared_target, shared_drafter, "cpu", num_steps=3, new_tokens=GREEDY_TOKENS, timeout=420,
+                          adaptive="cycle")
+    assert any(f"2 tokens a request a step ({plain_off.TOKENS_SWITCH})" in line for line in served.activation)
+    assert not any("off: 1 token a request a step" in line for line in served.activation)  # none held back
+    assert [o["output_ids"] for o in served.outputs] == shared_greedy_reference
+    assert any("adaptive off: 1 step by plain decoding" in line for line in served.activation)
+    assert any("deferred drafter extend: 1 catch-up" in line for line in served.activation)
+    steps, tokens = sum(o["spec_verify_ct"] for o in served.outputs), sum(o["completion_tokens"] - 1
+                                                                           for o in served.outputs)
+    assert all(o["completion_tokens"] == GREEDY_TOKENS for o in served.outputs) and 0 < steps < tokens

@@ -189,10 +189,16 @@ class PendingBuffers:
         self.start[pool] = torch.where(first == 0, batch.seq_lens.to(torch.int64), self.start[pool])
 
 
+def deferral_reason(drafter) -> str | None:
+    """Why this engine's drafter keeps stock's extend at every off step whatever the switch says (its engine's
+    facts: :func:`kept_reason`, then the plain step's own); ``None`` where off steps are deferred."""
+    return kept_reason(drafter) or plain_off.engine_reason(drafter)
+
+
 def _buffers(drafter, most_pending: int, rows, audit: bool):
     state = getattr(drafter, _STATE, None)
     if state is None:
-        reason = kept_reason(drafter) or plain_off.engine_reason(drafter)
+        reason = deferral_reason(drafter)
         if reason is not None:
             _log(f"deferred drafter extend: not used, the drafter's extend runs at every off step ({reason})")
             state = reason
@@ -223,18 +229,19 @@ def _deferring(original, most_pending: int, audit: bool):
     def _draft_extend_for_decode(self, batch, batch_result, *args, **kwargs):
         if self.speculative_num_draft_tokens != 1 or batch.forward_mode.is_idle():
             return original(self, batch, batch_result, *args, **kwargs)
+        width = batch_result.speculative_num_draft_tokens or 1  # tokens a request: 1, or an off step's several
         rows = batch_result.logits_output.hidden_states
         if rows is None or getattr(batch, "hisparse_coordinator", None) is not None:
             for request in batch.reqs:  # extended at this position by stock: pending tokens would be misplaced
                 set_pending(request, 0)
-            return original(self, batch, batch_result, *args, **kwargs)
+            return _stock_extend(original, self, batch, batch_result, width, *args, **kwargs)
         buffers = _buffers(self, most_pending, rows, audit)
         if buffers is None:  # this engine keeps stock's extend at every step: nothing is ever pending
-            return original(self, batch, batch_result, *args, **kwargs)
-        width = batch_result.speculative_num_draft_tokens or 1  # tokens a request: 1, or an off step's several
+            return _stock_extend(original, self, batch, batch_result, width, *args, **kwargs)
         counts = [pending(request) for request in batch.reqs]
-        if max(counts) + width > most_pending:  # a wider step than the last one left room for
-            catch_up(self, batch, buffers, rows=None, where=f"at {most_pending} tokens")
+        if max(counts) + width > most_pending:  # a wider step than the last left room for (after width-1 steps)
+            behind = [i for i, count in enumerate(counts) if count]
+            catch_up(self, batch, buffers, rows=behind, where=f"at {most_pending} tokens")
             counts = [0] * len(counts)
         buffers.append(batch, batch_result.next_token_ids, rows, counts, width)  # first: graph-pool rows, copied
         if buffers.audit is not None:  # stock's extend as well: its KV writes and next-draft state, the reference
@@ -252,6 +259,17 @@ def _deferring(original, most_pending: int, audit: bool):
         else:
             state.topk_p, state.topk_index, state.hidden_states = _stub(self, buffers, len(counts))
     return _draft_extend_for_decode
+
+
+def _stock_extend(original, drafter, batch, batch_result, width: int, *args, **kwargs):
+    """Stock's per-step extend, which takes one token a request: an off step of several reaching it is this
+    package's fault (``plain_off.step_tokens`` makes one where the drafter does not defer), stopped here rather
+    than fed to a width-1 extend."""
+    if width != 1:
+        raise RuntimeError(f"sglang-eagle-ext: an off step of {width} tokens a request reached SGLang's width-1 "
+                           "draft extend (this package's fault: report it; unset SGLANG_EAGLE_EXT_ADAPTIVE_OFF_TOKENS "
+                           "to serve on)")
+    return original(drafter, batch, batch_result, *args, **kwargs)
 
 
 def _stub(drafter, buffers: PendingBuffers, requests: int):

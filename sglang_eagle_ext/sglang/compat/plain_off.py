@@ -267,8 +267,7 @@ def plain_decode_step(worker, batch, tokens: int = 1):
     """``tokens`` DECODE forwards of the target, each of the token the one before sampled (the first of the
     previous bonus tokens), with SGLang's sampling, as a verify result whose every token is accepted: accept
     length ``tokens`` a request, the last sampled token as next bonus token, the aux hidden states of each forward
-    in order (the drafter's extend reads a row a token). Fewer where the slots a decode step reserves a request
-    hold fewer (:func:`reserved_tokens`)."""
+    in order (the drafter's extend reads a row a token). As many as :func:`step_tokens` allows."""
     import torch
     from sglang.srt.managers.utils import GenerationBatchResult
     from sglang.srt.speculative.eagle_info import EagleDraftInput
@@ -276,7 +275,7 @@ def plain_decode_step(worker, batch, tokens: int = 1):
     model_runner = worker.target_worker.model_runner
     seq_lens = batch.seq_lens
     requests = seq_lens.shape[0]
-    tokens = min(tokens, reserved_tokens(worker)) if tokens > 1 else 1
+    tokens = step_tokens(worker, tokens)
     # the slots the forwards write: the request's next reserved ones, from its pre-step length
     req_to_token = worker.req_to_token_pool.req_to_token
     graphs = off_graphs.for_worker(worker)  # captured only where depth 0's target decode is graphed
@@ -317,19 +316,32 @@ def plain_decode_step(worker, batch, tokens: int = 1):
     )
 
 
-_RESERVED = "_sglang_eagle_ext_reserved_tokens"  # on the worker: reserved_tokens' answer, once read
+_STEP_TOKENS = "_sglang_eagle_ext_off_step_tokens"  # on the worker: step_tokens' answer, once read
 
 
-def reserved_tokens(worker) -> int:
-    """KV slots a decode step reserves a request beyond its length (SGLang's ``get_alloc_len_per_decode``: at
-    depth 0 the draft-token bound of the adaptive set's largest shape), the most tokens an off step may make.
-    Read at the first step of several tokens and kept on the worker: the bound is published once, at start-up."""
-    known = getattr(worker, _RESERVED, None)
+def step_tokens(worker, asked: int) -> int:
+    """Tokens a request this engine's off steps make, of the ``asked``: one where its drafter keeps stock's
+    per-step extend (which takes one; ``deferred_extend.deferral_reason``), at most the KV slots a decode step
+    reserves a request beyond its length (SGLang's ``get_alloc_len_per_decode``: at depth 0 the draft-token bound
+    of the set's largest shape). Engine facts: read at the first off step and kept on the worker; a smaller
+    answer is logged once, with its reason."""
+    if asked == 1:
+        return 1
+    known = getattr(worker, _STEP_TOKENS, None)
     if known is None:
         from sglang.srt.mem_cache.allocation_sizing import get_alloc_len_per_decode
 
-        known = get_alloc_len_per_decode()
-        setattr(worker, _RESERVED, known)
+        from sglang_eagle_ext.sglang.compat.deferred_extend import deferral_reason
+
+        reason = deferral_reason(worker.draft_worker)
+        reserved = get_alloc_len_per_decode()
+        known = 1 if reason is not None else min(asked, reserved)
+        if known < asked:
+            why = (f"the drafter's extend is not deferred on this engine ({reason})" if reason is not None
+                   else f"a decode step reserves {reserved} KV slots a request")
+            print(f"sglang-eagle-ext: off: {known} token{'s' if known > 1 else ''} a request a step, not {asked} "
+                  f"({TOKENS_SWITCH}): {why}", file=sys.stderr, flush=True)
+        setattr(worker, _STEP_TOKENS, known)
     return known
 
 
