@@ -163,9 +163,8 @@ def servers(tmp_path_factory):
     switch at ``cycle`` (the test mode, at the tree's launch) and the drafter's extend (and off's tokens) as it
     names (side by side, since a CPU server's step is mostly one Python thread's scheduling: on CI's 2 cores two
     of them one after the other took 194 and 215 s, together 232 s): {deferral: (the prompts, the child's results
-    by run, the law (:func:`served_law`), the
-    server's stderr, the policy's trace rows (one a verify result: its bucket, traffic, depth, requests and
-    accepted drafts), in order)}."""
+    by run, the law (:func:`served_law`), the server's stderr, the policy's trace rows (one a verify result: its
+    bucket, traffic, depth, requests and accepted drafts), in order)}."""
     root = tmp_path_factory.mktemp("zipf")
     built = subprocess.run([sys.executable, "benchmarks/gpu/zipf_checkpoint.py", str(root), "--smoke",
                             *GEOMETRY_OPTIONS[DEVICE], "--device", "cpu"], cwd=ROOT, capture_output=True, text=True,
@@ -234,7 +233,7 @@ def served_trace(work) -> list[dict]:
 
 @pytest.fixture(scope="module", params=list(DEFERRALS))
 def served(request, servers):
-    """One of :func:`servers`' two: the prompts, results by run, law, stderr and trace."""
+    """One of :func:`servers`' runs: the prompts, results by run, law, stderr and trace."""
     return servers[request.param]
 
 

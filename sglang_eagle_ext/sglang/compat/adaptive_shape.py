@@ -121,7 +121,7 @@ def _bind_once_scheduler_loads(_scheduler_module) -> str:
     require(hasattr(worker, POLICY_NAME.name), POLICY_NAME.path)
     prefix = env.text(TRACE_SWITCH)
     policy_mode = "cost" if mode == "on" else mode
-    off_tokens = _checked_off_tokens()
+    off_tokens = plain_off.selected_tokens()  # checked against the other switches by selected() above
     worker.AdaptiveSpeculativeParams = functools.partial(ShapePolicy, mode=policy_mode, off_tokens=off_tokens,
                                                          trace=TraceFile(prefix) if prefix else None)
     require(hasattr(worker, "EAGLEWorkerV2") and hasattr(worker.EAGLEWorkerV2, "forward_batch_generation"),

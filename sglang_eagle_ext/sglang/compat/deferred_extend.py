@@ -5,10 +5,12 @@ drafts from a current drafter: its KV at every committed position, its top-k and
 a host-bound engine that extend is a forward of its own (0.5-2 ms a step on an H200, ``docs/adaptive-shape.md``
 section 18), as dear as the plain step it follows. With :data:`ENV_SWITCH` set to ``K`` (1-64; unset or ``0``:
 stock's extend at every step) an off step instead keeps what that extend would read (the token just sampled, the
-target's EAGLE-3 aux row of the step and its position) per request in buffers on the device, and the drafter
-catches up in one eager ``DRAFT_EXTEND_V2`` forward of each request's pending tokens:
+target's EAGLE-3 aux row of the step and its position; an off step of several plain tokens,
+``plain_off.TOKENS_SWITCH``, keeps each of them) per request in buffers on the device, and the drafter catches up
+in one eager ``DRAFT_EXTEND_V2`` forward of each request's pending tokens:
 
-* at an off step where a request's count reaches ``K``: every request of the batch (each has one at least);
+* at an off step after which the next one's tokens would not fit in ``K``: every request of the batch (each has
+  one at least); before an off step wider than the last left room for, the requests with any;
 * at a step that drafts (depth >= 1), before the drafter reads the batch's draft state: the requests with any.
 
 The catch-up reads the same inputs at the same positions and writes the same drafter KV slots as the per-step

@@ -331,6 +331,7 @@ def step_tokens(worker, asked: int) -> int:
     if known is None:
         from sglang.srt.mem_cache.allocation_sizing import get_alloc_len_per_decode
 
+        # here, not at the top: deferred_extend imports this module (engine_reason, at_power_of_two)
         from sglang_eagle_ext.sglang.compat.deferred_extend import deferral_reason
 
         reason = deferral_reason(worker.draft_worker)
