@@ -125,6 +125,26 @@ def test_off_arms_are_set_beside_plain_decoding_at_batch_1_and_left_out_of_the_v
     assert adaptive_table.off(results, "d").startswith("no off arm of drafter d")
 
 
+def test_an_off_step_of_several_tokens_is_timed_a_step_not_a_token():
+    """An off arm making 2 plain tokens a request a step (acceptance length 2) at plain decoding's tok/s takes twice
+    plain decoding's time a step: the off table's ms a step counts the tokens a step makes."""
+    results = run()
+    results["arms"]["d/off16-two-tokens/plugin"] = {"arm": "d/off16-two-tokens/plugin", "cells": {
+        "batch1/greedy": {**cell(100, 100, 100), "accept_length": 2.0}}}
+    assert ("| batch1/greedy | 100 (10.00 ms) | 10% | 100 (x1.00, 20.00 ms, 2.00) |"
+            in adaptive_table.off(results, "d"))
+
+
+def test_a_run_of_plain_decoding_and_the_policy_alone_makes_a_well_formed_table():
+    """A repeat run of plain decoding and the policy only (no fixed shape): every row of the table has its header's
+    columns, the best-fixed ratio left blank."""
+    results = run()
+    results["arms"] = {name: arm for name, arm in results["arms"].items() if name in ("plain", "d/adaptive/plugin")}
+    rows = [line for line in adaptive_table.markdown(results, "d").splitlines() if line.startswith("|")]
+    assert len(rows) > 4 and {row.count("|") for row in rows} == {10}
+    assert "| - (-) |" in rows[2]
+
+
 def test_committed_deferred_page_holds_the_off_and_policy_tables_its_runs_generate():
     page = (RESULTS / "adaptive/deferred_real-target_h200-fa3.md").read_text()
     for run in ("deferred", "deferred-repeat"):

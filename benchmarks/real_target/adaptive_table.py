@@ -52,15 +52,19 @@ OFF_ARMS = {"off-verify": "stock's width-1 verify + draft extend", "off-skip": "
             "off16-deferred": "plain step, graphed + deferred draft extend (off to batch 16)",
             "off16-deferred32": "plain step, graphed + deferred draft extend, K 32 (off to batch 16)",
             "off16-skip": "plain step, graphed (off to batch 16)",
-            "off16-two-tokens": "2 plain steps, graphed + deferred draft extend (off to batch 16)"}
+            "off16-two-tokens": "2 plain tokens a step, graphed + deferred draft extend (off to batch 16)",
+            "off16-four-tokens": "4 plain tokens a step, graphed + deferred draft extend (off to batch 16)",
+            "off16-eight-tokens": "8 plain tokens a step, graphed + deferred draft extend, K 32 (off to batch 16)"}
 OFF_UP_TO = {shape: 16 for shape in OFF_ARMS if shape.startswith("off16-")}  # the largest batch each is off at (else 1)
-# the cost policy with the deferred drafter extend (K 8, K 32), that audited, over depths to 7, and with off of 2
-# tokens (serve_bench.DIAGNOSTICS says why)
+# the cost policy with the deferred drafter extend (K 8, K 32), that audited, over depths to 7, and with off of 2, 4
+# or 8 tokens (serve_bench.DIAGNOSTICS says why)
 DEFERRED_ARMS = {"adaptive-deferred": "adaptive, deferred extend",
                  "adaptive-deferred32": "adaptive, deferred extend K 32",
                  "adaptive-deferred-audit": "adaptive, deferred extend, audited",
                  "adaptive7-deferred": "adaptive to depth 7, deferred extend",
-                 "adaptive-two-tokens": "adaptive, off of 2 tokens, deferred extend"}
+                 "adaptive-two-tokens": "adaptive, off of 2 tokens, deferred extend",
+                 "adaptive-four-tokens": "adaptive, off of 4 tokens, deferred extend",
+                 "adaptive7-eight-tokens": "adaptive to depth 7, off of 8 tokens, deferred extend K 32"}
 DIAGNOSTICS = {**OVERHEAD_ARMS, **OFF_ARMS, **DEFERRED_ARMS}
 OVERHEAD_REFERENCE = "chain"
 
@@ -129,13 +133,13 @@ def markdown(results: dict, drafter: str, policy: str = "adaptive") -> str:
              "at every batch size, ahead of every fixed shape and of stock's adaptive on the drift cell, judged "
              "against the A/A spread of plain decoding's rounds in the cell.", ""]
     for mode, mode_label in MODES.items():
-        lines += [f"### {mode_label}", "", "| cell | plain | " + " | ".join(shapes) + " | stock's adaptive | "
-                  "adaptive | adaptive / best fixed | adaptive / plain | adaptive / stock's | A/A spread | goal |",
-                  "|" + "---|" * (9 + len(shapes))]
+        lines += [f"### {mode_label}", "", "| cell | plain | " + "".join(f"{s} | " for s in shapes)
+                  + "stock's adaptive | adaptive | adaptive / best fixed | adaptive / plain | adaptive / stock's | "
+                  "A/A spread | goal |", "|" + "---|" * (9 + len(shapes))]
         for key, row in rows[mode]:
-            fixed = " | ".join(f"{row['fixed'][s]:,.0f}" if s in row["fixed"] else "-" for s in shapes)
+            fixed = "".join((f"{row['fixed'][s]:,.0f}" if s in row["fixed"] else "-") + " | " for s in shapes)
             stock = "-" if row["stock_adaptive"] is None else f"{row['stock_adaptive']:,.0f}"
-            lines.append(f"| {_label(results, key)} | {row['plain']:,.0f} | {fixed} | {stock} | "
+            lines.append(f"| {_label(results, key)} | {row['plain']:,.0f} | {fixed}{stock} | "
                          f"{row['adaptive']:,.0f} | "
                          f"{_ratio(row['vs_best'])} ({row['best_fixed'] or '-'}) | {_ratio(row['vs_plain'])} | "
                          f"{_ratio(row['vs_stock'])} | {row['spread']:.0%} | {'met' if row['goal'] else 'NOT met'} |")
@@ -169,14 +173,16 @@ def overhead(results: dict, drafter: str) -> str:
 
 def _beside(arms: dict, columns: list[str], key: str, base: dict, batch: int | None = None) -> list[str]:
     """Each column's cell ``key`` beside ``base``: its tok/s, x base's, (with ``batch``, its ms a step: batch x
-    1000 / tok/s,) its acceptance length; "-" where it was not measured."""
+    tokens a request a step (the acceptance length) x 1000 / tok/s,) its acceptance length; "-" where it was not
+    measured."""
     values = []
     for shape in columns:
         cell = arms[shape]["cells"].get(key)
         if cell is None:
             values.append("-")
             continue
-        per = "" if batch is None else f"{batch * 1e3 / cell['tok_s_median']:.2f} ms, "
+        per = ("" if batch is None
+               else f"{batch * (cell.get('accept_length') or 1) * 1e3 / cell['tok_s_median']:.2f} ms, ")
         values.append(f"{cell['tok_s_median']:,.0f} (x{cell['tok_s_median'] / base['tok_s_median']:.2f}, {per}"
                       f"{cell.get('accept_length', 0):.2f})")
     return values
@@ -185,9 +191,10 @@ def _beside(arms: dict, columns: list[str], key: str, base: dict, batch: int | N
 def off(results: dict, drafter: str) -> str:
     """Per cell of a batch size some off arm is off at (:data:`OFF_ARMS`, each off by one path up to its
     :data:`OFF_UP_TO` batch, 1 unless named), plain decoding's tok/s and ms a step, then each off arm's: its tok/s,
-    its ratio to plain decoding's, its ms a step (batch x 1000 / tok/s: a step makes a token a request when off,
-    prefill and scheduling included) and its acceptance length, which is 1 where the arm ran off throughout;
-    "-" where it is not off at that batch size. Spread: plain decoding's own rounds."""
+    its ratio to plain decoding's, its ms a step (batch x acceptance length x 1000 / tok/s: an off step makes
+    that many tokens a request, one unless several are asked; prefill and scheduling included) and its acceptance
+    length, which is 1 (or the tokens an off step makes) where the arm ran off throughout; "-" where it is not off
+    at that batch size. Spread: plain decoding's own rounds."""
     arms = arms_by_shape(results, drafter)
     columns = [shape for shape in OFF_ARMS if shape in arms]
     if not columns:

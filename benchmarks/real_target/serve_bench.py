@@ -99,9 +99,13 @@ SKIP_EXTEND = {"SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND": "1"}
 OFF_BELOW_64 = {1: (0,), 64: (1,)}
 DEFERRED = {DEFERRED_SWITCH: "8"}
 DEFERRED_32 = {DEFERRED_SWITCH: "32"}
-# off making 2 plain tokens a request a step (docs/adaptive-shape.md section 21), off at batch 1 and 16 and under
-# the cost policy
+# off making 2, 4 or 8 plain tokens a request a step (docs/adaptive-shape.md sections 21 and 22), off at batch 1 and
+# 16 and under the cost policy. A step makes at most the KV slots the set's largest shape reserves a request (4 for
+# chain 3/1/4, 6 for the default set's chain 5, 8 for chain 7), so the 4- and 8-token engines run chain 3 and 7 at
+# 64; 8 tokens a step defer the catch-up to 32 (at 8 it would run every step)
 OFF_TWO_TOKENS = {**DEFERRED, OFF_TOKENS_SWITCH: "2"}
+OFF_FOUR_TOKENS = {**DEFERRED, OFF_TOKENS_SWITCH: "4"}
+OFF_EIGHT_TOKENS = {**DEFERRED_32, OFF_TOKENS_SWITCH: "8"}
 # Depth 7 (the 8B geometry's first deferred run, 2026-11-29: stock's adaptive mode, whose batch-1 slot drafts 7
 # deep, made 901 tok/s at greedy batch 1 where chain 5, the deepest of the policy's default set, made 744): the
 # cost policy over off, 1, 3, 5 and 7 ("adaptive7-deferred", a candidates file as a user would pass it) and the
@@ -127,7 +131,11 @@ DIAGNOSTICS = {shape.name: shape for shape in (
     engines.Shape("adaptive-deferred-audit", 3, 1, 4, policy="cost", env={**DEFERRED, DEFERRED_AUDIT: "1"}),
     engines.Shape("adaptive7-deferred", 3, 1, 4, policy="cost", candidates=DEPTHS_TO_7, env=DEFERRED),
     engines.Shape("off16-two-tokens", 1, 1, 2, policy="cost", candidates=OFF_BELOW_64, env=OFF_TWO_TOKENS),
-    engines.Shape("adaptive-two-tokens", 3, 1, 4, policy="cost", env=OFF_TWO_TOKENS))}
+    engines.Shape("adaptive-two-tokens", 3, 1, 4, policy="cost", env=OFF_TWO_TOKENS),
+    engines.Shape("off16-four-tokens", 3, 1, 4, policy="cost", candidates={1: (0,), 64: (3,)}, env=OFF_FOUR_TOKENS),
+    engines.Shape("off16-eight-tokens", 7, 1, 8, policy="cost", candidates={1: (0,), 64: (7,)}, env=OFF_EIGHT_TOKENS),
+    engines.Shape("adaptive-four-tokens", 3, 1, 4, policy="cost", env=OFF_FOUR_TOKENS),
+    engines.Shape("adaptive7-eight-tokens", 3, 1, 4, policy="cost", candidates=DEPTHS_TO_7, env=OFF_EIGHT_TOKENS))}
 DEEP = {shape.name: shape for shape in (engines.Shape("chain7", 7, 1, 8),)}
 ALL_SHAPES = {**SHAPES, **DIAGNOSTICS, **DEEP}
 DRIFT_REQUESTS = 64
