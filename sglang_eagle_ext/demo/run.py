@@ -171,13 +171,16 @@ def server_environment(device: str, plugin: bool | None = None) -> dict:
 def serve_greedy(target: str, drafter: str, device: str, num_steps: int, new_tokens: int,
                  attention_backend: str = "auto", timeout: int = 900, plugin: bool | None = None,
                  topk: int = 1, draft_tokens: int | None = None, prompts: list[str] = PROMPTS,
-                 ignore_eos: bool = True, adaptive: str | None = None) -> ServedRun:
+                 ignore_eos: bool = True, adaptive: str | None = None,
+                 switches: dict[str, str] | None = None) -> ServedRun:
     """Greedy EAGLE-3 generation of ``prompts`` (one batch) by stock SGLang in a subprocess (SGLang's
     schedulers need a fresh process; on CPU, the CPU shims in every process). ``plugin``: see
     :func:`server_environment`; ``topk`` > 1 drafts a tree of ``draft_tokens`` verified tokens
     (default: ``num_steps + 1`` for a chain); ``ignore_eos`` False ends each answer at the end token;
-    ``adaptive``: SGLang's ``--speculative-adaptive`` with this value of ``SGLANG_EAGLE_EXT_ADAPTIVE``."""
-    env = server_environment(device, plugin)
+    ``adaptive``: SGLang's ``--speculative-adaptive`` with this value of ``SGLANG_EAGLE_EXT_ADAPTIVE``;
+    ``switches``: this package's environment switches for the subprocess alone, over the caller's (so that
+    runs with different switches may be served side by side)."""
+    env = {**server_environment(device, plugin), **(switches or {})}
     if adaptive is not None:
         env[ADAPTIVE_SWITCH] = adaptive
     child = [sys.executable, "-c", "from sglang_eagle_ext.demo.run import engine_child; engine_child()",

@@ -62,3 +62,17 @@ def test_tree_drafting_reaches_the_engine_child(started):
     # answer may end at the end token (a real target's demo); adaptive depths: SGLang's flag and our switch
     assert started[1]["argv"][-5:] == ["1", "4", '["one", "two", "three"]', "0", "1"]
     assert started[1]["env"]["SGLANG_EAGLE_EXT_ADAPTIVE"] == "cycle"
+
+
+def test_switches_given_reach_that_child_alone(started, monkeypatch):
+    """Runs served side by side each get their own switches, over the caller's environment, which they leave as it
+    was."""
+    monkeypatch.setenv("SGLANG_EAGLE_EXT_ADAPTIVE_OFF_TOKENS", "3")
+    run.serve_greedy("target", "drafter", "cpu", num_steps=3, new_tokens=2,
+                     switches={"SGLANG_EAGLE_EXT_ADAPTIVE_OFF_TOKENS": "2", "SGLANG_EAGLE_EXT_DEFERRED_EXTEND": "4"})
+    run.serve_greedy("target", "drafter", "cpu", num_steps=3, new_tokens=2)
+    assert started[0]["env"]["SGLANG_EAGLE_EXT_ADAPTIVE_OFF_TOKENS"] == "2"
+    assert started[0]["env"]["SGLANG_EAGLE_EXT_DEFERRED_EXTEND"] == "4"
+    assert started[1]["env"]["SGLANG_EAGLE_EXT_ADAPTIVE_OFF_TOKENS"] == "3"
+    assert "SGLANG_EAGLE_EXT_DEFERRED_EXTEND" not in started[1]["env"]
+    assert "SGLANG_EAGLE_EXT_DEFERRED_EXTEND" not in os.environ

@@ -4,9 +4,10 @@ The engine's greedy output must equal plain greedy decoding of the target (HF tr
 fp32, the same weights): speculative decoding is lossless whatever the drafter proposes. The
 acceptance counters must show that drafting actually ran.
 
-The first test runs a 2-layer, 4-aux speculators drafter in SGLang's offline engine. The others
-share one ``sglang-eagle serve`` HTTP server with tree drafting (the session's target and distilled
-drafter, top-k 2, 2 steps): greedy, sampled requests as a user's ``openai`` client sends them, and
+The offline engine's tests read three runs served side by side: a 2-layer, 4-aux speculators drafter at
+chain 3, and the session's distilled drafter with every depth in turn, its off steps making one plain token a
+request or two. The others share one ``sglang-eagle serve`` HTTP server with tree drafting (the session's
+target and distilled drafter, top-k 2, 2 steps): greedy, sampled requests as a user's ``openai`` client sends them, and
 malformed or hostile requests, each of which must get a 4xx and leave the server serving, and
 last a short soak (``benchmarks/soak.py``) of every request kind from concurrent clients.
 """
@@ -22,7 +23,7 @@ from tests.conftest import GREEDY_TOKENS
 from tests.http_server import post, post_raw, serving
 from tests.script_module import ROOT
 
-from sglang_eagle_ext.demo.run import PROMPTS, serve_greedy
+from sglang_eagle_ext.demo.run import PROMPTS, DemoFailure, serve_greedy
 from sglang_eagle_ext.sglang.shape_policy import DEFAULT_STEPS
 from tests.kit.matched_drafter import build_matched_drafter
 
@@ -34,9 +35,41 @@ def models(shared_target, tmp_path_factory):
     return shared_target, drafter
 
 
-def test_eagle3_greedy_equals_plain_greedy(models, shared_greedy_reference):
-    target, drafter = models
-    served = serve_greedy(target, drafter, "cpu", num_steps=3, new_tokens=GREEDY_TOKENS, timeout=420)
+@pytest.fixture(scope="module")
+def engine_runs(models, shared_target, shared_drafter):
+    """The offline engine's greedy runs of the demo's prompts at chain 3, served side by side (a CPU engine's
+    scheduler holds about one core: on CI's 2 cores, one after another, they took 49, 57 and 54 s): ``chain``, the
+    speculators drafter of :func:`models`; ``cycle``, the demo's drafter with every depth in turn (this package's
+    policy in its test mode); ``cycle-off-2-tokens``, that with every off step making 2 plain tokens a request and
+    the drafter's extend deferred at 4. {name: its ``ServedRun``, or the ``DemoFailure`` it stopped with}."""
+    from sglang_eagle_ext.sglang.compat import deferred_extend, plain_off
+
+    runs = {"chain": (*models, {}),
+            "cycle": (shared_target, shared_drafter, {"adaptive": "cycle"}),
+            "cycle-off-2-tokens": (shared_target, shared_drafter, {"adaptive": "cycle", "switches": {
+                plain_off.TOKENS_SWITCH: "2", deferred_extend.ENV_SWITCH: "4"}})}
+
+    def serve(run):
+        target, drafter, options = run
+        try:
+            return serve_greedy(target, drafter, "cpu", num_steps=3, new_tokens=GREEDY_TOKENS, timeout=420, **options)
+        except DemoFailure as failure:
+            return failure
+
+    with ThreadPoolExecutor(len(runs)) as pool:
+        return dict(zip(runs, pool.map(serve, runs.values())))
+
+
+def engine_run(engine_runs, name: str):
+    """:func:`engine_runs`' run ``name``, its failure raised in the test that reads it."""
+    run = engine_runs[name]
+    if isinstance(run, DemoFailure):
+        raise run
+    return run
+
+
+def test_eagle3_greedy_equals_plain_greedy(engine_runs, shared_greedy_reference):
+    served = engine_run(engine_runs, "chain")
     assert served.activation and all("sglang_eagle_ext.sglang.model.LlamaForCausalLMEagle3" in line
                                      for line in served.activation if "drafts served" in line)
     assert [o["output_ids"] for o in served.outputs] == shared_greedy_reference
@@ -153,14 +186,13 @@ def test_short_soak_passes_every_check(tree_server, tmp_path):
     assert result["counts"]["acceptance_length"] > 1  # drafts were accepted under load
 
 
-def test_depths_switched_every_step_keep_greedy_equal_to_plain(shared_target, shared_drafter, shared_greedy_reference):
+def test_depths_switched_every_step_keep_greedy_equal_to_plain(engine_runs, shared_greedy_reference):
     """SGLang's --speculative-adaptive with this package's policy in its test mode: every depth in turn, one
     per step (no speculation, chain 1, chain 3, chain 5), with the demo's distilled drafter (whose drafts the target
     accepts). Whatever depth a step runs, its verify is SGLang's, and the state carried between steps (the
     drafter's KV, its hidden rows) must survive each switch: the greedy output still equals plain greedy
     decoding, and drafts are still accepted after the switches."""
-    served = serve_greedy(shared_target, shared_drafter, "cpu", num_steps=3, new_tokens=GREEDY_TOKENS, timeout=420,
-                          adaptive="cycle")
+    served = engine_run(engine_runs, "cycle")
     assert any("adaptive shape: round-robin (test mode) in place of stock's" in line for line in served.activation)
     assert any(f"adaptive shape: round-robin (test mode) over depths {list(DEFAULT_STEPS)}" in line
                for line in served.activation)
@@ -174,19 +206,15 @@ def test_depths_switched_every_step_keep_greedy_equal_to_plain(shared_target, sh
     assert all(o["completion_tokens"] == GREEDY_TOKENS for o in served.outputs) and 0 < steps < tokens
 
 
-def test_off_steps_of_two_plain_tokens_keep_greedy_equal_to_plain(shared_target, shared_drafter,
-                                                                   shared_greedy_reference, monkeypatch):
+def test_off_steps_of_two_plain_tokens_keep_greedy_equal_to_plain(engine_runs, shared_greedy_reference):
     """The same cycle with every off step making 2 plain tokens a request (``SGLANG_EAGLE_EXT_ADAPTIVE_OFF_TOKENS``,
     the drafter's extend deferred at 4): the second token of a step is a DECODE forward at the next position over
     the target's KV the first one wrote, and this target's next token depends on its context, so a wrong position,
     length or slot shows in the greedy output, which must still equal plain greedy decoding; the drafter drafts
     warm after the catch-ups (drafts accepted)."""
-    from sglang_eagle_ext.sglang.compat import deferred_extend, plain_off
+    from sglang_eagle_ext.sglang.compat import plain_off
 
-    monkeypatch.setenv(plain_off.TOKENS_SWITCH, "2")
-    monkeypatch.setenv(deferred_extend.ENV_SWITCH, "4")
-    served = serve_greedy(shared_target, shared_drafter, "cpu", num_steps=3, new_tokens=GREEDY_TOKENS, timeout=420,
-                          adaptive="cycle")
+    served = engine_run(engine_runs, "cycle-off-2-tokens")
     assert any(f"2 tokens a request a step ({plain_off.TOKENS_SWITCH})" in line for line in served.activation)
     assert not any("off: 1 token a request a step" in line for line in served.activation)  # none held back
     assert [o["output_ids"] for o in served.outputs] == shared_greedy_reference
