@@ -91,12 +91,19 @@ SHAPES = {shape.name: shape for shape in (engines.Shape("chain", 3, 1, 4), engin
 # ("off-graph-skip"); adaptive_table.py's "off" sets them against plain decoding.
 OFF_AT_BATCH_1 = {1: (0,), 2: (1,)}
 SKIP_EXTEND = {"SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND": "1"}
+
+
+def off_below_64(depth: int) -> dict[int, tuple[int, ...]]:
+    """Candidates off at batch 1-63 and ``depth`` (the launch's) at 64."""
+    return {1: (0,), 64: (depth,)}
+
+
 # What the deferred drafter extend saves (compat/deferred_extend.py, K = 8): engines off at batches 1 and 16 (the
 # nearest key's; chain 1 at 64) with the extend at every off step ("off16-graph"), deferred ("off16-deferred") and
 # skipped, the drafter left cold (the floor: "off16-skip"); the cost policy with it ("adaptive-deferred"), and with
 # each catch-up checked against stock's per-step extends, run as well (its log's audit lines; its times pay for
 # both: "adaptive-deferred-audit"); and at K = 32, the catch-up's eager forward a quarter as often ("-deferred32")
-OFF_BELOW_64 = {1: (0,), 64: (1,)}
+OFF_BELOW_64 = off_below_64(1)
 DEFERRED = {DEFERRED_SWITCH: "8"}
 DEFERRED_32 = {DEFERRED_SWITCH: "32"}
 # off making 2, 4 or 8 plain tokens a request a step (docs/adaptive-shape.md sections 21 and 22), off at batch 1 and
@@ -132,8 +139,8 @@ DIAGNOSTICS = {shape.name: shape for shape in (
     engines.Shape("adaptive7-deferred", 3, 1, 4, policy="cost", candidates=DEPTHS_TO_7, env=DEFERRED),
     engines.Shape("off16-two-tokens", 1, 1, 2, policy="cost", candidates=OFF_BELOW_64, env=OFF_TWO_TOKENS),
     engines.Shape("adaptive-two-tokens", 3, 1, 4, policy="cost", env=OFF_TWO_TOKENS),
-    engines.Shape("off16-four-tokens", 3, 1, 4, policy="cost", candidates={1: (0,), 64: (3,)}, env=OFF_FOUR_TOKENS),
-    engines.Shape("off16-eight-tokens", 7, 1, 8, policy="cost", candidates={1: (0,), 64: (7,)}, env=OFF_EIGHT_TOKENS),
+    engines.Shape("off16-four-tokens", 3, 1, 4, policy="cost", candidates=off_below_64(3), env=OFF_FOUR_TOKENS),
+    engines.Shape("off16-eight-tokens", 7, 1, 8, policy="cost", candidates=off_below_64(7), env=OFF_EIGHT_TOKENS),
     engines.Shape("adaptive-four-tokens", 3, 1, 4, policy="cost", env=OFF_FOUR_TOKENS),
     engines.Shape("adaptive7-eight-tokens", 3, 1, 4, policy="cost", candidates=DEPTHS_TO_7, env=OFF_EIGHT_TOKENS))}
 DEEP = {shape.name: shape for shape in (engines.Shape("chain7", 7, 1, 8),)}

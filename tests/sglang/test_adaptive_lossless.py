@@ -57,7 +57,7 @@ OFF_ACTIVATION = "off: plain decoding{}, by the target's own decode graphs where
 
 TEMPERATURE = 0.7
 # the sampled run's 16 x 24 tokens: as many as the depth-0-only batch's (below), whose 360 the neighbouring law's
-# check rejects at p <= 1.1e-9 against this test's 1e-4 (40 a request took CI's servers 105 s of their 200)
+# check rejects at p <= 1.1e-9 against this test's 1e-4 (40 a request took 105 s of a CPU server's 200, 2 cores)
 PROMPT_TOKENS, GREEDY_REQUESTS, GREEDY_TOKENS, SAMPLED_REQUESTS, SAMPLED_TOKENS = 12, 8, 16, 16, 24
 # The law every check of sampled tokens must reject: 360 tokens drawn at T 0.7 (the depth-0-only batch's plain
 # ones) scored p <= 1.1e-9 under T 0.9 over 30 seeds, against up to 0.16 under T 0.8, too near for that many

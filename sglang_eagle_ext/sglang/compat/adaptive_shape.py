@@ -78,7 +78,7 @@ def selected(release: Version) -> str:
     mode = value if value in MODES[2:] else "on" if value in env.ON else "off"
     if mode != "off":
         plain_off.selected()  # a bad value of the off switch stops start-up too
-        _checked_off_tokens()
+        _check_off_tokens()
     if deferred_extend.selected() and mode == "off":
         raise env.SwitchError(f"{deferred_extend.ENV_SWITCH} defers the drafter's extend while this package's "
                               f"policy has speculation off; {ENV_SWITCH} is off. Set {ENV_SWITCH}=1 (with "
@@ -90,13 +90,13 @@ def selected(release: Version) -> str:
     return mode
 
 
-def _checked_off_tokens() -> int:
-    """The off step's tokens a request (:data:`plain_off.TOKENS_SWITCH`): more than one only where the drafter's
-    extend is deferred to hold them (stock's width-1 extend takes one a request) without the audit (which compares
-    with stock's extends) and off is plain decoding."""
+def _check_off_tokens() -> None:
+    """Stops start-up unless the off step's tokens a request (:data:`plain_off.TOKENS_SWITCH`) are one, or more
+    where the drafter's extend is deferred to hold them (stock's width-1 extend takes one a request) without the
+    audit (which compares with stock's extends) and off is plain decoding."""
     tokens = plain_off.selected_tokens()
     if tokens == 1:
-        return 1
+        return
     deferral, fix = deferred_extend.selected(), f"or unset {plain_off.TOKENS_SWITCH}"
     if deferral < tokens:
         raise env.SwitchError(f"{plain_off.TOKENS_SWITCH}={tokens}: an off step of {tokens} tokens a request needs the "
@@ -109,7 +109,6 @@ def _checked_off_tokens() -> int:
     if plain_off.selected() == "stock":
         raise env.SwitchError(f"{plain_off.TOKENS_SWITCH}={tokens}: off is stock's width-1 verify "
                               f"({plain_off.OFF_SWITCH}=stock), one token a step. Unset {plain_off.OFF_SWITCH} {fix}")
-    return tokens
 
 
 def _bind_once_scheduler_loads(_scheduler_module) -> str:
